@@ -1,0 +1,131 @@
+"""The run configuration: one dataclass shared by the CLI, the Python API and (later) sweep specs.
+
+Every field carries its help text, so the command line is generated from this class and cannot drift from it.
+
+Example:
+    >>> from ignite_ddl import TrainConfig
+    >>> cfg = TrainConfig(nproc_per_node=2, epochs=1)
+    >>> cfg.to_dict()["batch_size"]
+    128
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
+START_METHODS = ("auto", "fork", "spawn", "forkserver")
+AMP_MODES = ("none", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adam")
+
+
+class ConfigError(ValueError):
+    """A setup the suite refuses before starting any process; its message is one line meant for the user."""
+
+
+def _opt(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. ``batch_size`` is the *global* batch, split across all ranks."""
+
+    # -- launch
+    backend: str = _opt("auto", "none | gloo | nccl | xla-tpu | auto (nccl on CUDA, xla on TPU, gloo for CPU ranks)")
+    nproc_per_node: int | None = _opt(None, "processes to spawn on this node (default 1; not with torchrun/SLURM)")
+    nnodes: int = _opt(1, "number of nodes taking part")
+    node_rank: int | None = _opt(None, "index of this node (required when nnodes > 1)")
+    master_addr: str | None = _opt(None, "rendezvous address, rank 0's node (default 127.0.0.1 on a single node)")
+    master_port: int | None = _opt(None, "rendezvous port (default: a free port on a single node)")
+    start_method: str = _opt("auto", "process start method: auto (fork where available) | fork | spawn | forkserver")
+    threads: int | None = _opt(None, "intra-op CPU threads per process (default: cores / processes on this node)")
+    # -- data
+    dataset: str = _opt("synthetic", "synthetic | digits | mnist | cifar10")
+    data_dir: str = _opt("data", "where mnist / cifar10 files live (or are downloaded to)")
+    download: bool = _opt(False, "download the dataset if missing (rank 0 of each node first)")
+    train_size: int | None = _opt(None, "use only the first N training samples (synthetic default: 4096)")
+    val_size: int | None = _opt(None, "use only the first N validation samples (synthetic default: 1024)")
+    num_workers: int = _opt(0, "DataLoader worker processes per node (split across local ranks)")
+    batch_size: int = _opt(128, "GLOBAL batch size; each rank gets batch_size // world_size")
+    shuffle: bool = _opt(True, "reshuffle training data every epoch")
+    # -- model and optimisation
+    model: str = _opt("cnn", "toy | mlp | cnn | resnet18 | any torchvision classification model name")
+    optimizer: str = _opt("sgd", "sgd | adam")
+    lr: float = _opt(0.05, "peak learning rate")
+    momentum: float = _opt(0.9, "SGD momentum")
+    nesterov: bool = _opt(False, "Nesterov momentum (SGD)")
+    weight_decay: float = _opt(0.0, "weight decay")
+    warmup_epochs: float = _opt(0.0, "linear LR warm-up epochs, then linear decay to 0 (0: constant LR)")
+    sync_bn: bool = _opt(False, "convert BatchNorm layers to SyncBatchNorm")
+    amp: str = _opt("none", "mixed precision: none | bf16 (CPU or CUDA) | fp16 (CUDA, with GradScaler)")
+    # -- run
+    epochs: int = _opt(3, "training epochs")
+    max_iters: int | None = _opt(None, "stop after this many iterations in total (an iteration budget)")
+    seed: int = _opt(543, "random seed (model init, synthetic data, shuffling)")
+    output_dir: str = _opt("runs/train", "where config.json, summary.json, logs, checkpoints and TensorBoard go")
+    checkpoint_every: int = _opt(0, "save a resumable checkpoint every N iterations (0: only at the end)")
+    resume: str | None = _opt(None, "checkpoint file to resume from")
+    log_every: int = _opt(10, "log training loss to TensorBoard every N iterations")
+    progress: bool = _opt(True, "show a progress bar on rank 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Build a config from plain data, refusing unknown keys and wrongly typed values."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown option(s): {', '.join(unknown)}")
+        for name, value in values.items():
+            _check_type(name, value, known[name].type)
+        return cls(**values)
+
+    def check(self) -> None:
+        """Refuse values that are wrong whatever the machine (ranges and choices)."""
+        _choice("backend", self.backend, BACKENDS)
+        _choice("start_method", self.start_method, START_METHODS)
+        _choice("amp", self.amp, AMP_MODES)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        for name in ("nnodes", "batch_size", "epochs", "log_every"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("nproc_per_node", "threads", "max_iters", "train_size", "val_size"):
+            if getattr(self, name) is not None:
+                _at_least(name, getattr(self, name), 1)
+        for name in ("num_workers", "checkpoint_every"):
+            _at_least(name, getattr(self, name), 0)
+        for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
+            _at_least(name, getattr(self, name), 0)
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ConfigError(f"master_port must be between 1 and 65535, got {self.master_port}")
+        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(
+                f"node_rank must be in [0, {self.nnodes - 1}] for nnodes={self.nnodes}, got {self.node_rank}"
+            )
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"unknown {name} '{value}' (choose from: {', '.join(choices)})")
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low}, got {value}")
+
+
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    optional = annotation.endswith("| None")
+    base = annotation.replace("| None", "").strip()
+    if value is None and optional:
+        return
+    allowed = _TYPES[base]
+    if isinstance(value, bool) and base != "bool" or not isinstance(value, allowed):
+        raise ConfigError(f"option {name} expects {base}{' or null' if optional else ''}, got {value!r}")

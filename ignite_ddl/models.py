@@ -1,0 +1,96 @@
+"""Models by name: the PyTorch DDP tutorial's ToyModel, an MLP, a small CNN, a CIFAR-sized ResNet-18, and any
+torchvision classification model.
+
+Example:
+    >>> import torch
+    >>> from ignite_ddl.models import build_model
+    >>> build_model("cnn", in_channels=3, image_size=32, num_classes=10)(torch.zeros(2, 3, 32, 32)).shape
+    torch.Size([2, 10])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision import models as tv_models
+
+from ignite_ddl.config import ConfigError
+
+OWN_MODELS = ("toy", "mlp", "cnn", "resnet18")
+
+
+class ToyModel(nn.Module):
+    """The PyTorch DDP tutorial's model: Linear(in, 10) -> ReLU -> Linear(10, out); inputs are flattened."""
+
+    def __init__(self, in_features: int = 10, out_features: int = 5):
+        super().__init__()
+        self.net1 = nn.Linear(in_features, 10)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net2(self.relu(self.net1(x.flatten(1))))
+
+
+def mlp(in_features: int, num_classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(in_features, 256),
+        nn.ReLU(),
+        nn.Linear(256, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+def small_cnn(in_channels: int, num_classes: int) -> nn.Module:
+    """Two conv blocks and a linear head; no BatchNorm, so N-way DDP reproduces large-batch SGD exactly."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(), nn.Linear(64 * 16, num_classes),
+    )  # fmt: skip
+
+
+def resnet18_small(in_channels: int, num_classes: int) -> nn.Module:
+    """ResNet-18 for 32x32 inputs: a 3x3 stride-1 stem and no max-pool, as is usual for CIFAR10."""
+    model = tv_models.resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+class _RepeatChannels(nn.Module):
+    """Feeds grey images to models built for RGB by repeating the single channel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.expand(-1, 3, -1, -1)
+
+
+def torchvision_models() -> list[str]:
+    return sorted(tv_models.list_models(module=tv_models))
+
+
+def check_model(name: str) -> None:
+    if name not in OWN_MODELS and name not in torchvision_models():
+        raise ConfigError(
+            f"unknown model '{name}' (choose from: {', '.join(OWN_MODELS)}, or a torchvision classification model "
+            "such as resnet50)"
+        )
+
+
+def build_model(name: str, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
+    """Instantiate ``name`` for inputs of shape (in_channels, image_size, image_size)."""
+    check_model(name)
+    if name == "toy":
+        return ToyModel(in_channels * image_size * image_size, num_classes)
+    if name == "mlp":
+        return mlp(in_channels * image_size * image_size, num_classes)
+    if name == "cnn":
+        return small_cnn(in_channels, num_classes)
+    if name == "resnet18":
+        return resnet18_small(in_channels, num_classes)
+    model = tv_models.get_model(name, weights=None, num_classes=num_classes)
+    if in_channels == 1:
+        return nn.Sequential(_RepeatChannels(), model)
+    return model

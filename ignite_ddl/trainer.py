@@ -1,0 +1,341 @@
+"""The training job run on every rank: Ignite engines built with ``auto_model`` / ``auto_optim`` /
+``auto_dataloader``, in the spirit of Ignite's CIFAR10 example.
+
+``training(local_rank, config)`` is what the launcher runs; ``create_trainer`` / ``create_evaluator`` are the
+engines on their own, for notebooks that want to attach handlers of their own.
+
+Example:
+    >>> from ignite_ddl import TrainConfig, launch
+    >>> from ignite_ddl.trainer import training
+    >>> summary = launch(training, TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run"))
+    >>> summary["world_size"]
+    2
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver, PiecewiseLinear, ProgressBar, global_step_from_engine
+from ignite.handlers.tensorboard_logger import TensorboardLogger
+from ignite.metrics import Accuracy, Loss
+from ignite.utils import manual_seed
+from torch import nn
+
+from ignite_ddl import launcher
+from ignite_ddl.config import TrainConfig
+from ignite_ddl.data import Loaders, build_loaders
+from ignite_ddl.environment import device_info, host, versions
+from ignite_ddl.models import build_model
+from ignite_ddl.results import SCHEMA_VERSION, write_json
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def create_trainer(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: nn.Module,
+    device: torch.device,
+    amp: str = "none",
+    scaler: torch.amp.GradScaler | None = None,
+) -> Engine:
+    """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
+
+    Its output is ``{"loss": float, "samples": int}`` for this rank's batch.
+    """
+    dtype = AMP_DTYPES.get(amp)
+
+    def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+        model.train()
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = criterion(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        return {"loss": loss.item(), "samples": x.shape[0]}
+
+    return Engine(train_step)
+
+
+def create_evaluator(model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none") -> Engine:
+    """An engine computing accuracy and loss; Ignite's metrics sum their counts over all ranks."""
+    dtype = AMP_DTYPES.get(amp)
+    # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
+    net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+    @torch.no_grad()
+    def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        net.eval()
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            y_pred = net(x)
+        return y_pred.float(), y
+
+    evaluator = Engine(eval_step)
+    Accuracy().attach(evaluator, "accuracy")
+    Loss(criterion).attach(evaluator, "loss")
+    return evaluator
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(
+        model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )  # fmt: skip
+
+
+def place_model(model: nn.Module, config: TrainConfig) -> nn.Module:
+    """``auto_model``, except with a single process: there it would wrap DataParallel when several GPUs are
+    visible (ignite#2447), which is not what a one-process run asked for."""
+    if idist.get_world_size() == 1:
+        return model.to(idist.device())
+    return idist.auto_model(model, sync_bn=config.sync_bn)
+
+
+def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engine], None] | None = None) -> dict:
+    """Train as ``config`` says on this rank and return the run summary (rank 0 also writes it to disk).
+
+    ``setup(trainer, evaluator)``, if given, is called before the run to attach handlers of one's own.
+    """
+    rank, world = idist.get_rank(), idist.get_world_size()
+    out = Path(config.output_dir)
+    log = rank_logger(out, rank)
+    manual_seed(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
+    device = idist.device()
+
+    loaders = build_loaders(config)
+    info = loaders.info
+    model = place_model(build_model(config.model, info.in_channels, info.image_size, info.num_classes), config)
+    optimizer = idist.auto_optim(build_optimizer(model, config))
+    criterion = nn.CrossEntropyLoss().to(device)
+    scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
+    trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler)
+    evaluator = create_evaluator(model, criterion, device, config.amp)
+
+    epoch_length = len(loaders.train)
+    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer}
+    if scaler is not None:
+        to_save["scaler"] = scaler
+    if config.warmup_epochs > 0:
+        total = config.epochs * epoch_length
+        warmup = min(total - 1, max(1, round(config.warmup_epochs * epoch_length)))
+        milestones = [(0, 0.0), (warmup, config.lr), (total, 0.0)]
+        to_save["lr_scheduler"] = scheduler = PiecewiseLinear(optimizer, "lr", milestones_values=milestones)
+        trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
+
+    trainer.add_event_handler(Events.EPOCH_STARTED, _start_epoch, loaders)
+    tb = TensorboardLogger(log_dir=str(out / "tb")) if rank == 0 else None
+    epochs = EpochLog(loaders, evaluator, tb, log)
+    epochs.attach(trainer)
+
+    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
+    checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
+    if config.checkpoint_every:
+        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpoint)
+    trainer.add_event_handler(Events.COMPLETED, _save_final, checkpoint, config.checkpoint_every)
+    best = Checkpoint(
+        {"model": model}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best", n_saved=1,
+        score_function=Checkpoint.get_default_score_fn("accuracy"), score_name="val_accuracy",
+        global_step_transform=global_step_from_engine(trainer),
+    )  # fmt: skip
+    evaluator.add_event_handler(Events.COMPLETED, best)
+    if config.max_iters:
+        trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
+
+    if tb is not None:
+        _attach_tensorboard(tb, trainer, evaluator, optimizer, config.log_every)
+    if rank == 0 and config.progress:
+        ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
+    if config.resume:
+        state = torch.load(config.resume, map_location="cpu", weights_only=True)
+        Checkpoint.load_objects(to_load=to_save, checkpoint=state)
+        log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
+    if setup is not None:
+        setup(trainer, evaluator)
+
+    env = {"world_size": world, "backend": idist.backend() or "none", "device": device_info(device)}
+    env.update(_launch_facts())
+    if rank == 0:
+        record = {"schema_version": SCHEMA_VERSION, "config": config.to_dict(), **env}
+        write_json(out / "config.json", {**record, "versions": versions(), "host": host()})
+    log.info(f"rank {rank}/{world} on {env['device']['name']}, {torch.get_num_threads()} threads, "
+             f"batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
+
+    start = time.perf_counter()
+    trainer.run(loaders.train, max_epochs=config.epochs)
+    wall = time.perf_counter() - start
+    if tb is not None:
+        tb.close()
+
+    summary = _summary(config, env, loaders, trainer, epochs.history, wall, checkpoint)
+    if rank == 0:
+        write_json(out / "summary.json", summary)
+    log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
+    return summary
+
+
+def _start_epoch(engine: Engine, loaders: Loaders) -> None:
+    loaders.train_sampler.set_epoch(engine.state.epoch - 1)
+    done = engine.state.iteration % engine.state.epoch_length
+    if done:  # resuming mid-epoch: skip the batches already trained on
+        loaders.train_sampler.skip_next_epoch(done * loaders.per_rank_batch)
+
+
+class EpochLog:
+    """Per-epoch record on every rank: train loss and global throughput over all ranks, then validation.
+
+    Training time runs from the epoch's start to its end, before evaluation; throughput is all ranks' samples
+    divided by the slowest rank's time.
+    """
+
+    def __init__(self, loaders: Loaders, evaluator: Engine, tb: TensorboardLogger | None, log: logging.Logger):
+        self.loaders, self.evaluator, self.tb, self.log = loaders, evaluator, tb, log
+        self.history: list[dict[str, Any]] = []
+        self._reset()
+
+    def attach(self, trainer: Engine) -> None:
+        trainer.add_event_handler(Events.EPOCH_STARTED, lambda _: self._reset())
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
+        trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
+
+    def _reset(self) -> None:
+        self.start, self.loss_sum, self.samples = time.perf_counter(), 0.0, 0
+
+    def _step(self, engine: Engine) -> None:
+        self.loss_sum += engine.state.output["loss"] * engine.state.output["samples"]
+        self.samples += engine.state.output["samples"]
+
+    def _close(self, engine: Engine) -> None:
+        if self.history and self.history[-1]["iteration"] == engine.state.iteration:
+            return  # already closed at EPOCH_COMPLETED
+        seconds = idist.all_reduce(time.perf_counter() - self.start, op="MAX")
+        samples, loss_sum = idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])).tolist()
+        self.evaluator.run(self.loaders.val)
+        metrics = self.evaluator.state.metrics
+        record = {
+            "epoch": engine.state.epoch,
+            "iteration": engine.state.iteration,
+            "train_loss": loss_sum / max(samples, 1.0),
+            "train_samples": int(samples),
+            "train_time_s": seconds,
+            "samples_per_s": samples / seconds if seconds > 0 else 0.0,
+            "val_accuracy": float(metrics["accuracy"]),
+            "val_loss": float(metrics["loss"]),
+        }
+        self.history.append(record)
+        if self.tb is not None:
+            self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
+            self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
+        self.log.info(
+            f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, "
+            f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
+            f"{record['samples_per_s']:.0f} samples/s (all ranks)"
+        )
+
+
+def _save_final(engine: Engine, checkpoint: Checkpoint, every: int) -> None:
+    if not every or engine.state.iteration % every:
+        checkpoint(engine)
+
+
+def _attach_tensorboard(
+    tb: TensorboardLogger, trainer: Engine, evaluator: Engine, optimizer: torch.optim.Optimizer, every: int
+) -> None:
+    tb.attach_output_handler(
+        trainer, Events.ITERATION_COMPLETED(every=every), tag="train", output_transform=lambda o: {"loss": o["loss"]}
+    )
+    tb.attach_opt_params_handler(trainer, Events.ITERATION_STARTED(every=every), optimizer, param_name="lr")
+    tb.attach_output_handler(
+        evaluator, Events.COMPLETED, tag="val", metric_names=["accuracy", "loss"],
+        global_step_transform=global_step_from_engine(trainer, Events.EPOCH_COMPLETED),
+    )  # fmt: skip
+
+
+def _launch_facts() -> dict[str, Any]:
+    plan = launcher.active_plan()
+    facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads()}
+    if plan is not None:
+        facts.update(
+            launch_mode=plan.mode, nproc_per_node=plan.nproc_per_node, nnodes=plan.nnodes,
+            start_method=plan.start_method if plan.mode == "spawn" else None,
+        )  # fmt: skip
+    return facts
+
+
+def rank_logger(out: Path, rank: int) -> logging.Logger:
+    """A logger writing to ``logs/rank<r>.log`` on every rank, and to the console on rank 0."""
+    logger = logging.getLogger(f"ignite_ddl.rank{rank}")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    fmt = logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.FileHandler(out / "logs" / f"rank{rank}.log")]
+    if rank == 0:
+        handlers.append(logging.StreamHandler())
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+    return logger
+
+
+def _summary(
+    config: TrainConfig,
+    env: dict,
+    loaders: Loaders,
+    trainer: Engine,
+    history: list,
+    wall: float,
+    checkpoint: Checkpoint,
+) -> dict[str, Any]:
+    train_time = sum(r["train_time_s"] for r in history)
+    train_samples = sum(r["train_samples"] for r in history)
+    last = history[-1] if history else {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "status": "completed",
+        **env,
+        "dataset": config.dataset,
+        "model": config.model,
+        "amp": config.amp,
+        "batch": {"requested_global": config.batch_size, "per_rank": loaders.per_rank_batch,
+                  "global": loaders.global_batch},
+        "epochs": trainer.state.epoch,
+        "iterations": trainer.state.iteration,
+        "epoch_length": trainer.state.epoch_length,
+        "wall_time_s": wall,
+        "train_time_s": train_time,
+        "train_samples": train_samples,
+        "samples_per_s": train_samples / train_time if train_time > 0 else 0.0,
+        "final_train_loss": last.get("train_loss"),
+        "val_accuracy": last.get("val_accuracy"),
+        "val_loss": last.get("val_loss"),
+        "best_val_accuracy": max((r["val_accuracy"] for r in history), default=None),
+        "last_checkpoint": str(checkpoint.last_checkpoint) if checkpoint.last_checkpoint else None,
+        "resumed_from": config.resume,
+        "history": history,
+    }  # fmt: skip
+
+
+def train(config: TrainConfig) -> dict:
+    """Launch :func:`training` as ``config`` says and return the run summary (as written to summary.json)."""
+    return launcher.launch(training, config)
