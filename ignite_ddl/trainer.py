@@ -179,7 +179,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engi
 
     start = time.perf_counter()
     trainer.run(loaders.train, max_epochs=config.epochs)
-    wall = time.perf_counter() - start
+    wall = idist.all_reduce(time.perf_counter() - start, op="MAX")
     if tb is not None:
         tb.close()
 
@@ -207,15 +207,18 @@ class EpochLog:
     def __init__(self, loaders: Loaders, evaluator: Engine, tb: TensorboardLogger | None, log: logging.Logger):
         self.loaders, self.evaluator, self.tb, self.log = loaders, evaluator, tb, log
         self.history: list[dict[str, Any]] = []
-        self._reset()
+        self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
 
     def attach(self, trainer: Engine) -> None:
-        trainer.add_event_handler(Events.EPOCH_STARTED, lambda _: self._reset())
+        trainer.add_event_handler(Events.EPOCH_STARTED, lambda _: self._start())
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
         trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
 
-    def _reset(self) -> None:
+    def _start(self) -> None:
+        # Ranks leave evaluation at different times; aligning them here keeps a rank's wait for the others out of
+        # the epoch it measures, so the slowest rank's time is the epoch's wall time.
+        idist.barrier()
         self.start, self.loss_sum, self.samples = time.perf_counter(), 0.0, 0
 
     def _step(self, engine: Engine) -> None:

@@ -1,0 +1,316 @@
+"""Per-step overhead of ignite_ddl's trainer against a hand-written PyTorch loop doing the same work.
+
+Two sides train the same model (``ignite_ddl.models.build_model``) on the same synthetic data
+(``ignite_ddl.data.build_datasets``) with the same global batch, the same SGD optimizer (TrainConfig's lr and
+momentum), one ``loss.item()`` per step and the same number of intra-op threads per process
+(``launcher.plan_launch(config).threads``):
+
+* **ours**: the real job, ``launch(training, config, setup=...)``, with every default handler on (per-epoch
+  logging and evaluation, TensorBoard, checkpointing, the ``max_iters`` stop) and only the progress bar off.
+  One process runs with backend ``none``; two processes with backend ``gloo``, started by ``launch`` with ``fork``.
+* **raw**: a plain loop with no Ignite at all: ``DataLoader`` -> forward -> ``zero_grad`` -> ``backward`` ->
+  ``step`` -> ``loss.item()``. With two processes it is ``torch.distributed`` (gloo) + ``DistributedDataParallel``
+  + ``DistributedSampler``, started with ``torch.multiprocessing.start_processes`` and the same start method.
+
+Method: each run trains W warm-up iterations and then M measured ones. The clock is read at the end of iteration W
+and at the end of iteration W + M (on the trainer's ITERATION_COMPLETED, attached through ``setup`` after every
+default handler, and at the same two points of the raw loop), so the measured window holds M complete steps
+including data loading and every per-iteration handler, and excludes start-up, warm-up and whatever runs once the
+window is closed (the final evaluation and checkpoint). The training set holds exactly (W + M) global batches and
+``max_iters`` is W + M, so both sides stop right after the window in one epoch: no epoch boundary (with its
+evaluation) falls inside it. Each rank measures its own window; a run's figure is the slowest rank's window / M.
+Runs alternate (ours, raw, ours, raw, ...) R times for each process count, so slow drifts of the machine hit both
+sides alike.
+
+Reading the result: ``ours/raw`` is the median step time of ours divided by that of raw. 1.00 means the trainer
+costs nothing measurable per step; 1.03 means ignite_ddl makes each step 3 % slower than the hand-written loop.
+Compare it to the spread between a side's min and median (the noise of the machine) before reading anything into
+differences of a percent or two. The overhead is mostly a fixed time per step, so the ratio grows when steps are
+short (small model, small batch, many processes) and shrinks towards 1 when they are long.
+
+Usage:
+    python benchmarks/overhead.py                       # defaults: about 2-4 minutes on 2 cores
+    python benchmarks/overhead.py --repeats 7 --iters 200 --model resnet18 --procs 1 --json overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as torch_mp
+from ignite.engine import Engine, Events
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ignite_ddl import TrainConfig, launch, plan_launch
+from ignite_ddl.data import build_datasets
+from ignite_ddl.environment import cpu_cores, cpu_name, versions
+from ignite_ddl.models import build_model
+from ignite_ddl.trainer import training
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured window: iterations warmup + 1 .. warmup + iters (1-based, as Ignite counts them)."""
+
+    warmup: int
+    iters: int
+
+    @property
+    def last(self) -> int:
+        return self.warmup + self.iters
+
+
+def _write_clock(run_dir: Path, rank: int, seconds: float, iterations: int) -> None:
+    (run_dir / f"clock_rank{rank}.json").write_text(json.dumps({"seconds": seconds, "iterations": iterations}))
+
+
+def _read_clocks(run_dir: Path, world: int, window: Window) -> float:
+    """Seconds per step of the slowest rank; refuses a run where a rank did not record a full window."""
+    per_rank = []
+    for rank in range(world):
+        path = run_dir / f"clock_rank{rank}.json"
+        if not path.is_file():
+            raise RuntimeError(f"{run_dir.name}: rank {rank} recorded no window (did it run {window.last} steps?)")
+        clock = json.loads(path.read_text())
+        if clock["iterations"] != window.iters:
+            raise RuntimeError(f"{run_dir.name}: rank {rank} measured {clock['iterations']} steps, not {window.iters}")
+        per_rank.append(clock["seconds"] / window.iters)
+    return max(per_rank)
+
+
+# -- ours: the real trainer, timed by a handler attached through `setup`
+
+
+class StepClock:
+    """``setup`` for :func:`training`: reads the clock at ITERATION_COMPLETED of the window's first and last edge.
+
+    Attached after all default handlers, so the window includes their work for every one of its iterations.
+    It also turns the rank-0 console log down to warnings (the log file keeps everything) so the benchmark's own
+    output stays readable; that happens before the run, outside the window.
+    """
+
+    def __init__(self, window: Window, run_dir: Path):
+        self.window, self.run_dir = window, run_dir
+        self.start: float | None = None
+
+    def __call__(self, trainer: Engine, evaluator: Engine) -> None:
+        self.rank = idist.get_rank()
+        for handler in logging.getLogger(f"ignite_ddl.rank{self.rank}").handlers:
+            if not isinstance(handler, logging.FileHandler):
+                handler.setLevel(logging.WARNING)
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._tick)
+
+    def _tick(self, engine: Engine) -> None:
+        iteration = engine.state.iteration
+        if iteration == self.window.warmup:
+            self.start = time.perf_counter()
+        elif iteration == self.window.last and self.start is not None:
+            _write_clock(self.run_dir, self.rank, time.perf_counter() - self.start, self.window.iters)
+
+
+def run_ours(config: TrainConfig, window: Window, run_dir: Path) -> float:
+    config = replace(config, output_dir=str(run_dir))
+    summary = launch(training, config, setup=StepClock(window, run_dir))
+    if summary["iterations"] != window.last:
+        raise RuntimeError(f"ours ran {summary['iterations']} iterations, expected {window.last}")
+    return _read_clocks(run_dir, summary["world_size"], window)
+
+
+# -- raw: plain PyTorch, no Ignite
+
+
+def raw_worker(
+    rank: int, config: TrainConfig, world: int, threads: int, port: int, window: Window, run_dir: Path
+) -> None:
+    """One rank of the hand-written loop (rank is the process index given by ``start_processes``)."""
+    torch.set_num_threads(threads)
+    if world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        train_ds, _, info = build_datasets(config)
+        torch.manual_seed(config.seed)
+        model: nn.Module = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        sampler = None
+        if world > 1:
+            model = DistributedDataParallel(model)
+            sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=config.seed)
+        loader = DataLoader(
+            train_ds, batch_size=config.batch_size // world, sampler=sampler, shuffle=sampler is None, drop_last=True
+        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+        criterion = nn.CrossEntropyLoss()
+
+        model.train()
+        if sampler is not None:
+            sampler.set_epoch(0)
+        start, iteration = 0.0, 0
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+            iteration += 1
+            if iteration == window.warmup:
+                start = time.perf_counter()
+            elif iteration == window.last:
+                _write_clock(run_dir, rank, time.perf_counter() - start, window.iters)
+                break
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
+    plan = plan_launch(config)  # the same threads per process and start method as ours gets
+    run_dir.mkdir(parents=True)
+    world = plan.world_size
+    args = (config, world, plan.threads, plan.master_port or 0, window, run_dir)
+    if world == 1:
+        raw_worker(0, *args)
+    else:
+        torch_mp.start_processes(raw_worker, args=args, nprocs=world, join=True, start_method=plan.start_method)
+    return _read_clocks(run_dir, world, window)
+
+
+# -- driver
+
+
+@dataclass
+class SideResult:
+    seconds_per_step: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds_per_step)
+
+    @property
+    def min(self) -> float:
+        return min(self.seconds_per_step)
+
+
+def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainConfig:
+    return TrainConfig(
+        backend="none" if procs == 1 else "gloo",
+        nproc_per_node=None if procs == 1 else procs,
+        start_method="fork",
+        dataset="synthetic",
+        train_size=window.last * args.batch_size,  # exactly one epoch of W + M global batches
+        val_size=args.batch_size,  # the final evaluation runs after the window; keep it short
+        batch_size=args.batch_size,
+        model=args.model,
+        epochs=1,
+        max_iters=window.last,
+        progress=False,
+    )
+
+
+def machine() -> dict[str, Any]:
+    return {"cpu": cpu_name(), "cpu_cores": cpu_cores(), "platform": sys.platform, **versions()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per side and process count (default 5)")
+    parser.add_argument("--warmup", type=int, default=10, help="warm-up iterations per run, not timed (default 10)")
+    parser.add_argument("--iters", type=int, default=100, help="measured iterations per run (default 100)")
+    parser.add_argument("--model", default="cnn", help="model name as in TrainConfig (default cnn)")
+    parser.add_argument("--batch-size", type=int, default=128, help="GLOBAL batch size (default 128)")
+    parser.add_argument("--procs", default="1,2", help="comma-separated process counts (default 1,2)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    procs_list = [int(p) for p in args.procs.split(",") if p.strip()]
+    if args.repeats < 1 or args.warmup < 1 or args.iters < 1:
+        parser.error("--repeats, --warmup and --iters must be >= 1")
+    window = Window(args.warmup, args.iters)
+
+    info = machine()
+    print(
+        f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}, "
+        f"python {info['python']}"
+    )
+    print(
+        f"model {args.model}, global batch {args.batch_size}, {args.warmup} warm-up + {args.iters} measured "
+        f"iterations per run, {args.repeats} runs per side, alternating ours/raw"
+    )
+
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="ignite_ddl_overhead_") as tmp:
+        for procs in procs_list:
+            config = bench_config(procs, args, window)
+            threads = plan_launch(config).threads
+            sides: dict[str, SideResult] = {"ours": SideResult([]), "raw": SideResult([])}
+            runners: dict[str, Callable[[TrainConfig, Window, Path], float]] = {"ours": run_ours, "raw": run_raw}
+            for repeat in range(args.repeats):
+                for side, runner in runners.items():
+                    step = runner(config, window, Path(tmp) / f"p{procs}-r{repeat}-{side}")
+                    sides[side].seconds_per_step.append(step)
+                    print(f"  procs {procs} run {repeat + 1}/{args.repeats} {side:4s}: {step * 1e3:7.2f} ms/step")
+            results.append(
+                {
+                    "procs": procs,
+                    "threads_per_process": threads,
+                    "per_rank_batch": args.batch_size // procs,
+                    **{
+                        side: {"median_s": r.median, "min_s": r.min, "runs_s": r.seconds_per_step}
+                        for side, r in sides.items()
+                    },
+                    "ratio_median": sides["ours"].median / sides["raw"].median,
+                    "ratio_min": sides["ours"].min / sides["raw"].min,
+                }
+            )
+
+    print()
+    header = (
+        f"{'procs':>5} {'threads':>7} {'batch/rank':>10} | {'ours median':>11} {'ours min':>9} | "
+        f"{'raw median':>10} {'raw min':>8} | {'ours/raw':>8} {'(min)':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['procs']:>5} {r['threads_per_process']:>7} {r['per_rank_batch']:>10} | "
+            f"{r['ours']['median_s'] * 1e3:>8.2f} ms {r['ours']['min_s'] * 1e3:>6.2f} ms | "
+            f"{r['raw']['median_s'] * 1e3:>7.2f} ms {r['raw']['min_s'] * 1e3:>5.2f} ms | "
+            f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f}"
+        )
+    print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead)")
+
+    report = {
+        "benchmark": "overhead",
+        "machine": info,
+        "settings": {
+            "model": args.model,
+            "global_batch": args.batch_size,
+            "warmup": args.warmup,
+            "iters": args.iters,
+            "repeats": args.repeats,
+        },
+        "results": results,
+    }
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"results written to {args.json}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

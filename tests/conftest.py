@@ -1,0 +1,77 @@
+"""Shared helpers: run the real CLI in a subprocess and check the files a run leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# A run small enough for CI yet going through every part of the trainer.
+QUICK = ["--train-size", "512", "--val-size", "128", "--batch-size", "64", "--epochs", "1", "--no-progress"]
+
+SUMMARY_KEYS = {
+    "schema_version": int,
+    "status": str,
+    "world_size": int,
+    "backend": str,
+    "device": dict,
+    "threads_per_process": int,
+    "batch": dict,
+    "epochs": int,
+    "iterations": int,
+    "epoch_length": int,
+    "wall_time_s": float,
+    "train_time_s": float,
+    "train_samples": int,
+    "samples_per_s": float,
+    "final_train_loss": float,
+    "val_accuracy": float,
+    "val_loss": float,
+    "history": list,
+}
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict | None = None):
+    """``python -m ignite_ddl ARGS`` in a fresh interpreter, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "ignite_ddl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def check_ok(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+
+
+def load_summary(out: Path, world_size: int) -> dict:
+    """Read summary.json and check it against the documented schema."""
+    summary = json.loads((out / "summary.json").read_text())
+    for key, kind in SUMMARY_KEYS.items():
+        assert isinstance(summary[key], kind), f"{key}: {summary[key]!r} is not {kind.__name__}"
+    assert summary["status"] == "completed"
+    assert summary["world_size"] == world_size
+    assert summary["batch"]["global"] == summary["batch"]["per_rank"] * world_size
+    assert summary["iterations"] == summary["epochs"] * summary["epoch_length"]
+    assert summary["train_samples"] == summary["iterations"] * summary["batch"]["global"]
+    assert summary["samples_per_s"] > 0 and summary["train_time_s"] <= summary["wall_time_s"]
+    assert len(summary["history"]) == summary["epochs"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["world_size"] == world_size and "torch" in config["versions"]
+    return summary
+
+
+@pytest.fixture(scope="session")
+def spawn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 2-process gloo run shared by the tests that only read its outputs."""
+    out = tmp_path_factory.mktemp("spawn") / "run"
+    check_ok(run_cli("train", "--backend", "gloo", "--nproc-per-node", "2", "--epochs", "2", *QUICK[:-3],
+                     "--no-progress", "--log-every", "2", "--output-dir", str(out)))  # fmt: skip
+    return out

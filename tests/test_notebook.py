@@ -1,0 +1,98 @@
+"""The example notebooks run end to end in a real Jupyter kernel and leave the results they describe."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import nbclient
+import nbformat
+import pytest
+from conftest import load_summary
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+QUICK_EXAMPLE = NOTEBOOKS / "01_quick_example.ipynb"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def python3_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A 'python3' kernelspec running this interpreter, found before any other (JUPYTER_PATH comes first).
+
+    A kernelspec installed elsewhere (a user's ~/.local one, another environment's) could otherwise start a
+    different Python, one without ignite_ddl or with another version of it.
+    """
+    spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (tests)",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return "python3"
+
+
+def execute(path: Path, workdir: Path, kernel_name: str) -> nbformat.NotebookNode:
+    """Run every cell in a fresh kernel started in ``workdir``; a cell that raises fails the test."""
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name=kernel_name, resources={"metadata": {"path": str(workdir)}}
+    )
+    client.execute()  # raises CellExecutionError, with the cell's traceback, if any cell fails
+    return nb
+
+
+def stream_text(nb: nbformat.NotebookNode) -> str:
+    return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+
+
+def test_notebooks_are_stored_clean():
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    assert QUICK_EXAMPLE in paths
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3", path.name
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name} is stored with outputs"
+
+
+def test_quick_example(tmp_path: Path, python3_kernel: str):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    nb = execute(QUICK_EXAMPLE, workdir, python3_kernel)
+
+    # The notebook's run: 2 gloo processes, one history record per configured epoch, and the model learned.
+    out = workdir / "runs" / "01_quick_example"
+    summary = load_summary(out, world_size=2)
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert summary["backend"] == "gloo" and summary["launch_mode"] == "spawn"
+    assert summary["model"] == "cnn" and summary["dataset"] == "synthetic"
+    assert summary["batch"] == {"requested_global": 128, "per_rank": 64, "global": 128}
+    history = summary["history"]
+    assert [record["epoch"] for record in history] == list(range(1, config["epochs"] + 1))
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert summary["best_val_accuracy"] > 0.15  # 10 classes: chance is 0.1
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.log", "rank1.log"]
+    assert any((out / "tb").iterdir()) and any((out / "checkpoints").iterdir())
+
+    # The plot the notebook saved, and showed.
+    png = out / "curves.png"
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == PNG_SIGNATURE
+    height, width = matplotlib.image.imread(png).shape[:2]
+    assert height > 100 and width > 100
+    assert any("image/png" in o.get("data", {}) for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs)
+
+    # The custom handler ran on rank 0 only, once per epoch of its run, and its prints reached the notebook.
+    handler_summary = load_summary(workdir / "runs" / "01_quick_example_handler", world_size=2)
+    lines = [line for line in stream_text(nb).splitlines() if line.startswith("[my handler]")]
+    assert [line.split(":")[0] for line in lines] == [
+        f"[my handler] epoch {epoch}" for epoch in range(1, handler_summary["epochs"] + 1)
+    ]
+    for line, record in zip(lines, handler_summary["history"]):
+        assert f"val accuracy {record['val_accuracy']:.3f}" in line

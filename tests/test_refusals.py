@@ -1,0 +1,105 @@
+"""Invalid setups are refused before any process starts: one line on stderr, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import run_cli
+
+from ignite_ddl import ConfigError, TrainConfig, plan_launch
+
+REFUSED = {
+    "nccl without CUDA": (["--backend", "nccl"], "needs CUDA"),
+    "xla without torch_xla": (["--backend", "xla-tpu"], "needs torch_xla"),
+    "nnodes without node rank": (["--nnodes", "2"], "--node-rank"),
+    "nnodes without address": (["--nnodes", "2", "--node-rank", "1", "--master-port", "29500"], "--master-addr"),
+    "nproc < 1": (["--nproc-per-node", "0"], "nproc_per_node must be >= 1"),
+    "unknown backend": (["--backend", "mpi2"], "unknown backend 'mpi2'"),
+    "unknown model": (["--model", "no_such_net"], "unknown model 'no_such_net'"),
+    "unknown dataset": (["--dataset", "imagenet9"], "unknown dataset 'imagenet9'"),
+    "batch smaller than world": (["--nproc-per-node", "2", "--batch-size", "1"], "cannot be split over 2"),
+    "several processes without a backend": (["--backend", "none", "--nproc-per-node", "2"], "single process"),
+    "mnist missing": (["--dataset", "mnist", "--data-dir", "{tmp}/nodata"], "pass --download"),
+    "cifar10 missing": (["--dataset", "cifar10", "--data-dir", "{tmp}/nodata"], "pass --download"),
+    "resume file missing": (["--resume", "{tmp}/nothing.pt"], "not found"),
+    "fp16 on CPU": (["--amp", "fp16"], "needs a CUDA GPU"),
+    "unknown amp": (["--amp", "fp8"], "unknown amp"),
+    "negative epochs": (["--epochs", "-1"], "epochs must be >= 1"),
+    "wrong type": (["--epochs", "two"], "invalid int value"),
+    "unknown option": (["--bogus", "1"], "unrecognized arguments"),
+    "node rank out of range": (["--nnodes", "2", "--node-rank", "2"], "node_rank must be in [0, 1]"),
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Run every refused case at once (each is a fresh interpreter that mostly waits on imports)."""
+    tmp = tmp_path_factory.mktemp("refusals")
+    procs = {}
+    for case, (args, _) in REFUSED.items():
+        out = tmp / case.replace(" ", "_")
+        cmd = [sys.executable, "-m", "ignite_ddl", "train", *[a.format(tmp=tmp) for a in args], "--output-dir", str(out)]
+        procs[case] = (out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = {}
+    for case, (out, proc) in procs.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        results[case] = (proc.returncode, stdout, stderr, out)
+    return results
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_before_start(case, refusals):
+    returncode, stdout, stderr, out = refusals[case]
+    assert returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ignite-ddl: error:"), stderr
+    assert REFUSED[case][1] in lines[0]
+    assert "Traceback" not in stdout + stderr
+    assert not out.exists(), "a refused run must not write anything"
+
+
+def test_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = run_cli("train", "--output-dir", str(blocker / "run"), timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "is not writable" in result.stderr
+
+
+def test_more_nccl_processes_than_gpus():
+    with pytest.raises(ConfigError, match="one process per GPU: 2 processes asked for, 1 GPU"):
+        plan_launch(TrainConfig(backend="nccl", nproc_per_node=2), cuda_devices=1)
+
+
+def test_torchrun_environment_is_not_spawned_again():
+    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
+    plan = plan_launch(TrainConfig(), cuda_devices=0, environ=env)
+    assert (plan.mode, plan.backend, plan.world_size, plan.nproc_per_node, plan.nnodes) == ("env", "gloo", 4, 2, 2)
+    with pytest.raises(ConfigError, match="started by torchrun"):
+        plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=0, environ=env)
+
+
+def test_auto_backend():
+    assert plan_launch(TrainConfig(), cuda_devices=0, environ={}).backend is None
+    assert plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=0, environ={}).backend == "gloo"
+    assert plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=2, environ={}).backend == "nccl"
+
+
+def test_threads_split_cores(monkeypatch):
+    monkeypatch.setattr("ignite_ddl.launcher.cpu_cores", lambda: 8)
+    assert plan_launch(TrainConfig(nproc_per_node=4), cuda_devices=0, environ={}).threads == 2
+    assert plan_launch(TrainConfig(nproc_per_node=16), cuda_devices=0, environ={}).threads == 1
+    assert plan_launch(TrainConfig(nproc_per_node=4, threads=3), cuda_devices=0, environ={}).threads == 3
+
+
+def test_config_from_dict_refuses_unknown_keys_and_types():
+    with pytest.raises(ConfigError, match="unknown option"):
+        TrainConfig.from_dict({"epochz": 1})
+    with pytest.raises(ConfigError, match="expects int"):
+        TrainConfig.from_dict({"epochs": "1"})
+    with pytest.raises(ConfigError, match="expects int"):
+        TrainConfig.from_dict({"epochs": True})
+    assert TrainConfig.from_dict({"lr": 1, "resume": None}).lr == 1
