@@ -1,0 +1,33 @@
+"""A failure on one rank ends the whole run promptly, names the rank, and leaves no process behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("fail_on_rank.py")
+
+
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_failure_on_rank1_ends_the_run(tmp_path, how):
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), how, str(tmp_path / "run")], capture_output=True, text=True, timeout=60
+    )
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1, result.stderr
+    assert elapsed < 30, f"took {elapsed:.0f} s"
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: rank 1 failed:"), result.stderr
+    if how == "raise":
+        assert "RuntimeError: injected failure at iteration 3" in message
+        assert "injected failure" in (tmp_path / "run" / "logs" / "rank1.log").read_text()
+    else:
+        assert "exit code 3" in message
+    # rank 0 was blocked in a gradient all-reduce waiting for rank 1: it must be gone too
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
