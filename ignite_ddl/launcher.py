@@ -248,10 +248,13 @@ def _rank_main(
     global _active_plan
     _active_plan = plan
     _quiet_ignite_loggers()
-    torch.set_num_threads(plan.threads)
     rank = idist.get_rank()
     try:
-        result = fn(local_rank, config, *args, **kwargs)
+        if plan.mode == "spawn" and plan.start_method == "fork":
+            result = _in_fresh_thread(plan.threads, fn, local_rank, config, *args, **kwargs)
+        else:
+            torch.set_num_threads(plan.threads)
+            result = fn(local_rank, config, *args, **kwargs)
     except Exception as e:
         log_file = _log_file(config.output_dir, rank)
         os.makedirs(os.path.dirname(log_file), exist_ok=True)
@@ -263,6 +266,30 @@ def _rank_main(
     if sender is not None and rank == 0:
         sender.send(result)
     return result
+
+
+def _in_fresh_thread(threads: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` in a new thread of this forked process, with ``threads`` intra-op threads.
+
+    GNU OpenMP does not survive fork: if the parent already ran a parallel region (any multi-threaded torch op in
+    a notebook, say), the child's main thread hangs at its first parallel region with more than one thread. A
+    thread created after the fork starts with its own OpenMP state and does not.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        torch.set_num_threads(threads)
+        try:
+            outcome["result"] = fn(*args, **kwargs)
+        except BaseException as e:  # handed to the main thread, which re-raises it
+            outcome["error"] = e
+
+    worker = threading.Thread(target=target, name="rank-main")
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
 
 
 def _quiet_ignite_loggers() -> None:

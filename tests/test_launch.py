@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import ignite.distributed as idist
 from conftest import QUICK, check_ok, load_summary, run_cli
 
+from ignite_ddl import TrainConfig, launch
 from ignite_ddl.launcher import free_port
+
+
+def big_result(local_rank: int, config: TrainConfig) -> dict:
+    return {"rank": idist.get_rank(), "payload": "x" * 1_000_000}
 
 
 def test_serial_run(tmp_path):
@@ -56,3 +63,17 @@ def test_two_nodes_on_loopback(tmp_path):
     summary = load_summary(tmp_path / "node0", world_size=2)
     assert summary["nnodes"] == 2 and summary["nproc_per_node"] == 1
     assert (tmp_path / "node1" / "logs" / "rank1.log").is_file()
+
+
+def test_fork_after_multithreaded_compute_does_not_hang(tmp_path):
+    script = Path(__file__).with_name("fork_after_compute.py")
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    check_ok(result)
+    assert "{'threads': 2, 'finite': True}" in result.stdout
+
+
+def test_launch_returns_rank0_result(tmp_path):
+    # a large result must not block rank 0 at exit (the parent drains the pipe while ranks run)
+    config = TrainConfig(backend="gloo", nproc_per_node=2, start_method="spawn", output_dir=str(tmp_path))
+    result = launch(big_result, config)
+    assert result["rank"] == 0 and len(result["payload"]) == 1_000_000

@@ -1,0 +1,25 @@
+"""Launch forked ranks from a process that has already run multi-threaded torch ops (as a notebook does).
+
+Used by test_launch.py; prints rank 0's result.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ignite_ddl import TrainConfig, launch
+
+
+def matmul(local_rank: int, config: TrainConfig) -> dict:
+    x = torch.randn(1500, 1500)
+    return {"threads": torch.get_num_threads(), "finite": bool(torch.isfinite(x @ x).all())}
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    x = torch.randn(2000, 2000)
+    (x @ x).sum()  # an OpenMP parallel region in the parent before forking
+    config = TrainConfig(backend="gloo", nproc_per_node=1, threads=2, start_method="fork", output_dir=sys.argv[1])
+    print(launch(matmul, config))
