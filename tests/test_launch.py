@@ -50,10 +50,30 @@ def test_two_nodes_on_loopback(tmp_path):
     port = str(free_port())
     nodes = [
         subprocess.Popen(
-            [sys.executable, "-m", "ignite_ddl", "train", "--backend", "gloo", "--nnodes", "2", "--node-rank", str(i),
-             "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, *QUICK,
-             "--output-dir", str(tmp_path / f"node{i}")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "ignite_ddl",
+                "train",
+                "--backend",
+                "gloo",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(i),
+                "--nproc-per-node",
+                "1",
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                port,
+                *QUICK,
+                "--output-dir",
+                str(tmp_path / f"node{i}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for i in range(2)
     ]

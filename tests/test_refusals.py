@@ -40,7 +40,8 @@ def refusals(tmp_path_factory):
     procs = {}
     for case, (args, _) in REFUSED.items():
         out = tmp / case.replace(" ", "_")
-        cmd = [sys.executable, "-m", "ignite_ddl", "train", *[a.format(tmp=tmp) for a in args], "--output-dir", str(out)]
+        args = [a.format(tmp=tmp) for a in args]
+        cmd = [sys.executable, "-m", "ignite_ddl", "train", *args, "--output-dir", str(out)]
         procs[case] = (out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = {}
     for case, (out, proc) in procs.items():

@@ -27,7 +27,8 @@ def test_resume_mid_epoch_matches_uninterrupted_run(tmp_path):
 
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["iterations"] == 16 and summary["resumed_from"] == str(checkpoint)
-    expected, got = weights(full / "checkpoints" / "checkpoint_16.pt"), weights(resumed / "checkpoints" / "checkpoint_16.pt")
+    expected = weights(full / "checkpoints" / "checkpoint_16.pt")
+    got = weights(resumed / "checkpoints" / "checkpoint_16.pt")
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=0, msg=name)
     # the interrupted run really was behind: its weights differ from the final ones
