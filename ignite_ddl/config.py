@@ -19,6 +19,7 @@ BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
+PROFILERS = ("none", "timer", "basic", "handlers")
 
 
 class ConfigError(ValueError):
@@ -70,6 +71,10 @@ class TrainConfig:
     resume: str | None = _opt(None, "checkpoint file to resume from")
     log_every: int = _opt(10, "log training loss to TensorBoard every N iterations")
     progress: bool = _opt(True, "show a progress bar on rank 0")
+    # -- measurement
+    record_steps: bool = _opt(True, "record per-step timings on every rank (steps_rank<r>.csv, summary 'steps')")
+    warmup_iters: int = _opt(5, "iterations left out of step statistics (recorded, flagged as warm-up)")
+    profiler: str = _opt("none", "also attach an Ignite profiler: none | timer | basic | handlers")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,12 +96,13 @@ class TrainConfig:
         _choice("start_method", self.start_method, START_METHODS)
         _choice("amp", self.amp, AMP_MODES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("profiler", self.profiler, PROFILERS)
         for name in ("nnodes", "batch_size", "epochs", "log_every"):
             _at_least(name, getattr(self, name), 1)
         for name in ("nproc_per_node", "threads", "max_iters", "train_size", "val_size"):
             if getattr(self, name) is not None:
                 _at_least(name, getattr(self, name), 1)
-        for name in ("num_workers", "checkpoint_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_iters"):
             _at_least(name, getattr(self, name), 0)
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)

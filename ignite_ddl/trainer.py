@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from ignite_ddl.config import TrainConfig
 from ignite_ddl.data import Loaders, build_loaders
 from ignite_ddl.environment import device_info, host, versions
 from ignite_ddl.models import build_model
+from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
+from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
 from ignite_ddl.results import SCHEMA_VERSION, write_json
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,26 +49,33 @@ def create_trainer(
     device: torch.device,
     amp: str = "none",
     scaler: torch.amp.GradScaler | None = None,
+    recorder: StepRecorder | None = None,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
-    Its output is ``{"loss": float, "samples": int}`` for this rank's batch.
+    Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
+    reports the end of each phase to it (attach the recorder to the returned engine).
     """
     dtype = AMP_DTYPES.get(amp)
+    mark = recorder.mark if recorder is not None else lambda phase: None
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         model.train()
         x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = criterion(model(x), y)
+        mark("forward")
         optimizer.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()
+            mark("backward")
             scaler.step(optimizer)
             scaler.update()
         else:
             loss.backward()
+            mark("backward")
             optimizer.step()
+        mark("optimizer")
         return {"loss": loss.item(), "samples": x.shape[0]}
 
     return Engine(train_step)
@@ -108,10 +118,23 @@ def place_model(model: nn.Module, config: TrainConfig) -> nn.Module:
     return idist.auto_model(model, sync_bn=config.sync_bn)
 
 
-def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engine], None] | None = None) -> dict:
+@dataclass(frozen=True)
+class TrainingRun:
+    """One rank's run, built but not started: what a ``setup`` function receives."""
+
+    config: TrainConfig
+    trainer: Engine
+    evaluator: Engine
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loaders: Loaders
+
+
+def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> dict:
     """Train as ``config`` says on this rank and return the run summary (rank 0 also writes it to disk).
 
-    ``setup(trainer, evaluator)``, if given, is called before the run to attach handlers of one's own.
+    ``setup(run)``, if given, is called on every rank before the run starts, with the :class:`TrainingRun`, to
+    attach handlers of one's own to ``run.trainer`` / ``run.evaluator`` or hooks to ``run.model``.
     """
     rank, world = idist.get_rank(), idist.get_world_size()
     out = Path(config.output_dir)
@@ -125,8 +148,13 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engi
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
-    trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler)
+    recorder = StepRecorder(config.warmup_iters, device) if config.record_steps else None
+    trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
     evaluator = create_evaluator(model, criterion, device, config.amp)
+    # Measuring handlers go first: nothing attached later counts as step time, and timers pause before evaluation.
+    if recorder is not None:
+        recorder.attach(trainer)
+    profiler = attach_profiler(config.profiler, trainer)
 
     epoch_length = len(loaders.train)
     to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer}
@@ -141,7 +169,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engi
 
     trainer.add_event_handler(Events.EPOCH_STARTED, _start_epoch, loaders)
     tb = TensorboardLogger(log_dir=str(out / "tb")) if rank == 0 else None
-    epochs = EpochLog(loaders, evaluator, tb, log)
+    epochs = EpochLog(loaders, evaluator, tb, log, recorder)
     epochs.attach(trainer)
 
     saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
@@ -167,7 +195,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engi
         Checkpoint.load_objects(to_load=to_save, checkpoint=state)
         log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
     if setup is not None:
-        setup(trainer, evaluator)
+        setup(TrainingRun(config, trainer, evaluator, model, optimizer, loaders))
 
     env = {"world_size": world, "backend": idist.backend() or "none", "device": device_info(device)}
     env.update(_launch_facts())
@@ -180,14 +208,34 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[Engine, Engi
     start = time.perf_counter()
     trainer.run(loaders.train, max_epochs=config.epochs)
     wall = idist.all_reduce(time.perf_counter() - start, op="MAX")
+    steps = None
+    if recorder is not None:
+        recorder.write_csv(out / f"steps_rank{rank}.csv")
+        steps = recorder.gather()
+    profile = _finish_profiler(profiler, out, rank, log) if profiler is not None else None
     if tb is not None:
+        if steps is not None:
+            tb.writer.add_scalar("global/samples_per_s", steps["global"]["samples_per_s"], trainer.state.iteration)
         tb.close()
 
-    summary = _summary(config, env, loaders, trainer, epochs.history, wall, checkpoint)
+    summary = _summary(config, env, loaders, trainer, epochs.history, wall, checkpoint, steps, profile)
     if rank == 0:
         write_json(out / "summary.json", summary)
+        if steps is not None:
+            log.info("\n" + format_steps(steps))
     log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
     return summary
+
+
+def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
+    """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them."""
+    path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    profiler.write_csv(path)
+    ranks = gather_objects(profiler.results())
+    if rank == 0:
+        log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
+    return {"kind": profiler.kind, "ranks": ranks}
 
 
 def _start_epoch(engine: Engine, loaders: Loaders) -> None:
@@ -204,22 +252,31 @@ class EpochLog:
     divided by the slowest rank's time.
     """
 
-    def __init__(self, loaders: Loaders, evaluator: Engine, tb: TensorboardLogger | None, log: logging.Logger):
-        self.loaders, self.evaluator, self.tb, self.log = loaders, evaluator, tb, log
+    def __init__(
+        self,
+        loaders: Loaders,
+        evaluator: Engine,
+        tb: TensorboardLogger | None,
+        log: logging.Logger,
+        recorder: StepRecorder | None = None,
+    ):
+        self.loaders, self.evaluator, self.tb, self.log, self.recorder = loaders, evaluator, tb, log, recorder
+        self.epoch_start_iteration = 0
         self.history: list[dict[str, Any]] = []
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
 
     def attach(self, trainer: Engine) -> None:
-        trainer.add_event_handler(Events.EPOCH_STARTED, lambda _: self._start())
+        trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
         trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
 
-    def _start(self) -> None:
+    def _start(self, engine: Engine) -> None:
         # Ranks leave evaluation at different times; aligning them here keeps a rank's wait for the others out of
         # the epoch it measures, so the slowest rank's time is the epoch's wall time.
         idist.barrier()
         self.start, self.loss_sum, self.samples = time.perf_counter(), 0.0, 0
+        self.epoch_start_iteration = engine.state.iteration
 
     def _step(self, engine: Engine) -> None:
         self.loss_sum += engine.state.output["loss"] * engine.state.output["samples"]
@@ -230,6 +287,7 @@ class EpochLog:
             return  # already closed at EPOCH_COMPLETED
         seconds = idist.all_reduce(time.perf_counter() - self.start, op="MAX")
         samples, loss_sum = idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])).tolist()
+        steps = self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None
         self.evaluator.run(self.loaders.val)
         metrics = self.evaluator.state.metrics
         record = {
@@ -246,11 +304,24 @@ class EpochLog:
         if self.tb is not None:
             self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
             self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
+            if steps is not None:
+                _log_rank_scalars(self.tb, steps, record["epoch"])
         self.log.info(
             f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, "
             f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
             f"{record['samples_per_s']:.0f} samples/s (all ranks)"
         )
+
+
+def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
+    """Per-rank step time, throughput and data-wait share of one epoch (warm-up excluded), and the global figure."""
+    for r in steps["ranks"]:
+        if r["iterations"]:
+            tb.writer.add_scalar(f"rank{r['rank']}/step_time_s", r["step_s_mean"], epoch)
+            tb.writer.add_scalar(f"rank{r['rank']}/samples_per_s", r["samples_per_s"], epoch)
+            tb.writer.add_scalar(f"rank{r['rank']}/data_wait_share", r["data_share"], epoch)
+    if steps["global"]["samples"]:
+        tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
 
 
 def _save_final(engine: Engine, checkpoint: Checkpoint, every: int) -> None:
@@ -309,10 +380,13 @@ def _summary(
     history: list,
     wall: float,
     checkpoint: Checkpoint,
+    steps: dict[str, Any] | None,
+    profile: dict[str, Any] | None,
 ) -> dict[str, Any]:
     train_time = sum(r["train_time_s"] for r in history)
     train_samples = sum(r["train_samples"] for r in history)
     last = history[-1] if history else {}
+    measured = steps is not None and steps["global"]["samples"] > 0
     return {
         "schema_version": SCHEMA_VERSION,
         "status": "completed",
@@ -328,7 +402,9 @@ def _summary(
         "wall_time_s": wall,
         "train_time_s": train_time,
         "train_samples": train_samples,
-        "samples_per_s": train_samples / train_time if train_time > 0 else 0.0,
+        # The step recorder's figure (warm-up excluded) where it measured something, else the epochs' figure.
+        "samples_per_s": steps["global"]["samples_per_s"] if measured else train_samples / max(train_time, 1e-9),
+        "samples_per_s_source": "steps" if measured else "epochs",
         "final_train_loss": last.get("train_loss"),
         "val_accuracy": last.get("val_accuracy"),
         "val_loss": last.get("val_loss"),
@@ -336,6 +412,8 @@ def _summary(
         "last_checkpoint": str(checkpoint.last_checkpoint) if checkpoint.last_checkpoint else None,
         "resumed_from": config.resume,
         "history": history,
+        "steps": steps,
+        "profiler": profile,
     }  # fmt: skip
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("fail_on_rank.py")
+SCRIPT = Path(__file__).with_name("scenarios.py")
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failure_on_rank1_ends_the_run(tmp_path, how):
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), how, str(tmp_path / "run")], capture_output=True, text=True, timeout=60
+        [sys.executable, str(SCRIPT), f"fail-{how}", str(tmp_path / "run")], capture_output=True, text=True, timeout=60
     )
     elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stderr
@@ -31,3 +31,16 @@ def test_failure_on_rank1_ends_the_run(tmp_path, how):
     # rank 0 was blocked in a gradient all-reduce waiting for rank 1: it must be gone too
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
+
+
+def test_handlers_profiler_does_not_swallow_errors(tmp_path):
+    # stock HandlersTimeProfiler makes Engine.run return normally after an exception (Ignite 0.5.5)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "handlers-raise", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "RuntimeError: injected failure at iteration 3" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run" / "summary.json").exists()

@@ -1,0 +1,251 @@
+"""Per-step timings on every rank, gathered into one honest picture of a distributed run.
+
+:class:`StepRecorder` is an Ignite handler: attached to a trainer it records, for each iteration on its rank, the
+time spent waiting for the batch (``GET_BATCH_STARTED`` -> ``GET_BATCH_COMPLETED``), the time in the step
+(``ITERATION_STARTED`` -> ``ITERATION_COMPLETED``) and the samples in the batch. A train step that calls
+:meth:`StepRecorder.mark` also gets its step split into forward, backward (where DDP all-reduces gradients) and
+optimizer time. On CUDA the device is synchronised before each clock reading, on XLA the step is waited for, so
+asynchronous execution is not hidden. The first ``warmup`` iterations are recorded but left out of statistics.
+
+:meth:`StepRecorder.gather` (a collective: every rank calls it) returns plain data: per-rank statistics, global
+throughput (all ranks' samples over the measured window's wall time, never one rank's figure times the world
+size) and the straggler.
+
+Finding the straggler: DDP's all-reduce makes every rank's backward end together, so step time alone cannot say
+who is slow; the fast ranks spend the difference waiting inside backward. What a rank does *on its own* is
+data wait + forward + optimizer step (no collective in any of them for models without buffers to broadcast), so
+the straggler is the rank whose own time is largest; its figure is that time over the median rank's.
+
+Example:
+    >>> import torch
+    >>> from ignite.engine import Engine
+    >>> engine = Engine(lambda engine, batch: None)
+    >>> recorder = StepRecorder(warmup=1).attach(engine)
+    >>> _ = engine.run([(torch.zeros(4, 3), torch.zeros(4))] * 5)
+    >>> recorder.gather()["global"]["samples"]  # 4 measured iterations of 4 samples
+    16
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events
+
+PHASES = ("forward", "backward", "optimizer")
+COLUMNS = ("iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples")
+
+
+def device_synchronizer(device: torch.device) -> Callable[[], None] | None:
+    """What makes the host wait until ``device`` has finished the work queued so far (None: nothing to wait for)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        return xm.wait_device_ops
+    return None
+
+
+def batch_samples(engine: Engine) -> int:
+    """Samples in the current batch: the length of its first element (inputs of an (x, y) batch)."""
+    batch = engine.state.batch
+    return len(batch[0] if isinstance(batch, (list, tuple)) else batch)
+
+
+class StepRecorder:
+    """Records per-iteration timings of a trainer on this rank; see the module docstring."""
+
+    def __init__(
+        self,
+        warmup: int = 5,
+        device: torch.device | None = None,
+        samples: Callable[[Engine], int] = batch_samples,
+    ):
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {warmup}")
+        self.warmup = warmup
+        self._sync = device_synchronizer(device if device is not None else idist.device())
+        self._samples = samples
+        self.rows: list[tuple] = []
+        self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
+        self._phases: dict[str, float] = {}
+
+    def attach(self, engine: Engine) -> StepRecorder:
+        """Attach to ``engine``; attach it before other handlers so their cost is not counted as step time."""
+        engine.add_event_handler(Events.GET_BATCH_STARTED, self._on_batch_started)
+        engine.add_event_handler(Events.GET_BATCH_COMPLETED, self._on_batch_completed)
+        engine.add_event_handler(Events.ITERATION_STARTED, self._on_iteration_started)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._on_iteration_completed)
+        return self
+
+    def mark(self, phase: str) -> None:
+        """Called by a train step at the end of ``phase`` (one of :data:`PHASES`)."""
+        now = self._now()
+        self._phases[phase] = now - self._last_mark
+        self._last_mark = now
+
+    def _now(self) -> float:
+        if self._sync is not None:
+            self._sync()
+        return time.perf_counter()
+
+    def _on_batch_started(self) -> None:
+        self._batch_start = time.perf_counter()
+
+    def _on_batch_completed(self) -> None:
+        self._batch_end = time.perf_counter()
+
+    def _on_iteration_started(self) -> None:
+        self._phases = {}
+        self._step_start = self._last_mark = time.perf_counter()
+
+    def _on_iteration_completed(self, engine: Engine) -> None:
+        end = self._now()
+        state = engine.state
+        phases = tuple(self._phases.get(p, math.nan) for p in PHASES)
+        warmup = int(len(self.rows) < self.warmup)
+        self.rows.append(
+            (state.iteration, state.epoch, warmup, self._batch_end - self._batch_start, end - self._step_start,
+             *phases, end - self._batch_start, self._samples(engine))
+        )  # fmt: skip
+
+    def measured(self, since_iteration: int = 0) -> list[dict[str, Any]]:
+        """Rows after warm-up (and after ``since_iteration``), as dicts keyed by :data:`COLUMNS`."""
+        return [dict(zip(COLUMNS, r)) for r in self.rows if not r[2] and r[0] > since_iteration]
+
+    def local_stats(self, since_iteration: int = 0) -> dict[str, Any]:
+        """Statistics of this rank's measured iterations."""
+        return rank_stats(self.measured(since_iteration), idist.get_rank())
+
+    def gather(self, since_iteration: int = 0) -> dict[str, Any]:
+        """Collective: every rank's statistics, global throughput and the straggler, on every rank."""
+        ranks = gather_objects(self.local_stats(since_iteration))
+        combined = combine(ranks)
+        for r in ranks:
+            del r["step_times"]  # raw times stay in steps_rank<r>.csv
+        return {"warmup_iterations": self.warmup, "ranks": ranks, **combined}
+
+    def write_csv(self, path: str | Path) -> None:
+        """All iterations of this rank, warm-up included (flagged), one row each."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS)
+            writer.writerows(("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Collective: ``obj`` of every rank, in rank order (``idist.all_gather`` for any picklable object)."""
+    if idist.get_world_size() == 1:
+        return [obj]
+    return idist.all_gather(obj)
+
+
+def _quantiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    if not values:
+        return [math.nan] * len(qs)
+    return torch.tensor(values, dtype=torch.float64).quantile(torch.tensor(qs, dtype=torch.float64)).tolist()
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def rank_stats(rows: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+    """One rank's statistics over its measured rows (times in seconds, NaN where not measured)."""
+    steps = [r["step_s"] for r in rows]
+    p50, p90, p99 = _quantiles(steps, (0.5, 0.9, 0.99))
+    window = sum(r["iter_s"] for r in rows)
+    data = sum(r["data_s"] for r in rows)
+    samples = sum(r["samples"] for r in rows)
+    phases = {f"{p}_s_mean": _mean([r[f"{p}_s"] for r in rows]) for p in PHASES}
+    data_mean = data / len(rows) if rows else math.nan
+    # What this rank does without waiting for others: see the module docstring.
+    if math.isnan(phases["forward_s_mean"]):
+        own = data_mean + _mean(steps)
+    else:
+        own = data_mean + phases["forward_s_mean"] + phases["optimizer_s_mean"]
+    return {
+        "rank": rank,
+        "iterations": len(rows),
+        "samples": samples,
+        "window_s": window,
+        "samples_per_s": samples / window if window > 0 else math.nan,
+        "step_s_mean": _mean(steps),
+        "step_s_p50": p50,
+        "step_s_p90": p90,
+        "step_s_p99": p99,
+        "data_s_mean": data_mean,
+        "data_share": data / window if window > 0 else math.nan,
+        **phases,
+        "own_s_mean": own,
+        "step_times": steps,
+    }
+
+
+def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Global figures from all ranks' statistics."""
+    samples = sum(r["samples"] for r in ranks)
+    window = max((r["window_s"] for r in ranks), default=0.0)
+    all_steps = [t for r in ranks for t in r["step_times"]]
+    p50, p90, p99 = _quantiles(all_steps, (0.5, 0.9, 0.99))
+    own = [r["own_s_mean"] for r in ranks]
+    straggler = None
+    if own and not any(math.isnan(o) for o in own):
+        slowest = max(range(len(ranks)), key=lambda i: own[i])
+        median = statistics.median(own)
+        straggler = {
+            "rank": ranks[slowest]["rank"],
+            "own_s_mean": own[slowest],
+            "median_own_s_mean": median,
+            "ratio": own[slowest] / median if median > 0 else math.nan,
+        }
+    return {
+        "global": {
+            "samples": samples,
+            "window_s": window,
+            "samples_per_s": samples / window if window > 0 else math.nan,
+            "step_s_p50": p50,
+            "step_s_p90": p90,
+            "step_s_p99": p99,
+            "data_share": _mean([r["data_share"] for r in ranks]),
+        },
+        "straggler": straggler,
+    }
+
+
+def format_steps(steps: dict[str, Any]) -> str:
+    """The gathered step statistics as a table with a row per rank, then the global figures."""
+    header = ("rank", "iters", "samples/s", "step p50 ms", "p90 ms", "data %", "fwd ms", "bwd ms", "opt ms", "own ms")
+    rows = [
+        (r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", _ms(r["step_s_p50"]), _ms(r["step_s_p90"]),
+         f"{100 * r['data_share']:.1f}", _ms(r["forward_s_mean"]), _ms(r["backward_s_mean"]),
+         _ms(r["optimizer_s_mean"]), _ms(r["own_s_mean"]))
+        for r in steps["ranks"]
+    ]  # fmt: skip
+    cells = [header] + [tuple(map(str, row)) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    g, straggler = steps["global"], steps["straggler"]
+    lines.append(
+        f"global: {g['samples_per_s']:.0f} samples/s over {g['window_s']:.2f} s "
+        f"(warm-up of {steps['warmup_iterations']} iterations excluded), step p50 {_ms(g['step_s_p50'])} ms"
+    )
+    if straggler is not None:
+        lines.append(f"straggler: rank {straggler['rank']}, own time {straggler['ratio']:.2f}x the median rank's")
+    return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None or math.isnan(seconds) else f"{1e3 * seconds:.2f}"

@@ -1,0 +1,133 @@
+"""Per-step throughput on every rank: the recorder's figures, straggler detection, Ignite's profilers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import QUICK, check_ok, run_cli
+from ignite.engine import Engine
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ignite_ddl.recorder import COLUMNS, StepRecorder
+
+SCRIPT = Path(__file__).with_name("scenarios.py")
+
+
+def scenario(name: str, out: Path, **env: str) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), name, str(out)],
+        capture_output=True, text=True, timeout=180, env={**os.environ, **env},
+    )  # fmt: skip
+    check_ok(result)
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_global_throughput_matches_an_outside_clock(tmp_path):
+    summary = scenario("window", tmp_path)
+    outside = json.loads((tmp_path / "outside.json").read_text())
+    expected = outside["samples"] / outside["seconds"]
+    steps = summary["steps"]
+    assert steps["global"]["samples"] == outside["samples"]
+    assert steps["global"]["samples_per_s"] == pytest.approx(expected, rel=0.05)
+    # global = all ranks' samples over the window, not rank 0's rate times the world size
+    assert sum(r["samples"] for r in steps["ranks"]) == steps["global"]["samples"]
+    assert summary["samples_per_s"] == steps["global"]["samples_per_s"] and summary["samples_per_s_source"] == "steps"
+
+
+def test_warmup_iterations_are_recorded_but_left_out():
+    def step(engine, batch):
+        time.sleep(0.5 if engine.state.iteration == 1 else 0.005)
+
+    engine = Engine(step)
+    recorder = StepRecorder(warmup=1).attach(engine)
+    engine.run([(torch.zeros(8, 2), torch.zeros(8))] * 6)
+    assert [row[2] for row in recorder.rows] == [1, 0, 0, 0, 0, 0]  # warm-up flag
+    assert recorder.rows[0][4] >= 0.5
+    stats = recorder.gather()
+    assert stats["ranks"][0]["iterations"] == 5 and stats["global"]["samples"] == 40
+    assert stats["ranks"][0]["step_s_mean"] < 0.1
+
+
+def test_phases_split_the_step():
+    recorder = StepRecorder(warmup=0)
+
+    def step(engine, batch):
+        time.sleep(0.02)
+        recorder.mark("forward")
+        time.sleep(0.04)
+        recorder.mark("backward")
+        recorder.mark("optimizer")
+
+    engine = Engine(step)
+    recorder.attach(engine)
+    engine.run([(torch.zeros(4),)] * 3)
+    stats = recorder.gather()["ranks"][0]
+    assert 0.02 <= stats["forward_s_mean"] < stats["backward_s_mean"] < stats["step_s_mean"]
+    assert stats["optimizer_s_mean"] < 0.01
+
+
+@pytest.mark.parametrize("where", ["data", "forward"])
+def test_slow_rank_is_named_straggler(tmp_path, where):
+    steps = scenario(f"slow-{where}", tmp_path)["steps"]
+    rank0, rank1 = steps["ranks"]
+    assert steps["straggler"]["rank"] == 1
+    assert rank1["own_s_mean"] > rank0["own_s_mean"] + 0.02  # the injected 30 ms per step
+    if where == "data":
+        assert rank1["data_s_mean"] > 0.025 > rank0["data_s_mean"]
+        assert rank1["data_share"] > rank0["data_share"]
+    else:
+        assert rank1["forward_s_mean"] > rank0["forward_s_mean"] + 0.02
+    # DDP's all-reduce evens out step time: the fast rank waits in backward for the slow one
+    assert rank0["backward_s_mean"] > rank1["backward_s_mean"]
+
+
+def test_timer_profiler_excludes_validation(tmp_path):
+    quick = scenario("slow-eval", tmp_path / "quick", EVAL_DELAY="0")
+    slow = scenario("slow-eval", tmp_path / "slow", EVAL_DELAY="2")
+    quick_epoch = quick["profiler"]["ranks"][0]["epoch_mean_s"]
+    slow_epoch = slow["profiler"]["ranks"][0]["epoch_mean_s"]
+    assert slow["wall_time_s"] - slow["train_time_s"] > 6  # three 2-second evaluations did happen
+    assert abs(slow_epoch - quick_epoch) < 1.0  # evaluation included would add 2 s
+    assert quick["profiler"]["ranks"][0]["iterations"] == quick["iterations"]
+    assert (tmp_path / "quick" / "profile" / "rank0_timer.csv").is_file()
+
+
+@pytest.mark.parametrize("profiler", ["basic", "handlers"])
+def test_profiler_csv_per_rank(tmp_path, profiler):
+    out = tmp_path / "run"
+    check_ok(run_cli("train", "--nproc-per-node", "2", "--profiler", profiler, *QUICK, "--output-dir", str(out)))
+    for rank in (0, 1):
+        with open(out / "profile" / f"rank{rank}_{profiler}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 8  # one row per iteration
+        assert float(rows[-1]["processing_stats"]) > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["profiler"]["kind"] == profiler and len(summary["profiler"]["ranks"]) == 2
+
+
+def test_step_csv_and_tensorboard_per_rank(spawn_run):
+    summary = json.loads((spawn_run / "summary.json").read_text())
+    for rank in (0, 1):
+        with open(spawn_run / f"steps_rank{rank}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert tuple(rows[0]) == COLUMNS
+        assert [int(r["iteration"]) for r in rows] == list(range(1, summary["iterations"] + 1))
+        assert sum(int(r["warmup"]) for r in rows) == summary["steps"]["warmup_iterations"]
+        assert all(float(r["step_s"]) > 0 and float(r["forward_s"]) > 0 and int(r["samples"]) == 32 for r in rows)
+    events = EventAccumulator(str(spawn_run / "tb"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    for tag in ("step_time_s", "samples_per_s", "data_wait_share"):
+        for rank in (0, 1):
+            assert f"rank{rank}/{tag}" in scalars
+    assert "global/samples_per_s" in scalars and "global/epoch_samples_per_s" in scalars
+    final = events.Scalars("global/samples_per_s")[-1].value
+    assert final == pytest.approx(summary["steps"]["global"]["samples_per_s"], rel=1e-5)
