@@ -5,12 +5,13 @@ Two sides train the same model (``ignite_ddl.models.build_model``) on the same s
 momentum), one ``loss.item()`` per step and the same number of intra-op threads per process
 (``launcher.plan_launch(config).threads``):
 
-* **ours**: the real job, ``launch(training, config, setup=...)``, with every default handler on (per-epoch
-  logging and evaluation, TensorBoard, checkpointing, the ``max_iters`` stop) and only the progress bar off.
+* **ours**: the real job, ``launch(training, config, setup=...)``, with every default handler on (step recorder,
+  per-epoch log and evaluation, TensorBoard, checkpointing, the ``max_iters`` stop) and only the progress bar off.
   One process runs with backend ``none``; two processes with backend ``gloo``, started by ``launch`` with ``fork``.
 * **raw**: a plain loop with no Ignite at all: ``DataLoader`` -> forward -> ``zero_grad`` -> ``backward`` ->
   ``step`` -> ``loss.item()``. With two processes it is ``torch.distributed`` (gloo) + ``DistributedDataParallel``
-  + ``DistributedSampler``, started with ``torch.multiprocessing.start_processes`` and the same start method.
+  + ``DistributedSampler``, started with ``torch.multiprocessing.start_processes`` and the same start method
+  (each forked rank runs in a fresh thread, as ignite_ddl's launcher does: see :func:`raw_rank`).
 
 Method: each run trains W warm-up iterations and then M measured ones. The clock is read at the end of iteration W
 and at the end of iteration W + M (on the trainer's ITERATION_COMPLETED, attached through ``setup`` after every
@@ -20,13 +21,15 @@ window is closed (the final evaluation and checkpoint). The training set holds e
 ``max_iters`` is W + M, so both sides stop right after the window in one epoch: no epoch boundary (with its
 evaluation) falls inside it. Each rank measures its own window; a run's figure is the slowest rank's window / M.
 Runs alternate (ours, raw, ours, raw, ...) R times for each process count, so slow drifts of the machine hit both
-sides alike.
+sides alike. Each run also reports how much of the CPUs other processes used meanwhile (:class:`ForeignCpu`):
+with 2 threads on 2 cores, another busy process can make steps several times slower.
 
 Reading the result: ``ours/raw`` is the median step time of ours divided by that of raw. 1.00 means the trainer
 costs nothing measurable per step; 1.03 means ignite_ddl makes each step 3 % slower than the hand-written loop.
 Compare it to the spread between a side's min and median (the noise of the machine) before reading anything into
-differences of a percent or two. The overhead is mostly a fixed time per step, so the ratio grows when steps are
-short (small model, small batch, many processes) and shrinks towards 1 when they are long.
+differences of a percent or two, and distrust any run flagged as sharing the CPUs. The overhead is mostly a fixed
+time per step, so the ratio grows when steps are short (small model, small batch, many processes) and shrinks
+towards 1 when they are long.
 
 Usage:
     python benchmarks/overhead.py                       # defaults: about 2-4 minutes on 2 cores
@@ -39,9 +42,11 @@ import argparse
 import json
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -61,7 +66,7 @@ from ignite_ddl import TrainConfig, launch, plan_launch
 from ignite_ddl.data import build_datasets
 from ignite_ddl.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.models import build_model
-from ignite_ddl.trainer import training
+from ignite_ddl.trainer import TrainingRun, training
 
 
 @dataclass(frozen=True)
@@ -107,14 +112,15 @@ class StepClock:
 
     def __init__(self, window: Window, run_dir: Path):
         self.window, self.run_dir = window, run_dir
+        self.rank = 0
         self.start: float | None = None
 
-    def __call__(self, trainer: Engine, evaluator: Engine) -> None:
+    def __call__(self, run: TrainingRun) -> None:
         self.rank = idist.get_rank()
         for handler in logging.getLogger(f"ignite_ddl.rank{self.rank}").handlers:
             if not isinstance(handler, logging.FileHandler):
                 handler.setLevel(logging.WARNING)
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._tick)
+        run.trainer.add_event_handler(Events.ITERATION_COMPLETED, self._tick)
 
     def _tick(self, engine: Engine) -> None:
         iteration = engine.state.iteration
@@ -178,6 +184,28 @@ def raw_worker(
             dist.destroy_process_group()
 
 
+def raw_rank(rank: int, *args: Any) -> None:
+    """``start_processes`` target: :func:`raw_worker` in a fresh thread of the forked process.
+
+    GNU OpenMP does not survive fork: this parent has already run multi-threaded ops (the one-process runs), and a
+    forked child's main thread would hang at its first parallel region. ignite_ddl's launcher runs forked ranks in a
+    fresh thread for the same reason, so doing it here also keeps the two sides alike.
+    """
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            raw_worker(rank, *args)
+        except BaseException as e:  # re-raised in the process's main thread, where start_processes sees it
+            errors.append(e)
+
+    thread = threading.Thread(target=target, name="raw-rank")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
 def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
     plan = plan_launch(config)  # the same threads per process and start method as ours gets
     run_dir.mkdir(parents=True)
@@ -186,24 +214,52 @@ def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
     if world == 1:
         raw_worker(0, *args)
     else:
-        torch_mp.start_processes(raw_worker, args=args, nprocs=world, join=True, start_method=plan.start_method)
+        torch_mp.start_processes(raw_rank, args=args, nprocs=world, join=True, start_method=plan.start_method)
     return _read_clocks(run_dir, world, window)
 
 
 # -- driver
 
 
-@dataclass
-class SideResult:
-    seconds_per_step: list[float]
+class ForeignCpu:
+    """Context manager: the share of the machine's CPU time that processes *other* than this benchmark (and the
+    ranks it started) used while it was open; None where /proc/stat is missing.
 
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds_per_step)
+    All CPUs' busy time (/proc/stat, steal included) minus this process's and its reaped children's CPU time.
+    A few percent is background noise; far more means another job competed for the cores and the run is suspect.
+    """
 
-    @property
-    def min(self) -> float:
-        return min(self.seconds_per_step)
+    share: float | None = None
+
+    def __enter__(self) -> ForeignCpu:
+        self._busy, self._own, self._wall = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy = _machine_busy_s()
+        if busy is None or self._busy is None:
+            return
+        foreign = (busy - self._busy) - (_own_cpu_s() - self._own)
+        capacity = (time.perf_counter() - self._wall) * (os.cpu_count() or 1)
+        self.share = max(0.0, foreign) / capacity
+
+
+def _machine_busy_s() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+RUNNERS: dict[str, Callable[[TrainConfig, Window, Path], float]] = {"ours": run_ours, "raw": run_raw}
 
 
 def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainConfig:
@@ -222,6 +278,57 @@ def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainC
     )
 
 
+def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path) -> dict[str, Any]:
+    """Alternate ours and raw ``args.repeats`` times with ``procs`` processes; per-step figures in seconds."""
+    config = bench_config(procs, args, window)
+    runs: dict[str, list[float]] = {side: [] for side in RUNNERS}
+    foreign: dict[str, list[float | None]] = {side: [] for side in RUNNERS}
+    for repeat in range(args.repeats):
+        for side, runner in RUNNERS.items():
+            with ForeignCpu() as other:
+                step = runner(config, window, tmp / f"p{procs}-r{repeat}-{side}")
+            runs[side].append(step)
+            foreign[side].append(other.share)
+            busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
+            print(f"  {procs} proc run {repeat + 1}/{args.repeats} {side:4s}: {step * 1e3:7.2f} ms/step{busy}")
+    stats = {
+        side: {"median_s": statistics.median(r), "min_s": min(r), "runs_s": r, "foreign_cpu": foreign[side]}
+        for side, r in runs.items()
+    }
+    return {
+        "procs": procs,
+        "threads_per_process": plan_launch(config).threads,
+        "per_rank_batch": args.batch_size // procs,
+        **stats,
+        "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],
+        "ratio_min": stats["ours"]["min_s"] / stats["raw"]["min_s"],
+    }
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'procs':>5} {'threads':>7} {'batch/rank':>10} | {'ours median':>11} {'ours min':>9} | "
+        f"{'raw median':>11} {'raw min':>9} | {'ours/raw':>8} {'(min)':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        ours, raw = r["ours"], r["raw"]
+        print(
+            f"{r['procs']:>5} {r['threads_per_process']:>7} {r['per_rank_batch']:>10} | "
+            f"{ours['median_s'] * 1e3:>8.2f} ms {ours['min_s'] * 1e3:>6.2f} ms | "
+            f"{raw['median_s'] * 1e3:>8.2f} ms {raw['min_s'] * 1e3:>6.2f} ms | "
+            f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f}"
+        )
+    print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead)")
+    shares = [s for r in results for side in RUNNERS for s in r[side]["foreign_cpu"] if s is not None]
+    if shares and max(shares) > 0.05:
+        print(
+            f"warning: other processes used up to {max(shares):.0%} of the CPUs during some runs; "
+            "rerun on an idle machine before trusting differences of a few percent"
+        )
+
+
 def machine() -> dict[str, Any]:
     return {"cpu": cpu_name(), "cpu_cores": cpu_cores(), "platform": sys.platform, **versions()}
 
@@ -230,68 +337,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per side and process count (default 5)")
     parser.add_argument("--warmup", type=int, default=10, help="warm-up iterations per run, not timed (default 10)")
-    parser.add_argument("--iters", type=int, default=100, help="measured iterations per run (default 100)")
+    parser.add_argument("--iters", type=int, default=200, help="measured iterations per run (default 200)")
     parser.add_argument("--model", default="cnn", help="model name as in TrainConfig (default cnn)")
     parser.add_argument("--batch-size", type=int, default=128, help="GLOBAL batch size (default 128)")
     parser.add_argument("--procs", default="1,2", help="comma-separated process counts (default 1,2)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
-    procs_list = [int(p) for p in args.procs.split(",") if p.strip()]
-    if args.repeats < 1 or args.warmup < 1 or args.iters < 1:
-        parser.error("--repeats, --warmup and --iters must be >= 1")
+    try:
+        procs_list = [int(p) for p in args.procs.split(",") if p.strip()]
+    except ValueError:
+        parser.error(f"--procs expects comma-separated integers, got {args.procs!r}")
+    if args.repeats < 1 or args.warmup < 1 or args.iters < 1 or not procs_list or min(procs_list) < 1:
+        parser.error("--repeats, --warmup, --iters and every --procs value must be >= 1")
     window = Window(args.warmup, args.iters)
 
     info = machine()
     print(
-        f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}, "
-        f"python {info['python']}"
+        f"machine: {info['cpu']}, {info['cpu_cores']} cores | python {info['python']}, torch {info['torch']}, "
+        f"ignite {info['ignite']}"
     )
     print(
         f"model {args.model}, global batch {args.batch_size}, {args.warmup} warm-up + {args.iters} measured "
         f"iterations per run, {args.repeats} runs per side, alternating ours/raw"
     )
-
-    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_overhead_") as tmp:
-        for procs in procs_list:
-            config = bench_config(procs, args, window)
-            threads = plan_launch(config).threads
-            sides: dict[str, SideResult] = {"ours": SideResult([]), "raw": SideResult([])}
-            runners: dict[str, Callable[[TrainConfig, Window, Path], float]] = {"ours": run_ours, "raw": run_raw}
-            for repeat in range(args.repeats):
-                for side, runner in runners.items():
-                    step = runner(config, window, Path(tmp) / f"p{procs}-r{repeat}-{side}")
-                    sides[side].seconds_per_step.append(step)
-                    print(f"  procs {procs} run {repeat + 1}/{args.repeats} {side:4s}: {step * 1e3:7.2f} ms/step")
-            results.append(
-                {
-                    "procs": procs,
-                    "threads_per_process": threads,
-                    "per_rank_batch": args.batch_size // procs,
-                    **{
-                        side: {"median_s": r.median, "min_s": r.min, "runs_s": r.seconds_per_step}
-                        for side, r in sides.items()
-                    },
-                    "ratio_median": sides["ours"].median / sides["raw"].median,
-                    "ratio_min": sides["ours"].min / sides["raw"].min,
-                }
-            )
-
+        results = [bench_procs(procs, args, window, Path(tmp)) for procs in procs_list]
     print()
-    header = (
-        f"{'procs':>5} {'threads':>7} {'batch/rank':>10} | {'ours median':>11} {'ours min':>9} | "
-        f"{'raw median':>10} {'raw min':>8} | {'ours/raw':>8} {'(min)':>6}"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(
-            f"{r['procs']:>5} {r['threads_per_process']:>7} {r['per_rank_batch']:>10} | "
-            f"{r['ours']['median_s'] * 1e3:>8.2f} ms {r['ours']['min_s'] * 1e3:>6.2f} ms | "
-            f"{r['raw']['median_s'] * 1e3:>7.2f} ms {r['raw']['min_s'] * 1e3:>5.2f} ms | "
-            f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f}"
-        )
-    print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead)")
+    print_table(results)
 
     report = {
         "benchmark": "overhead",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,16 +36,29 @@ SUMMARY_KEYS = {
 }
 
 
+def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path | None = None):
+    """Run ``cmd`` in its own session; on timeout kill the whole group, so that a hung rank it forked dies too."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict | None = None):
     """``python -m ignite_ddl ARGS`` in a fresh interpreter, as a user would run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "ignite_ddl", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-    )
+    return run([sys.executable, "-m", "ignite_ddl", *args], timeout=timeout, env=env, cwd=cwd)
+
+
+def run_script(name: str, *args: str, timeout: float = 180, env: dict | None = None):
+    """``python tests/NAME ARGS``: one of the helper scripts beside the tests."""
+    return run([sys.executable, str(Path(__file__).with_name(name)), *args], timeout=timeout, env=env)
 
 
 def check_ok(result: subprocess.CompletedProcess) -> None:

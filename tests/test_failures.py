@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).with_name("scenarios.py")
+from conftest import run_script
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failure_on_rank1_ends_the_run(tmp_path, how):
     start = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), f"fail-{how}", str(tmp_path / "run")], capture_output=True, text=True, timeout=60
-    )
+    result = run_script("scenarios.py", f"fail-{how}", str(tmp_path / "run"), timeout=60)
     elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stderr
     assert elapsed < 30, f"took {elapsed:.0f} s"
@@ -35,12 +30,7 @@ def test_failure_on_rank1_ends_the_run(tmp_path, how):
 
 def test_handlers_profiler_does_not_swallow_errors(tmp_path):
     # stock HandlersTimeProfiler makes Engine.run return normally after an exception (Ignite 0.5.5)
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "handlers-raise", str(tmp_path / "run")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_script("scenarios.py", "handlers-raise", str(tmp_path / "run"), timeout=60)
     assert result.returncode == 1
     assert "RuntimeError: injected failure at iteration 3" in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "run" / "summary.json").exists()

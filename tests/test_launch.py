@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import ignite.distributed as idist
-from conftest import QUICK, check_ok, load_summary, run_cli
+from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
 
 from ignite_ddl import TrainConfig, launch
 from ignite_ddl.launcher import free_port
@@ -36,10 +35,9 @@ def test_spawn_two_processes(spawn_run):
 def test_torchrun(tmp_path):
     out = tmp_path / "run"
     port = str(free_port())
-    result = subprocess.run(
+    result = run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
          "--master_port", port, "-m", "ignite_ddl", "train", *QUICK, "--output-dir", str(out)],
-        capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     check_ok(result)
     summary = load_summary(out, world_size=2)
@@ -48,46 +46,22 @@ def test_torchrun(tmp_path):
 
 def test_two_nodes_on_loopback(tmp_path):
     port = str(free_port())
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ignite_ddl",
-                "train",
-                "--backend",
-                "gloo",
-                "--nnodes",
-                "2",
-                "--node-rank",
-                str(i),
-                "--nproc-per-node",
-                "1",
-                "--master-addr",
-                "127.0.0.1",
-                "--master-port",
-                port,
-                *QUICK,
-                "--output-dir",
-                str(tmp_path / f"node{i}"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    for node in nodes:
-        stdout, stderr = node.communicate(timeout=180)
-        assert node.returncode == 0, stderr
+
+    def node(rank: int):
+        return run_cli("train", "--backend", "gloo", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
+                       "--master-addr", "127.0.0.1", "--master-port", port, *QUICK,
+                       "--output-dir", str(tmp_path / f"node{rank}"))  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        for result in pool.map(node, range(2)):
+            check_ok(result)
     summary = load_summary(tmp_path / "node0", world_size=2)
     assert summary["nnodes"] == 2 and summary["nproc_per_node"] == 1
     assert (tmp_path / "node1" / "logs" / "rank1.log").is_file()
 
 
 def test_fork_after_multithreaded_compute_does_not_hang(tmp_path):
-    script = Path(__file__).with_name("fork_after_compute.py")
-    result = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    result = run_script("fork_after_compute.py", str(tmp_path), timeout=60)
     check_ok(result)
     assert "{'threads': 2, 'finite': True}" in result.stdout
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import run_cli
@@ -37,22 +36,20 @@ REFUSED = {
 def refusals(tmp_path_factory):
     """Run every refused case at once (each is a fresh interpreter that mostly waits on imports)."""
     tmp = tmp_path_factory.mktemp("refusals")
-    procs = {}
-    for case, (args, _) in REFUSED.items():
+
+    def refuse(case: str):
         out = tmp / case.replace(" ", "_")
-        args = [a.format(tmp=tmp) for a in args]
-        cmd = [sys.executable, "-m", "ignite_ddl", "train", *args, "--output-dir", str(out)]
-        procs[case] = (out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = {}
-    for case, (out, proc) in procs.items():
-        stdout, stderr = proc.communicate(timeout=120)
-        results[case] = (proc.returncode, stdout, stderr, out)
-    return results
+        args = [a.format(tmp=tmp) for a in REFUSED[case][0]]
+        return run_cli("train", *args, "--output-dir", str(out), timeout=120), out
+
+    with ThreadPoolExecutor(len(REFUSED)) as pool:
+        return dict(zip(REFUSED, pool.map(refuse, REFUSED)))
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_before_start(case, refusals):
-    returncode, stdout, stderr, out = refusals[case]
+    result, out = refusals[case]
+    returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
     assert returncode == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ignite-ddl: error:"), stderr

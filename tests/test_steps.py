@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import QUICK, check_ok, run_cli
+from conftest import QUICK, check_ok, run_cli, run_script
 from ignite.engine import Engine
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ignite_ddl.recorder import COLUMNS, StepRecorder
 
-SCRIPT = Path(__file__).with_name("scenarios.py")
-
 
 def scenario(name: str, out: Path, **env: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), name, str(out)],
-        capture_output=True, text=True, timeout=180, env={**os.environ, **env},
-    )  # fmt: skip
-    check_ok(result)
+    check_ok(run_script("scenarios.py", name, str(out), env=env))
     return json.loads((out / "summary.json").read_text())
 
 
