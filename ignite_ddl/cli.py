@@ -8,11 +8,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, NoReturn
 
 from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.labs import claims_hold, lab_modules
 from ignite_ddl.launcher import RunFailed
+from ignite_ddl.results import write_json
 
 PROG = "ignite-ddl"
 
@@ -42,7 +45,26 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one configuration (serial, spawned, torchrun or SLURM)")
     _add_config_options(train)
     train.set_defaults(handler=_train)
+    for lab in lab_modules():
+        sub = commands.add_parser(lab.NAME, help=lab.HELP, description=lab.HELP)
+        lab.add_arguments(sub)
+        sub.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
+        sub.set_defaults(handler=_lab(lab))
     return parser
+
+
+def _lab(lab: ModuleType) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        result = lab.run(args)
+        print(lab.format_result(result))
+        if args.json:
+            write_json(args.json, result)
+        if not claims_hold(result):
+            print(f"{PROG}: {lab.NAME}: a claim did not hold (see FAILED above)", file=sys.stderr)
+            return 1
+        return 0
+
+    return handler
 
 
 def _train(args: argparse.Namespace) -> int:

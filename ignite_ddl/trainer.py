@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +43,13 @@ from ignite_ddl.results import SCHEMA_VERSION, write_json
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for ``amp`` ("bf16" or "fp16"); a no-op context for "none"."""
+    if amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AMP_DTYPES[amp])
+
+
 def create_trainer(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -56,13 +64,12 @@ def create_trainer(
     Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
     reports the end of each phase to it (attach the recorder to the returned engine).
     """
-    dtype = AMP_DTYPES.get(amp)
     mark = recorder.mark if recorder is not None else lambda phase: None
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         model.train()
         x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with autocast(device, amp):
             loss = criterion(model(x), y)
         mark("forward")
         optimizer.zero_grad(set_to_none=True)
@@ -83,7 +90,6 @@ def create_trainer(
 
 def create_evaluator(model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none") -> Engine:
     """An engine computing accuracy and loss; Ignite's metrics sum their counts over all ranks."""
-    dtype = AMP_DTYPES.get(amp)
     # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
     net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
@@ -91,7 +97,7 @@ def create_evaluator(model: nn.Module, criterion: nn.Module, device: torch.devic
     def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         net.eval()
         x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with autocast(device, amp):
             y_pred = net(x)
         return y_pred.float(), y
 

@@ -1,0 +1,47 @@
+"""The distributed-training lab: each module runs one experiment on real process groups, checks its own claim and
+returns the result as plain data (for notebooks and reports) plus a readable printout.
+
+A lab module defines:
+
+- ``NAME`` (its ``ignite-ddl`` subcommand) and ``HELP`` (one line);
+- ``add_arguments(parser)``: its command-line options;
+- ``run(args) -> dict``: runs the lab (``args`` is an ``argparse.Namespace``, or any object with the same
+  attributes) and returns the result, whose ``"checks"`` list holds one :func:`check` record per claim;
+- ``format_result(result) -> str``: the printout.
+
+The CLI prints the result, writes it as JSON with ``--json PATH``, and exits with status 1 when a claim failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+from types import ModuleType
+from typing import Any
+
+
+def check(claim: str, ok: bool, detail: str = "") -> dict[str, Any]:
+    """One verified claim of a lab: what is claimed, whether it held, and the numbers behind the verdict."""
+    return {"claim": claim, "ok": bool(ok), "detail": detail}
+
+
+def claims_hold(result: dict[str, Any]) -> bool:
+    return all(c["ok"] for c in result["checks"])
+
+
+def format_checks(result: dict[str, Any]) -> str:
+    return "\n".join(f"[{'ok' if c['ok'] else 'FAILED'}] {c['claim']}" + (f": {c['detail']}" if c["detail"] else "")
+                     for c in result["checks"])  # fmt: skip
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int = 2) -> None:
+    """Options every lab that starts processes shares."""
+    parser.add_argument("--backend", default="auto", help="gloo | nccl | xla-tpu | auto (default auto)")
+    parser.add_argument("--nproc-per-node", type=int, default=nproc, help=f"processes to start (default {nproc})")
+    parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
+
+
+def lab_modules() -> list[ModuleType]:
+    """Every lab module of this package, in name order."""
+    return [importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__), key=str)]
