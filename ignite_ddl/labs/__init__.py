@@ -43,5 +43,6 @@ def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int = 2) -> Non
 
 
 def lab_modules() -> list[ModuleType]:
-    """Every lab module of this package, in name order."""
-    return [importlib.import_module(f"{__name__}.{m.name}") for m in sorted(pkgutil.iter_modules(__path__), key=str)]
+    """Every lab module of this package, in name order (modules named ``_*`` hold shared helpers, not labs)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
