@@ -9,10 +9,11 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError, TrainConfig, option_flag
 from ignite_ddl.labs import claims_hold, lab_modules
 from ignite_ddl.launcher import RunFailed
 from ignite_ddl.results import write_json
@@ -29,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     types = {"int": int, "float": float, "str": str}
     for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flag = option_flag(f.name)
         kind = f.type.replace("| None", "").strip()
         if kind == "bool":
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
@@ -45,6 +46,35 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train one configuration (serial, spawned, torchrun or SLURM)")
     _add_config_options(train)
     train.set_defaults(handler=_train)
+
+    sweep = commands.add_parser("sweep", help="run a grid of configurations and write a profiling report")
+    sweep.add_argument("spec", nargs="?", help="YAML spec (see experiments/); or give the grid with --grid")
+    sweep.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="OPTION=V1,V2",
+        help="a grid axis, e.g. --grid nproc_per_node=1,2 (repeatable)",
+    )
+    sweep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="a train option for every configuration, e.g. --set epochs=1 (repeatable)",
+    )
+    sweep.add_argument("--name", help="sweep name (default: the spec's, or 'sweep')")
+    sweep.add_argument("--repeats", type=int, help="runs per configuration")
+    sweep.add_argument("--timeout-s", type=float, help="wall-time limit of one run, seconds")
+    sweep.add_argument("--output-dir", help="where results.jsonl, runs/ and the report go (default runs/<name>)")
+    sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
+    sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
+    sweep.set_defaults(handler=_sweep)
+
+    report = commands.add_parser("report", help="write report.md/.html, plots and HParams for a sweep's results")
+    report.add_argument("results_dir", help="a sweep's output directory (holding results.jsonl)")
+    report.set_defaults(handler=_report)
+
     for lab in lab_modules():
         sub = commands.add_parser(lab.NAME, help=lab.HELP, description=lab.HELP)
         lab.add_arguments(sub)
@@ -78,6 +108,46 @@ def _train(args: argparse.Namespace) -> int:
             f"{summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']:.4f} "
             f"-> {values['output_dir']}/summary.json"
         )
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from ignite_ddl.report import write_report
+    from ignite_ddl.sweep import load_spec, parse_spec, sweep
+
+    spec = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
+    spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
+    spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
+    for key in ("name", "repeats", "timeout_s", "output_dir"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    records = sweep(parse_spec(spec), resume=args.resume)
+    out = Path(records[0]["run_dir"]).parents[1] if records else None
+    failed = [r for r in records if r["status"] != "completed"]
+    print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
+    if args.report and out is not None:
+        print(f"{PROG}: report: {write_report(out)}")
+    return 1 if failed else 0
+
+
+def _pair(item: str, many: bool) -> tuple[str, Any]:
+    """``key=value`` (or ``key=v1,v2`` for a grid axis) from the command line, values typed as YAML would."""
+    import yaml
+
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"expected OPTION=VALUE, got '{item}'")
+    parse = yaml.safe_load
+    return key.replace("-", "_"), [parse(v) for v in value.split(",")] if many else parse(value)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ignite_ddl.report import write_report
+
+    try:
+        print(f"{PROG}: report: {write_report(args.results_dir)}")
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
     return 0
 
 

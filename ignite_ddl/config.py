@@ -79,6 +79,17 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def to_argv(self) -> list[str]:
+        """The ``ignite-ddl train`` options that reproduce this config (fields left at None are omitted)."""
+        argv = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                argv.append(option_flag(f.name) if value else "--no-" + option_flag(f.name)[2:])
+            elif value is not None:
+                argv += [option_flag(f.name), str(value)]
+        return argv
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """Build a config from plain data, refusing unknown keys and wrongly typed values."""
@@ -112,6 +123,11 @@ class TrainConfig:
             raise ConfigError(
                 f"node_rank must be in [0, {self.nnodes - 1}] for nnodes={self.nnodes}, got {self.node_rank}"
             )
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of config field ``name``: ``batch_size`` -> ``--batch-size``."""
+    return "--" + name.replace("_", "-")
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

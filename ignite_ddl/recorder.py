@@ -202,7 +202,7 @@ def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     p50, p90, p99 = _quantiles(all_steps, (0.5, 0.9, 0.99))
     own = [r["own_s_mean"] for r in ranks]
     straggler = None
-    if own and not any(math.isnan(o) for o in own):
+    if len(own) > 1 and not any(math.isnan(o) for o in own):
         slowest = max(range(len(ranks)), key=lambda i: own[i])
         median = statistics.median(own)
         straggler = {

@@ -1,0 +1,137 @@
+"""Sweeps: every configuration in its own launch, failures recorded, crash-safe results, resume, bad specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from ignite_ddl.cli import main
+from ignite_ddl.sweep import read_results
+
+TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
+
+
+def write_spec(path, **spec):
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def failing_sweep(tmp_path_factory):
+    """Three configurations; inception_v3 cannot take 32x32 images and fails on its rank."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    spec = write_spec(tmp / "spec.yaml", name="models", base=TINY, grid={"model": ["toy", "inception_v3", "mlp"]})
+    result = run_cli("sweep", spec, "--output-dir", str(tmp / "out"), timeout=300)
+    return result, tmp / "out"
+
+
+def test_a_failure_does_not_lose_the_others(failing_sweep):
+    result, out = failing_sweep
+    assert result.returncode == 1, result.stderr  # the sweep had a failure
+    records = read_results(out / "results.jsonl")
+    assert [r["grid"]["model"] for r in records] == ["toy", "inception_v3", "mlp"]
+    ok = [r for r in records if r["status"] == "completed"]
+    assert len(ok) == 2 and all(r["summary"]["samples_per_s"] > 0 and r["summary"]["iterations"] == 4 for r in ok)
+    failed = records[1]
+    assert failed["status"] == "failed" and failed["exit_code"] == 1 and failed["summary"] is None
+    assert failed["error"].startswith("rank 0 failed: RuntimeError")
+    assert "2 of 3 runs completed" in result.stdout
+
+
+def test_refused_combination_is_recorded_with_its_reason(tmp_path):
+    result = run_cli("sweep", "--grid", "backend=none,nccl", *[f"--set={k}={v}" for k, v in TINY.items()],
+                     "--name", "backends", "--output-dir", str(tmp_path), "--no-report")  # fmt: skip
+    assert result.returncode == 1
+    none, nccl = read_results(tmp_path / "results.jsonl")
+    assert none["status"] == "completed"
+    assert nccl["status"] == "refused" and "nccl needs CUDA" in nccl["error"]
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_timeout_is_recorded(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", base={**TINY, "train_size": 50000}, grid={"model": ["cnn"]},
+                      timeout_s=4)  # fmt: skip
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 1
+    (record,) = read_results(tmp_path / "out" / "results.jsonl")
+    assert record["status"] == "timeout" and record["error"] == "timed out after 4 s"
+
+
+def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", base=TINY, grid={"model": ["toy", "mlp"], "batch_size": [32, 64]})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out), "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_results(results)) < 1:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweep and the run in progress
+    proc.wait()
+    before = read_results(results)
+    assert 1 <= len(before) < 4
+    for line in results.read_text().splitlines():
+        json.loads(line)  # whole lines only
+    with open(results, "a") as f:
+        f.write('{"key": "cut sho')  # as if killed in the middle of a write
+
+    result = run_cli("sweep", spec, "--output-dir", str(out), "--resume", "--no-report", timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = read_results(results)
+    assert len(records) == 4 and len({r["key"] for r in records}) == 4
+    assert records[: len(before)] == before and all(r["status"] == "completed" for r in records)
+    assert f"resuming: {len(before)} of 4 runs already recorded" in result.stdout
+
+
+def test_existing_results_need_resume(tmp_path):
+    (tmp_path / "results.jsonl").write_text("")
+    result = run_cli("sweep", "--grid", "model=toy", "--output-dir", str(tmp_path))
+    assert result.returncode == 2 and "pass --resume" in result.stderr
+
+
+BAD_SPECS = {
+    "unknown key": ({"grid": {"model": ["toy"]}, "repeat": 2}, "unknown spec key(s): repeat"),
+    "unknown train option": ({"grid": {"modell": ["toy"]}}, "unknown option(s): modell"),
+    "empty grid": ({"grid": {}}, "spec 'grid' must map at least one"),
+    "empty axis": ({"grid": {"model": []}}, "needs a non-empty list"),
+    "wrong type": ({"grid": {"epochs": ["two"]}}, "option epochs expects int"),
+    "wrong repeats": ({"grid": {"model": ["toy"]}, "repeats": 0}, "'repeats' must be a positive number"),
+    "unknown backend": ({"grid": {"backend": ["gloo", "mpi3"]}}, "unknown backend 'mpi3'"),
+    "not a mapping": (["grid"], "a sweep spec is a mapping"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_spec_is_refused_before_anything_runs(tmp_path, capsys, case):
+    spec, message = BAD_SPECS[case]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["sweep", str(path), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [err.strip()] and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_specs(tmp_path, capsys):
+    (tmp_path / "broken.yaml").write_text("grid: [unclosed")
+    for spec, message in (
+        (tmp_path / "missing.yaml", "cannot read spec"),
+        (tmp_path / "broken.yaml", "not valid YAML"),
+    ):
+        assert main(["sweep", str(spec), "--output-dir", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_spec_from_the_command_line(tmp_path):
+    result = run_cli("sweep", "--grid", "epochs=1,two", "--output-dir", str(tmp_path / "out"), timeout=60)
+    assert result.returncode == 2 and "option epochs expects int" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
