@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
 
@@ -68,40 +69,41 @@ class TimerProfiler:
             writer.writerows(self.results().items())
 
 
-class BasicProfiler:
-    kind = "basic"
+class _IgniteProfiler:
+    """One of Ignite's profiler objects, attached and written out the way Ignite does it."""
+
+    kind: str
+    factory: Callable[[], Any]
 
     def __init__(self) -> None:
-        self.profiler = BasicTimeProfiler()
+        self.profiler = self.factory()
 
     def attach(self, engine: Engine) -> None:
         self.profiler.attach(engine)
+
+    def write_csv(self, path: Path) -> None:
+        self.profiler.write_results(str(path))
+
+
+class BasicProfiler(_IgniteProfiler):
+    kind, factory = "basic", BasicTimeProfiler
 
     def results(self) -> dict[str, Any]:
         results = _plain(self.profiler.get_results())
         results.pop("event_handlers_names", None)
         return results
 
-    def write_csv(self, path: Path) -> None:
-        self.profiler.write_results(str(path))
 
-
-class HandlersProfiler:
-    kind = "handlers"
-
-    def __init__(self) -> None:
-        self.profiler = HandlersTimeProfiler()
+class HandlersProfiler(_IgniteProfiler):
+    kind, factory = "handlers", HandlersTimeProfiler
 
     def attach(self, engine: Engine) -> None:
-        self.profiler.attach(engine)
+        super().attach(engine)
         engine.add_event_handler(Events.EXCEPTION_RAISED, _reraise)
 
     def results(self) -> list[dict[str, Any]]:
         columns = ("handler", "event", "total_s", "min_s_index", "max_s_index", "mean_s", "std_s")
         return [dict(zip(columns, _plain(row))) for row in self.profiler.get_results()]
-
-    def write_csv(self, path: Path) -> None:
-        self.profiler.write_results(str(path))
 
 
 Profiler = Union[TimerProfiler, BasicProfiler, HandlersProfiler]
