@@ -1,0 +1,190 @@
+"""Shards: which samples each rank sees in each epoch through ``idist.auto_dataloader``, gathered and verified.
+
+What it teaches: ``auto_dataloader`` gives each rank a ``DistributedSampler`` shard and divides the global batch by
+the world size. Within an epoch the shards are disjoint and cover the dataset, except that a size not divisible by
+the world size is padded by repeating a few samples. Each epoch is reshuffled only if ``sampler.set_epoch(epoch)`` is
+called: forget it and every epoch repeats the first one's order (the classic bug, reproduced on purpose). The dataset
+returns its own index, so what each rank saw is plain to read; ``--image-grid`` draws each rank's first batch
+(seed notebook A.1.x1).
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser)
+    >>> result = run(parser.parse_args(["--backend", "gloo", "--nproc-per-node", "2", "--dataset-size", "9"]))
+    >>> result["per_rank_batch"], result["padding"], all(c["ok"] for c in result["checks"])
+    (6, 1, True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import Counter
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from torch.utils.data import TensorDataset
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.data import synthetic_images
+from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.launcher import launch
+from ignite_ddl.recorder import gather_objects
+
+NAME = "shards"
+HELP = "show and check which samples each rank gets from auto_dataloader, epoch by epoch"
+
+GRID_SIDE = 8  # the seed notebook's grid: the first 8 x 8 images of each rank's first batch
+SCENARIOS = {"set_epoch": True, "forgotten": False}  # whether the loop calls sampler.set_epoch(epoch)
+
+
+def _epochs_seen(loader: Any, epochs: int, set_epoch: bool) -> tuple[list[list[int]], list[int]]:
+    """The indices this rank got in each epoch, and the size of each batch of the first epoch."""
+    seen, batch_sizes = [], []
+    for epoch in range(epochs):
+        if set_epoch:
+            loader.sampler.set_epoch(epoch)
+        indices = []
+        for batch in loader:
+            indices += batch[0].cpu().tolist()
+            if epoch == 0:
+                batch_sizes.append(len(batch[0]))
+        seen.append(indices)
+    return seen, batch_sizes
+
+
+def _shards_rank(
+    local_rank: int, config: TrainConfig, size: int, batch_size: int, epochs: int, images: bool
+) -> dict[str, Any]:
+    # A dataset whose samples are their own index (and, for the grid, an image each).
+    tensors = [torch.arange(size)] + ([synthetic_images(size).tensors[0]] if images else [])
+    dataset = TensorDataset(*tensors)
+    row: dict[str, Any] = {"rank": idist.get_rank()}
+    for scenario, set_epoch in SCENARIOS.items():
+        # A fresh loader per scenario: the sampler remembers the last epoch it was given.
+        loader = idist.auto_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=0)
+        row[scenario], row["batch_sizes"] = _epochs_seen(loader, epochs, set_epoch)  # same batches both times
+    row["per_rank_batch"] = loader.batch_size
+    if images:
+        first = next(iter(loader))
+        row["grid"] = {"indices": first[0][: GRID_SIDE**2].cpu().tolist(), "images": first[1][: GRID_SIDE**2].cpu()}
+    return {"world_size": idist.get_world_size(), "backend": idist.backend() or "none", "rows": gather_objects(row)}
+
+
+def _epoch_facts(shards: list[list[int]], size: int) -> dict[str, Any]:
+    """What one epoch's shards (one list of indices per rank) cover: samples seen, missed, seen more than once."""
+    counts = Counter(i for shard in shards for i in shard)
+    return {
+        "seen": sum(counts.values()),
+        "missing": sorted(set(range(size)) - set(counts)),
+        "duplicated": sorted(i for i, n in counts.items() if n > 1),
+        "extra": sum(n - 1 for n in counts.values()),
+    }
+
+
+def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows, world, facts = result["rows"], result["world_size"], result["epoch_facts"]
+    size, batch, epochs, padding = result["dataset_size"], result["global_batch"], result["epochs"], result["padding"]
+    per_shard = math.ceil(size / world)
+    # auto_dataloader divides a global batch of at least the world size and leaves a smaller one as it is.
+    expected_batch = batch // world if batch >= world else batch
+    how = f"divides the global batch: {batch} // {world}" if batch >= world else "keeps a batch below the world size"
+    batch_claim = f"auto_dataloader {how}: {expected_batch} per rank"
+    full = min(expected_batch, per_shard)  # a shard smaller than the batch makes one short batch
+    batches_ok = all(row["per_rank_batch"] == expected_batch and max(row["batch_sizes"]) == full for row in rows)
+    # An epoch's order: rank 0's indices, then rank 1's, ...
+    order = {s: [sum((row[s][e] for row in rows), []) for e in range(epochs)] for s in SCENARIOS}
+    reshuffled = [e for e in range(1, epochs) if order["set_epoch"][e] != order["set_epoch"][e - 1]]
+    repeated = [e for e in range(1, epochs) if order["forgotten"][e] == order["forgotten"][0]]
+    return [
+        check(f"every rank gets {per_shard} samples per epoch (ceil({size} / {world}))",
+              all(len(indices) == per_shard for row in rows for indices in row["set_epoch"]),
+              ", ".join(f"rank {row['rank']}: {[len(ep) for ep in row['set_epoch']]}" for row in rows)),
+        check("together the ranks cover the whole dataset in every epoch", all(not f["missing"] for f in facts),
+              ", ".join(f"epoch {e}: missing {f['missing']}" for e, f in enumerate(facts) if f["missing"])),
+        check(f"shards are disjoint except for the sampler's padding ({world} x {per_shard} - {size} = {padding} "
+              "repeated sample(s) per epoch)", all(f["extra"] == len(f["duplicated"]) == padding for f in facts),
+              "; ".join(f"epoch {e} repeats {f['duplicated']}" for e, f in enumerate(facts)) if padding
+              else "no padding: every sample seen exactly once"),
+        check(batch_claim, batches_ok,
+              f"batch sizes of epoch 0 on rank 0: {rows[0]['batch_sizes']}"),
+        check("with sampler.set_epoch(epoch): each epoch has a new order", len(reshuffled) == epochs - 1,
+              f"epochs differing from the previous one: {reshuffled}"),
+        check("BUG REPRODUCED (expected): without sampler.set_epoch(epoch), every epoch repeats epoch 0's order",
+              len(repeated) == epochs - 1, f"epochs identical to epoch 0: {repeated}"),
+    ]  # fmt: skip
+
+
+def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
+    """Each rank's first batch as an 8 x 8 grid of images, labelled with the sample indices (a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed: write the file only
+    import matplotlib.pyplot as plt
+    from torchvision.utils import make_grid
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 4.4), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        images, indices = row["grid"]["images"], row["grid"]["indices"]
+        grid = make_grid(images, nrow=GRID_SIDE, padding=2, normalize=True)
+        ax.imshow(grid.permute(1, 2, 0).numpy())
+        tile = images.shape[-1] + 2
+        for k, index in enumerate(indices):
+            ax.text(k % GRID_SIDE * tile + 3, k // GRID_SIDE * tile + 9, str(index), color="yellow", fontsize=6)
+        ax.set_title(f"rank {row['rank']}: first batch ({len(indices)} samples)")
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_launch_arguments(parser, nproc=3)
+    parser.add_argument("--dataset-size", type=int, default=100, help="samples in the dataset (default 100)")
+    parser.add_argument("--batch-size", type=int, default=12, help="GLOBAL batch size (default 12)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs to compare orders over, >= 2 (default 2)")
+    parser.add_argument("--image-grid", metavar="PATH", help="also save each rank's first batch as a PNG grid")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    size, batch_size, epochs = args.dataset_size, args.batch_size, args.epochs
+    if epochs < 2:
+        raise ConfigError("--epochs must be >= 2: reshuffling shows by comparing epochs")
+    if size < 2 or (args.nproc_per_node or 1) > size:
+        raise ConfigError("--dataset-size must be >= 2 and at least the number of processes")
+    config = TrainConfig(backend=args.backend, nproc_per_node=args.nproc_per_node, output_dir=args.output_dir)
+    result = launch(_shards_rank, config, size, batch_size, epochs, args.image_grid is not None)
+    world = result["world_size"]
+    result.update(lab=NAME, dataset_size=size, global_batch=batch_size, epochs=epochs)
+    result.update(per_rank_batch=result["rows"][0]["per_rank_batch"], padding=world * math.ceil(size / world) - size)
+    result["epoch_facts"] = [_epoch_facts([row["set_epoch"][e] for row in result["rows"]], size) for e in range(epochs)]
+    result["checks"] = _checks(result)
+    if args.image_grid:
+        save_image_grid(result["rows"], args.image_grid)
+        result["image_grid"] = args.image_grid
+        for row in result["rows"]:
+            row["grid"] = row["grid"]["indices"]  # the images stay in the PNG: the result is plain data
+    return result
+
+
+def _indices(indices: list[int], limit: int = 12) -> str:
+    return " ".join(map(str, indices[:limit])) + (f" ... ({len(indices)})" if len(indices) > limit else "")
+
+
+def format_result(result: dict[str, Any]) -> str:
+    world, rows = result["world_size"], result["rows"]
+    lines = [
+        f"{result['dataset_size']} samples over {world} ranks ({result['backend']}): global batch "
+        f"{result['global_batch']} -> {result['per_rank_batch']} per rank, "
+        f"{math.ceil(result['dataset_size'] / world)} samples per rank per epoch, {result['padding']} padded"
+    ]
+    for scenario, set_epoch in SCENARIOS.items():
+        lines.append(f"{'with' if set_epoch else 'WITHOUT'} sampler.set_epoch(epoch):")
+        lines.append(f"  {'epoch':>5} {'rank':>4}  indices in the order seen")
+        lines += [f"  {e:>5} {row['rank']:>4}  {_indices(row[scenario][e])}" for e in range(result["epochs"])
+                  for row in rows]  # fmt: skip
+    if "image_grid" in result:
+        lines.append(f"image grid of each rank's first batch: {result['image_grid']}")
+    return "\n".join(lines) + "\n" + format_checks(result)

@@ -1,0 +1,216 @@
+"""Speedup: one CPU-bound job split over 1, 2, 4, ... processes, and what the core count does to it (seed notebooks
+2.1.1-2.1.3); ``--transfer``: moving data to the device inside a loop or once before it (seed notebook 2.1.2).
+
+What it teaches: strong scaling. The job is always the same ``tasks`` sorts of ``work`` random floats, dealt to the
+ranks, so the ideal wall time with P processes is the one-process time over P (the seed notebook gave every rank
+its own 2.5M floats: weak scaling, whose ideal is a constant time). With one intra-op thread each process keeps at
+most one core busy: the wall time falls while there are free cores, and past the core count the processes only take
+turns (oversubscription): speedup stays near the core count and efficiency (speedup / P) drops. ``--transfer``: a
+tensor moved to an accelerator in every iteration pays a host-to-device copy each time; on CPU the device is the
+host and ``.to(device)`` returns the very same tensor.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser)
+    >>> result = run(parser.parse_args(["--procs", "1,2", "--work", "100000", "--repeats", "1"]))
+    >>> [row["procs"] for row in result["rows"]], [row["tasks_per_rank"] for row in result["rows"]]
+    ([1, 2], [[8], [4, 4]])
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.environment import cpu_cores
+from ignite_ddl.labs import check, format_checks
+from ignite_ddl.launcher import launch
+from ignite_ddl.recorder import device_synchronizer, gather_objects
+
+NAME = "speedup"
+HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"
+
+FASTER_AT_TWO = 1.3  # 2 processes on 2 free cores give about 1.9x; background noise still leaves well over 1.3x
+FREE_CORES_AT_TWO = 1.6  # below this the 2 ranks did not get 2 cores (another job was computing): no verdict
+NOISE = 1.15  # speedup can exceed the core count only by timing noise on the one-process run
+
+
+def _sort_tasks(tasks: range, work: int) -> None:
+    for task in tasks:
+        torch.rand(work, generator=torch.Generator().manual_seed(task)).sort()
+
+
+def _job_rank(local_rank: int, config: TrainConfig, work: int, tasks: int) -> dict[str, Any]:
+    rank, world = idist.get_rank(), idist.get_world_size()
+    mine = range(rank, tasks, world)  # round-robin: the ranks share the same total job
+    idist.barrier()  # everyone starts together
+    start, cpu_start = time.perf_counter(), time.process_time()
+    _sort_tasks(mine, work)
+    busy, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    idist.barrier()  # the job is done when the last rank is
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "rank_s": gather_objects(busy), "cpu_s": gather_objects(cpu),
+            "tasks_per_rank": gather_objects(len(mine)), "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def _scaling(args: argparse.Namespace, procs: list[int], tasks: int, cores: int) -> list[dict[str, Any]]:
+    """Best (shortest wall time) of ``args.repeats`` runs for each process count, the counts interleaved so that
+    a slow spell of the machine does not land on one count only."""
+    best: dict[int, dict[str, Any]] = {}
+    for _ in range(args.repeats):
+        for p in procs:
+            config = TrainConfig(backend="gloo", nproc_per_node=p, threads=1, output_dir=args.output_dir)
+            outcome = launch(_job_rank, config, args.work, tasks)
+            if p not in best or outcome["wall_s"] < best[p]["wall_s"]:
+                best[p] = outcome
+    one = best[1]["wall_s"]
+    rows = []
+    for p in procs:
+        wall = best[p]["wall_s"]
+        rows.append({"procs": p, **best[p], "speedup": one / wall, "efficiency": one / wall / p,
+                     # Each rank's CPU time over its busy time is the share of a core it had while computing
+                     # (below 1 when sharing); summed, the cores the job had. Another job on the machine lowers it,
+                     # ranks wrongly run one after the other would not.
+                     "cores_used": sum(c / b for c, b in zip(best[p]["cpu_s"], best[p]["rank_s"])),
+                     "ideal": min(p, cores, tasks / math.ceil(tasks / p))})  # fmt: skip
+    return rows
+
+
+def _scaling_checks(rows: list[dict[str, Any]], tasks: int, cores: int) -> list[dict[str, Any]]:
+    by_procs = {row["procs"]: row for row in rows}
+    checks = [
+        check(
+            f"strong scaling: every process count runs the same {tasks} tasks in total",
+            all(sum(row["tasks_per_rank"]) == tasks for row in rows),
+            ", ".join(f"{row['procs']}: {row['tasks_per_rank']}" for row in rows),
+        )
+    ]
+    if cores >= 2 and 2 in by_procs:
+        two = by_procs[2]
+        detail = f"speedup {two['speedup']:.2f}x, the ranks had {two['cores_used']:.2f} cores while computing"
+        ok = two["speedup"] > FASTER_AT_TWO
+        if not ok and two["cores_used"] < FREE_CORES_AT_TWO:  # another job held the cores: no verdict
+            ok, detail = True, f"{detail}: other processes held the cores, not judged"
+        claim = f"2 processes given 2 of the {cores} cores run faster than 1 (speedup > {FASTER_AT_TWO})"
+        checks.append(check(claim, ok, detail))
+    for row in rows:
+        if row["procs"] > cores:
+            checks.append(
+                check(
+                    f"{row['procs']} processes on {cores} cores (oversubscribed): no faster than the core count "
+                    f"allows, efficiency <= {cores}/{row['procs']}",
+                    row["speedup"] <= cores * NOISE,
+                    f"speedup {row['speedup']:.2f}x, efficiency {row['efficiency']:.2f}",
+                )
+            )
+    return checks
+
+
+def _timed_loop(host: torch.Tensor, device: torch.device, iters: int, move_inside: bool) -> float:
+    sync = device_synchronizer(device) or (lambda: None)
+    x = host.to(device)
+    sync()
+    start = time.perf_counter()
+    for _ in range(iters):
+        if move_inside:
+            x = host.to(device)  # the seed notebook's mistake: a host-to-device copy at every iteration
+        x.sort()
+    sync()
+    return time.perf_counter() - start
+
+
+def _transfer_rank(local_rank: int, config: TrainConfig, work: int, iters: int, repeats: int) -> dict[str, Any]:
+    device = idist.device()
+    host = torch.rand(work)
+    times: dict[str, list[float]] = {"inside": [], "once": []}
+    _timed_loop(host, device, 1, move_inside=True)  # warm-up: allocator, kernels, the first copy
+    for _ in range(repeats):
+        for where in times:
+            times[where].append(_timed_loop(host, device, iters, move_inside=where == "inside"))
+    return {"device": str(device), "same_tensor": host.to(device) is host,
+            **{f"{where}_s": min(t) for where, t in times.items()}}  # fmt: skip
+
+
+def _transfer(args: argparse.Namespace) -> dict[str, Any]:
+    # One process on the default device of this machine: a GPU or TPU when there is one, else the CPU.
+    config = TrainConfig(backend="auto", output_dir=args.output_dir)
+    result = launch(_transfer_rank, config, args.work, args.transfer_iters, args.repeats)
+    ratio = result["inside_s"] / result["once_s"]
+    if result["device"] == "cpu":
+        checks = [check("on the host, .to(device) returns the very same tensor: there is no transfer to measure",
+                        result["same_tensor"], f"inside / once = {ratio:.2f} (noise only)")]  # fmt: skip
+    else:
+        checks = [check("moving the tensor once before the loop is faster than moving it in every iteration",
+                        result["once_s"] < result["inside_s"], f"inside / once = {ratio:.2f}")]  # fmt: skip
+    return {"lab": NAME, "mode": "transfer", "work": args.work, "iters": args.transfer_iters, **result,
+            "ratio": ratio, "checks": checks}  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--procs", default="1,2,4,8", help="comma-separated process counts, with 1 (default 1,2,4,8)")
+    parser.add_argument("--work", type=int, default=2_500_000, help="floats sorted per task (default 2500000)")
+    parser.add_argument("--tasks", type=int, help="tasks in the whole job (default: 8, or the largest process count)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per process count, the best kept (default 3)")
+    parser.add_argument("--transfer", action="store_true", help="instead: .to(device) inside the loop vs once")
+    parser.add_argument("--transfer-iters", type=int, default=10, help="loop iterations with --transfer (default 10)")
+    parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.work < 1 or args.repeats < 1 or args.transfer_iters < 1:
+        raise ConfigError("--work, --repeats and --transfer-iters must be >= 1")
+    if args.transfer:
+        return _transfer(args)
+    try:
+        procs = sorted({int(p) for p in args.procs.split(",") if p.strip()})
+    except ValueError:
+        raise ConfigError(f"--procs expects comma-separated integers, got {args.procs!r}") from None
+    if not procs or procs[0] != 1:
+        raise ConfigError("--procs must include 1: speedup is measured against one process")
+    tasks = args.tasks or max(8, procs[-1])
+    if tasks < procs[-1]:
+        raise ConfigError(f"--tasks {tasks} leaves some of {procs[-1]} processes without work")
+    cores = cpu_cores()
+    rows = _scaling(args, procs, tasks, cores)
+    return {"lab": NAME, "mode": "scaling", "scaling": "strong", "work": args.work, "tasks": tasks,
+            "repeats": args.repeats, "cpu_cores": cores, "rows": rows,
+            "checks": _scaling_checks(rows, tasks, cores)}  # fmt: skip
+
+
+def format_result(result: dict[str, Any]) -> str:
+    if result["mode"] == "transfer":
+        lines = [
+            f"device {result['device']}: {result['iters']} iterations of sorting {result['work']:,} floats",
+            f"  .to(device) in every iteration: {result['inside_s']:.3f} s",
+            f"  .to(device) once before:        {result['once_s']:.3f} s   (inside / once = {result['ratio']:.2f})",
+        ]
+        if result["same_tensor"]:
+            lines.append("  the device is the host: .to(device) copies nothing, both loops do the same work")
+        return "\n".join(lines) + "\n" + format_checks(result)
+
+    cores = result["cpu_cores"]
+    lines = [
+        f"strong scaling: the same job, {result['tasks']} tasks (each: sort {result['work']:,} random floats), split "
+        f"over P gloo processes of 1 intra-op thread each; {cores} CPU cores; best of {result['repeats']} runs",
+        f"{'procs':>5} {'tasks/rank':>10} {'s/task':>6} {'cores used':>10} {'wall s':>7} {'speedup':>8} "
+        f"{'efficiency':>10} {'ideal':>5}  busy s per rank",
+    ]
+    for row in result["rows"]:
+        tasks = "/".join(map(str, sorted(set(row["tasks_per_rank"]), reverse=True)))
+        per_task = sum(row["rank_s"]) / sum(row["tasks_per_rank"])  # grows once processes share cores
+        busy = " ".join(f"{t:.2f}" for t in row["rank_s"])
+        lines.append(f"{row['procs']:>5} {tasks:>10} {per_task:>6.2f} {row['cores_used']:>10.2f} {row['wall_s']:>7.2f} "
+                     f"{row['speedup']:>7.2f}x {row['efficiency']:>10.2f} {row['ideal']:>5.3g}  {busy}")  # fmt: skip
+    lines.append(
+        "cores used = sum over ranks of CPU time / busy time; ideal = min(P, cores, tasks / most tasks per rank).\n"
+        f"Past {cores} cores the processes take turns on the same cores: s/task grows and the wall time stops falling "
+        "(oversubscription)."
+    )
+    return "\n".join(lines) + "\n" + format_checks(result)

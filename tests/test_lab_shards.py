@@ -1,0 +1,62 @@
+"""The shards lab: auto_dataloader's shards on real gloo ranks, gathered and checked epoch by epoch."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+from conftest import check_ok, run_cli
+
+from ignite_ddl.config import ConfigError
+from ignite_ddl.labs import shards
+
+
+def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    shards.add_arguments(parser)
+    return parser.parse_args(["--backend", "gloo", "--output-dir", str(tmp_path), *argv])
+
+
+def test_shards_of_100_samples_over_3_ranks(tmp_path):
+    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "3", "--dataset-size", "100", "--batch-size", "12"))
+    assert all(c["ok"] for c in result["checks"]), result["checks"]
+    assert result["per_rank_batch"] == 4 and result["padding"] == 2
+    for epoch, facts in enumerate(result["epoch_facts"]):
+        # DistributedSampler (seed 0) pads the epoch's permutation with its first samples, then deals it out
+        permutation = torch.randperm(100, generator=torch.Generator().manual_seed(epoch)).tolist()
+        padded = permutation + permutation[:2]
+        assert [row["set_epoch"][epoch] for row in result["rows"]] == [padded[r::3] for r in range(3)]
+        assert facts["duplicated"] == sorted(permutation[:2]) and facts["missing"] == []
+    rows = result["rows"]
+    assert all(row["forgotten"][1] == row["forgotten"][0] for row in rows)  # the bug: the same order again
+    assert all(row["set_epoch"][1] != row["set_epoch"][0] for row in rows)
+
+
+def test_no_padding_when_the_size_divides(tmp_path):
+    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "2", "--dataset-size", "10", "--batch-size", "4",
+                                 "--epochs", "3"))  # fmt: skip
+    assert all(c["ok"] for c in result["checks"]), result["checks"]
+    assert result["padding"] == 0 and all(f["duplicated"] == [] and f["seen"] == 10 for f in result["epoch_facts"])
+
+
+def test_a_batch_below_the_world_size_is_kept_per_rank(tmp_path):
+    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "3", "--dataset-size", "10", "--batch-size", "2"))
+    assert all(c["ok"] for c in result["checks"]), result["checks"]
+    assert result["per_rank_batch"] == 2  # auto_dataloader divides only a batch of at least the world size
+
+
+def test_refuses_a_single_epoch(tmp_path):
+    with pytest.raises(ConfigError, match="epochs"):
+        shards.run(lab_args(tmp_path, "--epochs", "1"))
+
+
+def test_cli_with_image_grid(tmp_path):
+    grid = tmp_path / "grid.png"
+    result = run_cli("shards", "--backend", "gloo", "--nproc-per-node", "2", "--dataset-size", "200",
+                     "--batch-size", "128", "--output-dir", str(tmp_path), "--image-grid", str(grid))  # fmt: skip
+    check_ok(result)
+    assert result.stdout.startswith("200 samples over 2 ranks (gloo): global batch 128 -> 64 per rank")
+    assert "[ok] BUG REPRODUCED (expected): without sampler.set_epoch(epoch)" in result.stdout
+    assert "WITHOUT sampler.set_epoch(epoch):" in result.stdout and "FAILED" not in result.stdout
+    assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,73 @@
+"""The speedup lab: a CPU-bound job split over gloo processes, and the device-transfer comparison."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from conftest import check_ok, run_cli
+
+from ignite_ddl.config import ConfigError
+from ignite_ddl.environment import cpu_cores
+from ignite_ddl.labs import speedup
+
+
+def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    speedup.add_arguments(parser)
+    return parser.parse_args(["--output-dir", str(tmp_path), *argv])
+
+
+def test_cli_strong_scaling_table(tmp_path):
+    out = tmp_path / "speedup.json"
+    # 8 sorts of 1M floats: about 0.6 s on one core, enough to stand above the start-up noise
+    result = run_cli("speedup", "--procs", "1,2,4", "--work", "1000000", "--repeats", "2",
+                     "--output-dir", str(tmp_path), "--json", str(out))  # fmt: skip
+    check_ok(result)
+    assert result.stdout.startswith("strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)")
+    assert "wall s  speedup efficiency" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["scaling"] == "strong" and data["cpu_cores"] == cpu_cores()
+    rows = {row["procs"]: row for row in data["rows"]}
+    assert rows[1]["speedup"] == 1.0 and rows[4]["tasks_per_rank"] == [2, 2, 2, 2]
+    assert all(row["threads"] == 1 for row in rows.values())  # one intra-op thread per process
+    assert all(c["ok"] for c in data["checks"]), data["checks"]
+
+
+def scaling_rows(speedups: dict[int, float], cores_used: float = 2.0) -> list[dict]:
+    return [{"procs": p, "speedup": s, "efficiency": s / p, "tasks_per_rank": [8 // p] * p,
+             "cores_used": min(p, cores_used)} for p, s in speedups.items()]  # fmt: skip
+
+
+def test_checks_catch_what_cannot_happen():
+    # 2 cores: 1 -> 2 processes must help, and 4 processes cannot go beyond the 2 cores
+    good = speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.9, 4: 1.85}), tasks=8, cores=2)
+    assert [c["ok"] for c in good] == [True, True, True]
+    no_gain = speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.1, 4: 1.0}), tasks=8, cores=2)
+    assert [c["ok"] for c in no_gain] == [True, False, True]
+    too_fast = speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.9, 4: 3.5}), tasks=8, cores=2)
+    assert [c["ok"] for c in too_fast] == [True, True, False]
+    # on 8 cores nothing in 1, 2, 4 is oversubscribed
+    assert len(speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.9, 4: 3.6}), tasks=8, cores=8)) == 2
+
+
+def test_no_verdict_on_scaling_when_another_job_held_the_cores():
+    busy = speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.1}, cores_used=1.3), tasks=8, cores=2)
+    assert busy[1]["ok"] and "not judged" in busy[1]["detail"]
+
+
+def test_refusals(tmp_path):
+    with pytest.raises(ConfigError, match="must include 1"):
+        speedup.run(lab_args(tmp_path, "--procs", "2,4"))
+    with pytest.raises(ConfigError, match="without work"):
+        speedup.run(lab_args(tmp_path, "--procs", "1,4", "--tasks", "2"))
+
+
+def test_cli_transfer_on_cpu_says_there_is_nothing_to_move(tmp_path):
+    result = run_cli("speedup", "--transfer", "--work", "200000", "--transfer-iters", "3", "--repeats", "1",
+                     "--output-dir", str(tmp_path))  # fmt: skip
+    check_ok(result)
+    assert result.stdout.startswith("device cpu: 3 iterations of sorting 200,000 floats")
+    assert "the device is the host: .to(device) copies nothing" in result.stdout
+    assert "[ok] on the host, .to(device) returns the very same tensor" in result.stdout
