@@ -9,7 +9,6 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -113,7 +112,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.report import write_report
-    from ignite_ddl.sweep import load_spec, parse_spec, sweep
+    from ignite_ddl.sweep import load_spec, parse_spec, sweep, sweep_dir
 
     spec = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
@@ -121,12 +120,12 @@ def _sweep(args: argparse.Namespace) -> int:
     for key in ("name", "repeats", "timeout_s", "output_dir"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
-    records = sweep(parse_spec(spec), resume=args.resume)
-    out = Path(records[0]["run_dir"]).parents[1] if records else None
+    parsed = parse_spec(spec)
+    records = sweep(parsed, resume=args.resume)
     failed = [r for r in records if r["status"] != "completed"]
     print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
-    if args.report and out is not None:
-        print(f"{PROG}: report: {write_report(out)}")
+    if args.report:
+        print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
     return 1 if failed else 0
 
 

@@ -253,6 +253,11 @@ def _exit_reason(code: int) -> str:
     return f"exited with status {code}"
 
 
+def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:
+    """Where a sweep writes: ``output_dir``, else the spec's, else ``runs/<name>``."""
+    return Path(output_dir or spec.output_dir or Path("runs") / spec.name)
+
+
 def sweep(
     spec: Spec,
     output_dir: str | Path | None = None,
@@ -263,7 +268,7 @@ def sweep(
 
     Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``.
     """
-    out = Path(output_dir or spec.output_dir or Path("runs") / spec.name)
+    out = sweep_dir(spec, output_dir)
     results = out / "results.jsonl"
     if results.exists() and not resume:
         raise ConfigError(f"{results} exists: pass --resume to continue that sweep, or choose another --output-dir")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,6 +90,28 @@ def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
     assert len(records) == 4 and len({r["key"] for r in records}) == 4
     assert records[: len(before)] == before and all(r["status"] == "completed" for r in records)
     assert f"resuming: {len(before)} of 4 runs already recorded" in result.stdout
+
+
+def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", base=TINY, grid={"model": ["toy", "mlp", "cnn"]})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the second run is under way
+    proc.send_signal(signal.SIGINT)  # to the sweep alone, as a terminal would (its runs have their own groups)
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "interrupted" in stderr
+    records = read_results(out / "results.jsonl")
+    assert [r["grid"]["model"] for r in records] == ["toy"] and records[0]["status"] == "completed"
+    running = subprocess.run(["pgrep", "-f", str(out / "runs")], capture_output=True, text=True).stdout.split()
+    assert running == []  # the interrupted run's processes were stopped
 
 
 def test_existing_results_need_resume(tmp_path):
