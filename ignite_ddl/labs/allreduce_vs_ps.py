@@ -1,0 +1,292 @@
+"""allreduce-vs-ps: two ways to aggregate gradients, written with ``torch.distributed`` primitives and compared.
+
+What it teaches: in data-parallel SGD every worker computes the gradient of its shard of the global batch, and the
+mean of those gradients is the gradient of the whole batch. A *parameter server* holds the parameters: workers pull
+them, compute, and push their gradients; the server averages, updates and serves the new parameters. It is simple
+and elastic, but every byte goes through the server's link, whose traffic grows with the number of workers N. With
+*all-reduce* every worker keeps a replica and the workers average their gradients among themselves (DDP does this);
+a ring all-reduce makes each worker send and receive 2(N-1)/N times the gradient size, whatever N.
+
+Here rank 0 is a pure server, not a worker: the parameter-server runs use N + 1 processes for N workers, all-reduce
+runs N. Both schemes give the same plain-SGD trajectory for the same data and seed (checked: losses and final
+weights). Parameter-server bytes are counted exactly at every send and receive (flat float32 tensors, one message
+per worker and direction per step). All-reduce bytes on the wire cannot be observed with gloo: the lab counts the
+payload each rank hands to ``all_reduce`` (one gradient per step) and reports the ring algorithm's 2(N-1)/N times
+it, labelled as theoretical. Step times are the slowest rank's, median over the steps after warm-up.
+
+Example:
+    ignite-ddl allreduce-vs-ps --workers 2,4 --sizes 64,512
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+import torch.distributed as dist
+from ignite.utils import manual_seed
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.data import synthetic_images
+from ignite_ddl.labs import check, format_checks
+from ignite_ddl.labs._sgd import (
+    add_backend_arguments,
+    batch_share,
+    format_table,
+    int_list,
+    kib,
+    launch_lab,
+    median_step_s,
+    mlp,
+    now,
+)
+from ignite_ddl.recorder import gather_objects
+
+NAME = "allreduce-vs-ps"
+HELP = "gradient all-reduce vs a parameter server: same SGD trajectory; step time and bytes through the busiest rank"
+
+SHAPE = (1, 4, 8)  # 32 input features
+SEED = 543
+SCHEMES = ("ps", "all-reduce")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int_list, default=[2, 4], help="worker counts, each >= 2 (default 2,4)")
+    parser.add_argument("--sizes", type=int_list, default=[64, 512], help="MLP widths: model sizes (default 64,512)")
+    parser.add_argument("--steps", type=int, default=20, help="SGD steps (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="first steps left out of step times (default 3)")
+    parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split over the workers (64)")
+    parser.add_argument("--lr", type=float, default=0.2, help="SGD learning rate (default 0.2)")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |difference| of losses and weights")
+    add_backend_arguments(parser)
+
+
+class Traffic:
+    """Bytes this rank sends and receives point-to-point, and hands to all_reduce, counted at each call."""
+
+    def __init__(self) -> None:
+        self.sent = self.received = self.all_reduced = 0
+
+    def counts(self) -> dict[str, int]:
+        return {"sent": self.sent, "received": self.received, "all_reduced": self.all_reduced}
+
+    def isend(self, tensor: torch.Tensor, dst: int) -> dist.Work:
+        self.sent += tensor.numel() * tensor.element_size()
+        return dist.isend(tensor, dst)
+
+    def irecv(self, tensor: torch.Tensor, src: int) -> dist.Work:
+        self.received += tensor.numel() * tensor.element_size()
+        return dist.irecv(tensor, src)
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        self.all_reduced += tensor.numel() * tensor.element_size()  # the payload: gloo's wire bytes are not seen
+        dist.all_reduce(tensor)
+
+
+def _grads(params: list[nn.Parameter]) -> torch.Tensor:
+    return parameters_to_vector([p.grad for p in params])
+
+
+def _set_grads(params: list[nn.Parameter], flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+class Replica:
+    """One rank's model and optimizer, and the local step of a worker on its shard of each global batch."""
+
+    def __init__(self, width: int, steps: int, batch_size: int, lr: float):
+        self.device = idist.device()
+        manual_seed(SEED)  # the same initial weights on every rank
+        self.model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], width, 3).to(self.device)
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.SGD(self.params, lr=lr)
+        self.data = synthetic_images(steps * batch_size, 10, SHAPE, SEED).tensors
+        self.batch_size = batch_size
+
+    def gradient(self, step: int, worker: int, workers: int) -> tuple[torch.Tensor, float]:
+        """Flat gradient of this worker's contiguous share of global batch ``step``, and its loss."""
+        x, y = batch_share(self.data, step, self.batch_size, worker, workers, self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        return _grads(self.params), loss.item()
+
+    def update(self, mean_gradient: torch.Tensor) -> None:
+        _set_grads(self.params, mean_gradient)
+        self.optimizer.step()
+
+    def weights(self) -> torch.Tensor:
+        return parameters_to_vector(self.params).detach()
+
+
+def _ps_step(replica: Replica, traffic: Traffic, step: int) -> float | None:
+    """One step with rank 0 as the server: pull parameters, compute, push gradients, average and update."""
+    rank, workers = idist.get_rank(), idist.get_world_size() - 1
+    flat = replica.weights()
+    if rank == 0:
+        for work in [traffic.isend(flat, w) for w in range(1, workers + 1)]:
+            work.wait()
+        grads = [torch.empty_like(flat) for _ in range(workers)]
+        for work in [traffic.irecv(g, w) for w, g in enumerate(grads, 1)]:
+            work.wait()
+        replica.update(torch.stack(grads).mean(0))
+        return None
+    traffic.irecv(flat, 0).wait()
+    vector_to_parameters(flat, replica.params)
+    grad, loss = replica.gradient(step, rank - 1, workers)
+    traffic.isend(grad, 0).wait()
+    return loss
+
+
+def _all_reduce_step(replica: Replica, traffic: Traffic, step: int) -> float:
+    """One step where every rank is a worker: all-reduce the gradients and update the own replica."""
+    workers = idist.get_world_size()
+    grad, loss = replica.gradient(step, idist.get_rank(), workers)
+    traffic.all_reduce(grad)
+    replica.update(grad / workers)
+    return loss
+
+
+def train(
+    local_rank: int, config: TrainConfig, scheme: str, widths: list[int], steps: int, batch_size: int, lr: float
+) -> dict[int, dict[str, Any]]:
+    """Train with ``scheme`` once per width; rank 0 returns, per width, every rank's losses, step times and bytes."""
+    step_fn = _ps_step if scheme == "ps" else _all_reduce_step
+    out = {}
+    for width in widths:
+        replica, traffic = Replica(width, steps, batch_size, lr), Traffic()
+        initial = replica.weights().clone()
+        losses, times = [], []
+        for step in range(steps):
+            start = now(replica.device)
+            losses.append(step_fn(replica, traffic, step))
+            times.append(now(replica.device) - start)
+        ranks = gather_objects({"losses": losses, "times": times, **traffic.counts()})
+        final = replica.weights()
+        out[width] = {
+            "ranks": ranks, "params": final.numel(), "model_bytes": final.numel() * final.element_size(),
+            "moved": (final - initial).abs().max().item(),
+            "final": final.cpu().tolist(),  # a list of floats: plain data crosses back to the parent process
+        }  # fmt: skip
+    return out
+
+
+def _summary(scheme: str, workers: int, width: int, run: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
+    """One run's figures: mean loss over the workers per step, slowest rank's median step, bytes per step."""
+    ranks = run["ranks"]
+    worker_ranks = ranks[1:] if scheme == "ps" else ranks
+    if scheme == "ps":  # counted at every send and receive
+        busiest = max(range(len(ranks)), key=lambda i: ranks[i]["sent"] + ranks[i]["received"])
+        sends, receives = ranks[busiest]["sent"] / steps, ranks[busiest]["received"] / steps
+        source = "counted"
+    else:  # every rank moves the same; the ring algorithm's share of the payload, as no byte on the wire is seen
+        busiest = None
+        sends = receives = 2 * (workers - 1) / workers * max(r["all_reduced"] for r in ranks) / steps
+        source = "2(N-1)/N x payload (theory)"
+    return {
+        "scheme": scheme, "workers": workers, "processes": len(ranks), "width": width, "params": run["params"],
+        "model_bytes": run["model_bytes"], "moved": run["moved"], "final": run["final"],
+        "losses": [statistics.fmean(r["losses"][k] for r in worker_ranks) for k in range(steps)],
+        "step_s": median_step_s([r["times"] for r in ranks], warmup),
+        "busiest_rank": busiest, "sends_per_step": sends, "receives_per_step": receives, "bytes_source": source,
+        "all_reduce_payload_per_step": max(r["all_reduced"] for r in ranks) / steps,
+    }  # fmt: skip
+
+
+def _compare(ps: dict[str, Any], ar: dict[str, Any]) -> dict[str, Any]:
+    """How far apart the two schemes' trajectories end (takes the final weights out of both rows)."""
+    ps_final, ar_final = torch.tensor(ps.pop("final")), torch.tensor(ar.pop("final"))
+    return {
+        "workers": ps["workers"], "width": ps["width"], "moved": ar["moved"],
+        "loss_first": ar["losses"][0], "loss_last": ar["losses"][-1],
+        "loss_diff": max(abs(a - b) for a, b in zip(ps["losses"], ar["losses"])),
+        "weight_diff": (ps_final - ar_final).abs().max().item(),
+    }  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if min(args.workers) < 2:
+        raise ConfigError("--workers: each count must be >= 2 (one worker has nothing to aggregate)")
+    bad = [n for n in args.workers if args.batch_size % n]
+    if bad:
+        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {bad} workers")
+    widths = sorted(set(args.sizes))
+    rows, pairs = [], []
+    for workers in sorted(set(args.workers)):
+        got = {}
+        for scheme in SCHEMES:
+            procs = workers + 1 if scheme == "ps" else workers  # the server is a process of its own
+            runs = launch_lab(train, args, procs, scheme, widths, args.steps, args.batch_size, args.lr)
+            got[scheme] = {w: _summary(scheme, workers, w, runs[w], args.steps, args.warmup) for w in widths}
+        for w in widths:
+            rows += [got["ps"][w], got["all-reduce"][w]]
+            pairs.append(_compare(got["ps"][w], got["all-reduce"][w]))
+    result = {"lab": NAME, "steps": args.steps, "global_batch": args.batch_size, "lr": args.lr,
+              "tolerance": args.tolerance, "server": "rank 0 is a pure server (N workers: N + 1 processes)",
+              "rows": rows, "pairs": pairs}  # fmt: skip
+    result["checks"] = _checks(result)
+    return result
+
+
+def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    tol, rows, pairs = result["tolerance"], result["rows"], result["pairs"]
+    ps = [r for r in rows if r["scheme"] == "ps"]
+    ar = [r for r in rows if r["scheme"] == "all-reduce"]
+    worst = max(pairs, key=lambda p: max(p["loss_diff"], p["weight_diff"]))
+    exact_ps = all(r["sends_per_step"] == r["receives_per_step"] == r["workers"] * r["model_bytes"] for r in ps)
+    grows = all(
+        a["sends_per_step"] < b["sends_per_step"]
+        for a in ps for b in ps if a["width"] == b["width"] and a["workers"] < b["workers"]
+    )  # fmt: skip
+    one_payload = all(r["all_reduce_payload_per_step"] == r["model_bytes"] for r in ar)
+    return [
+        check(
+            "parameter server and all-reduce follow the same SGD trajectory (losses and final weights)",
+            all(p["loss_diff"] <= tol and p["weight_diff"] <= tol and p["moved"] > 100 * tol for p in pairs),
+            f"worst: {worst['workers']} workers, width {worst['width']}: max |dloss| {worst['loss_diff']:.1e}, "
+            f"max |dw| {worst['weight_diff']:.1e} (tolerance {tol:g}; each run moved some weight by "
+            f"{min(p['moved'] for p in pairs):.1e} or more)",
+        ),
+        check(
+            "the server's traffic grows with the workers: N x model size each way per step (counted)",
+            exact_ps and grows,
+            ", ".join(f"N={r['workers']} width {r['width']}: {kib(r['sends_per_step'])}" for r in ps),
+        ),
+        check(
+            "all-reduce: each rank hands one model-size gradient per step to all_reduce, whatever N (counted); "
+            "a ring moves 2(N-1)/N x that each way (theoretical, below 2x model size)",
+            one_payload and all(r["sends_per_step"] < 2 * r["model_bytes"] for r in ar),
+            ", ".join(f"N={r['workers']} width {r['width']}: {kib(r['sends_per_step'])}" for r in ar),
+        ),
+    ]
+
+
+def format_result(result: dict[str, Any]) -> str:
+    rows = [
+        [r["scheme"], r["workers"], r["processes"], r["width"], r["params"], kib(r["model_bytes"]),
+         f"{r['step_s'] * 1e3:.2f}", "server (0)" if r["busiest_rank"] == 0 else "each",
+         kib(r["sends_per_step"]), kib(r["receives_per_step"]), r["bytes_source"]]
+        for r in result["rows"]
+    ]  # fmt: skip
+    pairs = [
+        [p["workers"], p["width"], f"{p['loss_first']:.4f} -> {p['loss_last']:.4f}", f"{p['loss_diff']:.1e}",
+         f"{p['weight_diff']:.1e}"]
+        for p in result["pairs"]
+    ]  # fmt: skip
+    return "\n".join([
+        f"{NAME}: plain SGD, {result['steps']} steps, global batch {result['global_batch']}, MLP of 3 Linear layers "
+        f"(width below); {result['server']}",
+        format_table(["scheme", "workers", "procs", "width", "params", "model", "step ms", "busiest rank",
+                      "sends/step", "receives/step", "bytes"], rows),
+        "",
+        format_table(["workers", "width", "loss (all-reduce)", "max|dloss| PS-AR", "max|dw| PS-AR"], pairs),
+        format_checks(result),
+    ])  # fmt: skip

@@ -1,0 +1,244 @@
+"""ddp-sgd: N-process DDP takes exactly the SGD steps of one process with the same global batch.
+
+What it teaches: mini-batch SGD moves the weights by the mean of the per-sample gradients of a batch B. Data
+parallelism splits B into N local batches and averages the N local gradients (DDP all-reduces them), which is exactly
+the gradient of B: N processes with global batch B take the steps of one process with batch B, up to float rounding.
+BatchNorm is the known exception: each rank normalises with the statistics of its own local batch, not of B.
+SyncBatchNorm computes the statistics over the global batch and restores the equality.
+
+Every run goes the Ignite way (``idist.auto_model`` / ``auto_optim`` / ``auto_dataloader`` and the suite's trainer
+step) with plain SGD on unshuffled data, so batch k holds the same samples whatever the number of processes.
+On CPU, torch refuses SyncBatchNorm at three levels (DistributedDataParallel's constructor, SyncBatchNorm's
+``forward``, and its kernels, which have no CPU implementation); the lab records each refusal and shows the claim
+with :class:`GlobalBatchNorm2d`, a stand-in computing what SyncBatchNorm computes with a differentiable all-reduce.
+On GPUs it uses the real SyncBatchNorm through ``idist.auto_model(model, sync_bn=True)``.
+
+Example:
+    ignite-ddl ddp-sgd --procs 1,2,4 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+import torch.distributed as dist
+from ignite.utils import manual_seed
+from torch import nn
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.data import synthetic_images
+from ignite_ddl.labs import check, format_checks
+from ignite_ddl.labs._sgd import (
+    add_backend_arguments,
+    first_sentence,
+    format_table,
+    int_list,
+    launch_lab,
+    max_abs_diff,
+    weights,
+)
+from ignite_ddl.models import small_cnn
+from ignite_ddl.trainer import create_trainer, place_model
+
+NAME = "ddp-sgd"
+HELP = "N-process DDP = one-process SGD with the same global batch; BatchNorm breaks it, SyncBatchNorm restores it"
+
+IMAGE = (3, 16, 16)
+SEED = 543
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--procs", type=int_list, default=[1, 2, 4], help="process counts (default 1,2,4)")
+    parser.add_argument("--steps", type=int, default=5, help="SGD steps (default 5)")
+    parser.add_argument("--batch-size", type=int, default=32, help="GLOBAL batch, divisible by every count")
+    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |weight difference| allowed (1e-5)")
+    add_backend_arguments(parser)
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """all_reduce(SUM) with a gradient: every rank's output depends on every rank's input, so the backward pass
+    sums the incoming gradients over the ranks too."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class GlobalBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d normalising with the mean and variance of the global batch (all ranks' samples) in training:
+    what SyncBatchNorm computes, written with plain collectives so that it also runs on CPU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or idist.get_world_size() == 1:
+            return super().forward(x)
+        dims, shape = [0, 2, 3], (1, -1, 1, 1)
+        count = _SumOverRanks.apply(torch.tensor(float(x.numel() // x.shape[1]), device=x.device))
+        mean = _SumOverRanks.apply(x.sum(dims)) / count
+        centred = x - mean.view(shape)
+        var = _SumOverRanks.apply(centred.pow(2).sum(dims)) / count
+        with torch.no_grad():  # running statistics as BatchNorm keeps them: unbiased variance
+            self.num_batches_tracked += 1
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * count / (count - 1), self.momentum)
+        return centred * torch.rsqrt(var + self.eps).view(shape) * self.weight.view(shape) + self.bias.view(shape)
+
+
+def bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
+    """A small CNN with a normalisation layer (``norm``) after each convolution."""
+    return nn.Sequential(
+        nn.Conv2d(IMAGE[0], 16, 3, padding=1), norm(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), norm(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(), nn.Linear(32 * 4, 10),
+    )  # fmt: skip
+
+
+def sync_bn_refusals(ddp_error: BaseException) -> list[dict[str, str]]:
+    """Why SyncBatchNorm cannot run on this device: DDP's refusal, then the layer's own and its kernel's."""
+    reasons = [{"by": "DistributedDataParallel", "message": first_sentence(ddp_error)}]
+    x = torch.randn(4, 2, 3, 3)
+    attempts = {
+        "SyncBatchNorm.forward": lambda: nn.SyncBatchNorm(2)(x),  # refused before any collective: no rank waits
+        "torch.batch_norm_stats": lambda: torch.batch_norm_stats(x, 1e-5),
+    }
+    for who, attempt in attempts.items():
+        try:
+            attempt()
+        except (ValueError, NotImplementedError, RuntimeError) as e:
+            reasons.append({"by": who, "message": first_sentence(e)})
+    return reasons
+
+
+def _train(model: nn.Module, data: torch.utils.data.Dataset, batch_size: int, lr: float) -> dict[str, torch.Tensor]:
+    # No shuffling: the sampler gives rank r samples r, r + N, ..., so batch k holds the same samples for any N.
+    loader = idist.auto_dataloader(data, batch_size=batch_size, shuffle=False)
+    optimizer = idist.auto_optim(torch.optim.SGD(model.parameters(), lr=lr))
+    create_trainer(model, optimizer, nn.CrossEntropyLoss(), idist.device()).run(loader, max_epochs=1)
+    return weights(model)
+
+
+def train_variants(
+    local_rank: int, config: TrainConfig, steps: int, batch_size: int, lr: float, reference: dict | None = None
+) -> dict[str, Any]:
+    """Train each model variant for ``steps`` steps on this rank and return the final weights of each.
+
+    Given ``reference`` (the one-process run's weights), it returns each variant's max |weight difference| from
+    the reference instead: a few numbers, not whole models, cross back to the parent process.
+    """
+    data = synthetic_images(steps * batch_size, 10, IMAGE, SEED)
+    no_sync = dataclasses.replace(config, sync_bn=False)
+    manual_seed(SEED)
+    model = small_cnn(IMAGE[0], 10)
+    start = weights(model)
+    final = {"plain": _train(place_model(model, no_sync), data, batch_size, lr)}
+    manual_seed(SEED)
+    final["batchnorm"] = _train(place_model(bn_cnn(), no_sync), data, batch_size, lr)
+    result = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
+    if idist.get_world_size() > 1:
+        manual_seed(SEED)
+        try:
+            model = place_model(bn_cnn(), dataclasses.replace(config, sync_bn=True))
+            result["sync_bn"] = {"layer": "SyncBatchNorm", "refusals": []}
+        except ValueError as e:  # DDP refuses SyncBatchNorm in CPU modules
+            manual_seed(SEED)
+            model = place_model(bn_cnn(GlobalBatchNorm2d), no_sync)
+            result["sync_bn"] = {"layer": "GlobalBatchNorm2d (stand-in)", "refusals": sync_bn_refusals(e)}
+        # Synchronised statistics are those of the global batch: the one-process BatchNorm run is their reference.
+        final["sync_bn"] = _train(model, data, batch_size, lr)
+    if reference is None:
+        return {**result, "final": final}
+    ref = {**reference, "sync_bn": reference["batchnorm"]}
+    return {**result, "diff": {variant: max_abs_diff(w, ref[variant]) for variant, w in final.items()}}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    procs = sorted(set(args.procs) - {1})
+    bad = [n for n in procs if args.batch_size % n]
+    if bad:
+        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {bad} processes")
+    reference = launch_lab(train_variants, args, 1, args.steps, args.batch_size, args.lr)
+    rows = []
+    for n in procs:
+        got = launch_lab(train_variants, args, n, args.steps, args.batch_size, args.lr, reference["final"])
+        sync_bn = got["sync_bn"]
+        rows.append({"procs": n, "per_rank_batch": args.batch_size // n, **got["diff"], "device": got["device"],
+                     "sync_bn_layer": sync_bn["layer"], "sync_bn_refusals": sync_bn["refusals"]})  # fmt: skip
+    result = {
+        "lab": NAME, "steps": args.steps, "global_batch": args.batch_size, "lr": args.lr, "tolerance": args.tolerance,
+        "device": rows[-1]["device"] if rows else reference["device"], "torch": torch.__version__,
+        "weights_moved": reference["moved"], "runs": rows,
+    }  # fmt: skip
+    result["checks"] = _checks(result)
+    return result
+
+
+def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    tol, rows = result["tolerance"], result["runs"]
+    if not rows:
+        return [check("at least one process count above 1 to compare with one process", False, "got only 1")]
+
+    def diffs(key: str) -> str:
+        return ", ".join(f"{r['procs']} procs {r[key]:.1e}" for r in rows)
+
+    moved = result["weights_moved"]
+    checks = [
+        check(
+            "without BatchNorm, N-process DDP reaches the weights of one process with the same global batch",
+            all(r["plain"] <= tol for r in rows) and moved > 100 * tol,
+            f"max |dw| {diffs('plain')} (tolerance {tol:g}; the steps moved weights by up to {moved:.1e})",
+        ),
+        check(
+            "with BatchNorm the equality breaks (each rank normalises with its own batch's statistics)",
+            all(r["batchnorm"] > 10 * tol for r in rows),
+            f"max |dw| {diffs('batchnorm')}",
+        ),
+    ]
+    refusals = rows[0]["sync_bn_refusals"]
+    if refusals:
+        checks.append(
+            check(
+                f"SyncBatchNorm cannot run on {result['device']} with torch {result['torch']} (refused by torch)",
+                True,
+                "refused by " + ", ".join(reason["by"] for reason in refusals),
+            )
+        )
+    checks.append(
+        check(
+            f"statistics of the global batch restore the equality ({rows[0]['sync_bn_layer']})",
+            all(r["sync_bn"] <= tol for r in rows),
+            f"max |dw| {diffs('sync_bn')}",
+        )
+    )
+    return checks
+
+
+def format_result(result: dict[str, Any]) -> str:
+    rows = [
+        [r["procs"], r["per_rank_batch"], f"{r['plain']:.1e}", f"{r['batchnorm']:.1e}", f"{r['sync_bn']:.1e}"]
+        for r in result["runs"]
+    ]
+    lines = [
+        f"{NAME}: {result['steps']} plain-SGD steps (lr {result['lr']}), global batch {result['global_batch']}, "
+        f"unshuffled {'x'.join(map(str, IMAGE))} synthetic images; each run compared with 1 process",
+        format_table(["procs", "batch/rank", "no BN max|dw|", "BatchNorm max|dw|", "global-stats BN max|dw|"], rows),
+    ]
+    if result["runs"]:
+        lines.append(f"global-stats BN layer: {result['runs'][0]['sync_bn_layer']}")
+        refusals = result["runs"][0]["sync_bn_refusals"]
+        if refusals:
+            lines.append(f"SyncBatchNorm is refused on {result['device']} (torch {result['torch']}):")
+            lines += [f"  - {reason['by']}: {reason['message']}" for reason in refusals]
+    lines.append(format_checks(result))
+    return "\n".join(lines)

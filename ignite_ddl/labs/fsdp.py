@@ -1,0 +1,177 @@
+"""fsdp: DDP vs fully sharded data parallel (torch's FSDP2, ``torch.distributed.fsdp.fully_shard``).
+
+What it teaches: DDP keeps a full replica on every rank (parameters, gradients and optimizer state), so the model
+must fit on one device. Sharded data parallelism (ZeRO-3, FSDP) gives each of the N ranks a 1/N shard of all three;
+before a layer computes, its parameters are all-gathered and freed again after use, and gradients are reduce-scattered
+so that each rank only keeps (and updates) its own shard. It trades memory for communication: the advice is to try
+DDP first, and FSDP when the model does not fit.
+
+The lab trains the same MLP (several Linear layers, Adam, whose two moments per parameter make the optimizer state
+twice the parameters) with DDP (``idist.auto_model``, gradients as views of DDP's buckets so they are not held twice)
+and with FSDP2 (each Linear layer and the whole model passed to ``fully_shard``), on the same data and seed. It
+counts the bytes each rank holds between steps for parameters, gradients and optimizer state (the local shard of
+every DTensor), times the steps, and checks the loss trajectories agree. FSDP2 and the classic
+``FullyShardedDataParallel`` both run on CPU with gloo in torch 2.15; FSDP2 is used because its parameters are
+DTensors, whose local shards can be counted directly (classic FSDP flattens them). The figures are what a rank keeps:
+while a layer runs, FSDP also holds that layer's gathered parameters (``largest_layer_bytes``).
+
+Example:
+    ignite-ddl fsdp --nproc-per-node 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.utils import manual_seed
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.data import synthetic_images
+from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.labs._sgd import batch_share, format_table, kib, launch_lab, local_bytes, median_step_s, mlp, now
+from ignite_ddl.recorder import gather_objects
+
+NAME = "fsdp"
+HELP = "DDP vs FSDP (fully_shard): bytes per rank for parameters, gradients, optimizer state; step time; same losses"
+
+SHAPE = (1, 4, 8)  # 32 input features
+SEED = 543
+MODES = ("ddp", "fsdp")
+PARTS = ("params", "grads", "optimizer")
+SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divide by N leaves one rank a little more
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_launch_arguments(parser)
+    parser.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
+    parser.add_argument("--layers", type=int, default=4, help="Linear layers, at least 2 (default 4)")
+    parser.add_argument("--steps", type=int, default=8, help="Adam steps (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of step times (default 2)")
+    parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch (default 64)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |loss difference| allowed (1e-5)")
+
+
+def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
+    if mode == "ddp":
+        return idist.auto_model(model, gradient_as_bucket_view=True)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)  # one unit per layer: only the running layer's parameters are gathered at a time
+    return fully_shard(model)
+
+
+def train(
+    local_rank: int, config: TrainConfig, mode: str, width: int, layers: int, steps: int, batch_size: int, lr: float
+) -> dict[str, Any]:
+    """Train with ``mode`` (ddp | fsdp); rank 0 returns every rank's losses, step times and bytes held."""
+    rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
+    manual_seed(SEED)
+    model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], width, layers).to(device)
+    largest_layer = max(local_bytes(m.parameters()) for m in model if isinstance(m, nn.Linear))
+    model = _wrap(model, mode)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    data = synthetic_images(steps * batch_size, 10, SHAPE, SEED).tensors
+    losses, times = [], []
+    for step in range(steps):
+        start = now(device)
+        x, y = batch_share(data, step, batch_size, rank, world, device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        times.append(now(device) - start)
+    held = {  # after the last step, as they stay until the next one
+        "params": local_bytes(model.parameters()),
+        "grads": local_bytes(p.grad for p in model.parameters()),
+        "optimizer": local_bytes(t for state in optimizer.state.values() for t in state.values()),
+    }
+    ranks = gather_objects({"losses": losses, "times": times, "bytes": held})
+    return {"ranks": ranks, "largest_layer_bytes": largest_layer}
+
+
+def _summary(mode: str, run: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
+    ranks = run["ranks"]
+    per_rank = [{**r["bytes"], "total": sum(r["bytes"].values())} for r in ranks]
+    return {
+        "mode": mode,
+        "bytes_per_rank": per_rank,
+        "max_rank_bytes": {part: max(r[part] for r in per_rank) for part in (*PARTS, "total")},
+        "losses": [statistics.fmean(r["losses"][k] for r in ranks) for k in range(steps)],
+        "step_s": median_step_s([r["times"] for r in ranks], warmup),
+        "largest_layer_bytes": run["largest_layer_bytes"],
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.nproc_per_node < 2:
+        raise ConfigError("--nproc-per-node must be >= 2: one process has nothing to shard")
+    if args.layers < 2:
+        raise ConfigError("--layers must be >= 2")
+    if args.batch_size % args.nproc_per_node:
+        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {args.nproc_per_node} processes")
+    n = args.nproc_per_node
+    modes = {
+        mode: _summary(
+            mode, launch_lab(train, args, n, mode, args.width, args.layers, args.steps, args.batch_size, args.lr),
+            args.steps, args.warmup,
+        )
+        for mode in MODES
+    }  # fmt: skip
+    ddp, fsdp = modes["ddp"], modes["fsdp"]
+    result = {
+        "lab": NAME, "processes": n, "width": args.width, "layers": args.layers, "steps": args.steps,
+        "global_batch": args.batch_size, "tolerance": args.tolerance, "api": "torch.distributed.fsdp.fully_shard",
+        "modes": modes,
+        "loss_diff": max(abs(a - b) for a, b in zip(ddp["losses"], fsdp["losses"])),
+        "ratio": {part: fsdp["max_rank_bytes"][part] / ddp["max_rank_bytes"][part] for part in (*PARTS, "total")},
+    }  # fmt: skip
+    result["checks"] = _checks(result)
+    return result
+
+
+def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    n, ddp, fsdp = result["processes"], result["modes"]["ddp"], result["modes"]["fsdp"]
+    shards_add_up = all(
+        sum(r[part] for r in fsdp["bytes_per_rank"]) == ddp["max_rank_bytes"][part] for part in ("params", "grads")
+    )
+    about_1_over_n = all(result["ratio"][part] <= SHARD_SLACK / n for part in PARTS)
+    ratios = ", ".join(f"{part} {result['ratio'][part]:.3f}" for part in (*PARTS, "total"))
+    return [
+        check(
+            f"FSDP holds about 1/{n} of DDP's bytes per rank for parameters, gradients and optimizer state",
+            about_1_over_n and shards_add_up,
+            f"FSDP / DDP, busiest rank: {ratios} (1/{n} = {1 / n:.3f}); parameter and gradient shards add up to "
+            f"the model: {shards_add_up}",
+        ),
+        check(
+            "DDP and FSDP follow the same loss trajectory",
+            result["loss_diff"] <= result["tolerance"],
+            f"max |dloss| {result['loss_diff']:.1e} over {result['steps']} steps (tolerance {result['tolerance']:g})",
+        ),
+    ]
+
+
+def format_result(result: dict[str, Any]) -> str:
+    rows = []
+    for mode, m in result["modes"].items():
+        for rank, b in enumerate(m["bytes_per_rank"]):
+            rows.append([mode, rank, *(kib(b[part]) for part in (*PARTS, "total")), f"{m['step_s'] * 1e3:.2f}"])
+    ddp, fsdp = result["modes"]["ddp"], result["modes"]["fsdp"]
+    return "\n".join([
+        f"{NAME}: MLP of {result['layers']} Linear layers, width {result['width']}, Adam, {result['steps']} steps, "
+        f"global batch {result['global_batch']}, {result['processes']} processes; FSDP = {result['api']}",
+        format_table(["mode", "rank", "params", "grads", "optimizer", "total", "step ms"], rows),
+        f"held between steps; while a layer runs FSDP also holds its gathered parameters "
+        f"(largest layer {kib(fsdp['largest_layer_bytes'])})",
+        f"losses: DDP {ddp['losses'][0]:.4f} -> {ddp['losses'][-1]:.4f}, FSDP {fsdp['losses'][0]:.4f} -> "
+        f"{fsdp['losses'][-1]:.4f}",
+        format_checks(result),
+    ])  # fmt: skip
