@@ -34,6 +34,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import BasicTimeProfiler, HandlersTimeProfiler, Timer
 
 from ignite_ddl.config import PROFILERS
+from ignite_ddl.text import format_table
 
 
 class TimerProfiler:
@@ -156,14 +157,8 @@ def format_profile(kind: str, ranks: list[Any]) -> str:
             for row in r
             if isinstance(row["total_s"], float) and row["handler"] != "Total"
         ]
-    return _table(header, rows)
+    return format_table(header, rows)
 
 
 def _ms(seconds: Any) -> str:
     return f"{1e3 * seconds:.3f}" if isinstance(seconds, (int, float)) else str(seconds)
-
-
-def _table(header: tuple[str, ...], rows: list[tuple]) -> str:
-    cells = [tuple(map(str, header))] + [tuple(map(str, row)) for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)

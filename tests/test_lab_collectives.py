@@ -12,13 +12,11 @@ import pytest
 from conftest import check_ok, run, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import collectives
+from ignite_ddl.labs import collectives, parse_lab_args
 
 
 def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    collectives.add_arguments(parser)
-    return parser.parse_args(["--backend", "gloo", "--output-dir", str(tmp_path), *argv])
+    return parse_lab_args(collectives, "--backend", "gloo", "--output-dir", str(tmp_path), *argv)
 
 
 def test_every_collective_gives_the_expected_value_on_four_ranks(tmp_path):

@@ -10,12 +10,11 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import _sgd, claims_hold, ddp_sgd
-from ignite_ddl.labs._sgd import lab_args
+from ignite_ddl.labs import _sgd, claims_hold, ddp_sgd, parse_lab_args
 
 
 def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
-    args = lab_args(ddp_sgd, "--procs", "2,4", "--steps", "4", "--backend", "gloo", "--output-dir", str(tmp_path))
+    args = parse_lab_args(ddp_sgd, "--procs", "2,4", "--steps", "4", "--backend", "gloo", "--output-dir", str(tmp_path))
     result = ddp_sgd.run(args)
     assert claims_hold(result), ddp_sgd.format_result(result)
     assert [r["procs"] for r in result["runs"]] == [2, 4]
@@ -40,7 +39,7 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
 
 def test_refuses_a_batch_that_does_not_split(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot be split evenly over \[4\]"):
-        ddp_sgd.run(lab_args(ddp_sgd, "--procs", "4", "--batch-size", "30", "--output-dir", str(tmp_path)))
+        ddp_sgd.run(parse_lab_args(ddp_sgd, "--procs", "4", "--batch-size", "30", "--output-dir", str(tmp_path)))
 
 
 def test_shared_helpers_docstring_examples():

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from conftest import check_ok, run_cli
 
-from ignite_ddl.labs import claims_hold, fsdp
-from ignite_ddl.labs._sgd import lab_args
+from ignite_ddl.labs import claims_hold, fsdp, parse_lab_args
 
 
 def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
-    args = lab_args(fsdp, "--backend", "gloo", "--nproc-per-node", "3", "--width", "96", "--layers", "5",
+    args = parse_lab_args(fsdp, "--backend", "gloo", "--nproc-per-node", "3", "--width", "96", "--layers", "5",
                     "--steps", "4", "--batch-size", "48", "--output-dir", str(tmp_path))  # fmt: skip
     result = fsdp.run(args)
     assert claims_hold(result), fsdp.format_result(result)

@@ -6,12 +6,11 @@ import doctest
 
 from conftest import check_ok, run_cli
 
-from ignite_ddl.labs import claims_hold, raw_vs_ignite
-from ignite_ddl.labs._sgd import lab_args
+from ignite_ddl.labs import claims_hold, parse_lab_args, raw_vs_ignite
 
 
 def test_raw_and_ignite_reach_the_same_weights_on_three_processes(tmp_path):
-    args = lab_args(raw_vs_ignite, "--backend", "gloo", "--nproc-per-node", "3", "--batch-size", "30",
+    args = parse_lab_args(raw_vs_ignite, "--backend", "gloo", "--nproc-per-node", "3", "--batch-size", "30",
                     "--output-dir", str(tmp_path))  # fmt: skip
     result = raw_vs_ignite.run(args)
     assert claims_hold(result), raw_vs_ignite.format_result(result)

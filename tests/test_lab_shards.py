@@ -9,13 +9,11 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import shards
+from ignite_ddl.labs import parse_lab_args, shards
 
 
 def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    shards.add_arguments(parser)
-    return parser.parse_args(["--backend", "gloo", "--output-dir", str(tmp_path), *argv])
+    return parse_lab_args(shards, "--backend", "gloo", "--output-dir", str(tmp_path), *argv)
 
 
 def test_shards_of_100_samples_over_3_ranks(tmp_path):

@@ -10,13 +10,11 @@ from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.labs import speedup
+from ignite_ddl.labs import parse_lab_args, speedup
 
 
 def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    speedup.add_arguments(parser)
-    return parser.parse_args(["--output-dir", str(tmp_path), *argv])
+    return parse_lab_args(speedup, "--output-dir", str(tmp_path), *argv)
 
 
 def test_cli_strong_scaling_table(tmp_path):

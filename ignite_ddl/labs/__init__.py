@@ -42,6 +42,19 @@ def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int = 2) -> Non
     parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
 
 
+def parse_lab_args(lab: ModuleType, *argv: str) -> argparse.Namespace:
+    """A lab's options parsed from ``argv`` (defaults for the rest): ``lab.run(parse_lab_args(lab, ...))``.
+
+    Example:
+        >>> from ignite_ddl.labs import ddp_sgd
+        >>> parse_lab_args(ddp_sgd, "--procs", "1,2", "--steps", "3").procs
+        [1, 2]
+    """
+    parser = argparse.ArgumentParser(prog=lab.NAME)
+    lab.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
 def lab_modules() -> list[ModuleType]:
     """Every lab module of this package, in name order (modules named ``_*`` hold shared helpers, not labs)."""
     names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))

@@ -1,14 +1,9 @@
 """Shared pieces of the data-parallel labs (ddp-sgd, raw-vs-ignite, allreduce-vs-ps, dp-vs-ddp, fsdp): options,
-launching a lab's rank function on real process groups, models, byte counts, clocks and tables.
+launching a lab's rank function on real process groups, models, byte counts and clocks.
 
 Example:
-    >>> from ignite_ddl.labs import ddp_sgd
-    >>> lab_args(ddp_sgd, "--procs", "1,2", "--steps", "3").procs
-    [1, 2]
-    >>> print(format_table(["procs", "max |dw|"], [[2, "1e-08"], [4, "3e-08"]]))
-    procs  max |dw|
-        2     1e-08
-        4     3e-08
+    >>> int_list("1,2,4")
+    [1, 2, 4]
 """
 
 from __future__ import annotations
@@ -17,7 +12,6 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -26,7 +20,6 @@ from torch.distributed.tensor import DTensor
 
 from ignite_ddl.config import TrainConfig
 from ignite_ddl.launcher import launch
-from ignite_ddl.profilers import _table
 from ignite_ddl.recorder import device_synchronizer
 
 
@@ -45,13 +38,6 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     """``--backend`` and ``--output-dir``, for labs whose process counts come from an option of their own."""
     parser.add_argument("--backend", default="auto", help="gloo | nccl | auto (default auto: nccl on GPUs, else gloo)")
     parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
-
-
-def lab_args(lab: ModuleType, *argv: str) -> argparse.Namespace:
-    """A lab's options parsed from ``argv`` (defaults for the rest): ``lab.run(lab_args(lab, ...))`` in Python."""
-    parser = argparse.ArgumentParser(prog=lab.NAME)
-    lab.add_arguments(parser)
-    return parser.parse_args(list(argv))
 
 
 def launch_lab(fn: Callable[..., Any], args: argparse.Namespace, nproc: int, *fn_args: Any) -> Any:
@@ -124,11 +110,6 @@ def first_sentence(error: BaseException) -> str:
     """The first sentence of an exception's message (torch's dispatcher errors run to several paragraphs)."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text.split(". ")[0].rstrip(".")
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Right-aligned columns, two spaces apart, under a header line (the profiler tables' layout)."""
-    return _table(tuple(headers), [tuple(row) for row in rows])
 
 
 def kib(nbytes: float) -> str:

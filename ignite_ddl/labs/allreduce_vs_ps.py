@@ -37,7 +37,6 @@ from ignite_ddl.labs import check, format_checks
 from ignite_ddl.labs._sgd import (
     add_backend_arguments,
     batch_share,
-    format_table,
     int_list,
     kib,
     launch_lab,
@@ -46,6 +45,7 @@ from ignite_ddl.labs._sgd import (
     now,
 )
 from ignite_ddl.recorder import gather_objects
+from ignite_ddl.text import format_table
 
 NAME = "allreduce-vs-ps"
 HELP = "gradient all-reduce vs a parameter server: same SGD trajectory; step time and bytes through the busiest rank"

@@ -35,6 +35,7 @@ from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
 from ignite_ddl.launcher import launch
 from ignite_ddl.recorder import device_synchronizer, gather_objects
+from ignite_ddl.text import format_table
 
 NAME = "collectives"
 HELP = "run idist's collectives on every rank and check each result (--bench: measure their bandwidth)"
@@ -338,9 +339,8 @@ def _format_check(result: dict[str, Any]) -> str:
     cells = [[str(row["rank"]), *(_short(row[c]) for c in _CHECK_COLUMNS), "yes" if row["one_rank_only ran"] else "-",
               f"{(row['barrier left'] - row['barrier arrived']) * 1e3:.0f}"] for row in rows]  # fmt: skip
     header = ["rank", *(c.replace("all_reduce ", "") for c in _CHECK_COLUMNS), "one_rank_only", "barrier wait ms"]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     lines = [f"{len(rows)} ranks, backend {result['backend']}, device {result['device']}; input = rank + 1"]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in [header, *cells]]
+    lines.append(format_table(header, cells))
     lines.append(f"all_gather object (every rank): {rows[0]['all_gather object']}")
     lines.append(f"broadcast object: {rows[0]['broadcast object']} via {rows[0]['broadcast object via']}")
     return "\n".join(lines)

@@ -35,13 +35,13 @@ from ignite_ddl.labs import check, format_checks
 from ignite_ddl.labs._sgd import (
     add_backend_arguments,
     first_sentence,
-    format_table,
     int_list,
     launch_lab,
     max_abs_diff,
     weights,
 )
 from ignite_ddl.models import small_cnn
+from ignite_ddl.text import format_table
 from ignite_ddl.trainer import create_trainer, place_model
 
 NAME = "ddp-sgd"

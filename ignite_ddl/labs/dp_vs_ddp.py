@@ -37,10 +37,11 @@ from torch.nn.utils import parameters_to_vector
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.labs._sgd import format_table, launch_lab, mlp, now
+from ignite_ddl.labs._sgd import launch_lab, mlp, now
 from ignite_ddl.launcher import launch
 from ignite_ddl.models import build_model
 from ignite_ddl.recorder import gather_objects
+from ignite_ddl.text import format_table
 
 NAME = "dp-vs-ddp"
 HELP = "DataParallel vs DDP: peak memory per GPU and throughput on >= 2 GPUs; on CPU, what each one really does"

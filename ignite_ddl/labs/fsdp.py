@@ -34,8 +34,9 @@ from torch.distributed.fsdp import fully_shard
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.labs._sgd import batch_share, format_table, kib, launch_lab, local_bytes, median_step_s, mlp, now
+from ignite_ddl.labs._sgd import batch_share, kib, launch_lab, local_bytes, median_step_s, mlp, now
 from ignite_ddl.recorder import gather_objects
+from ignite_ddl.text import format_table
 
 NAME = "fsdp"
 HELP = "DDP vs FSDP (fully_shard): bytes per rank for parameters, gradients, optimizer state; step time; same losses"

@@ -42,9 +42,10 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.labs._sgd import format_table, max_abs_diff
+from ignite_ddl.labs._sgd import max_abs_diff
 from ignite_ddl.launcher import _in_fresh_thread, free_port, launch, plan_launch
 from ignite_ddl.models import ToyModel
+from ignite_ddl.text import format_table
 
 NAME = "raw-vs-ignite"
 HELP = "the DDP tutorial's ToyModel trained with raw torch.distributed and with Ignite: same weights, lines of code"
