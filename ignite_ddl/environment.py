@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import socket
@@ -20,13 +22,16 @@ def cpu_cores() -> int:
 
 
 def versions() -> dict[str, str]:
-    return {
+    found = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "ignite": ignite.__version__,
         "cuda": torch.version.cuda or "",
     }
+    if importlib.util.find_spec("torch_xla") is not None:
+        found["torch_xla"] = importlib.metadata.version("torch_xla")
+    return found
 
 
 def cpu_name() -> str:

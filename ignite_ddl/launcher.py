@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import multiprocessing as mp
@@ -31,10 +32,13 @@ import torch
 from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
+from ignite_ddl import xla
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.data import check_dataset
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.models import check_model
+
+xla.install()  # Ignite 0.5.5's XLA support on torch_xla's PJRT runtime (nothing happens without torch_xla)
 
 
 class RunFailed(RuntimeError):
@@ -77,7 +81,9 @@ def launched_externally(environ: Mapping[str, str] = os.environ) -> str | None:
 def tpu_available(environ: Mapping[str, str] = os.environ) -> bool:
     if importlib.util.find_spec("torch_xla") is None:
         return False
-    return environ.get("PJRT_DEVICE") == "TPU" or Path("/dev/accel0").exists() or "COLAB_TPU_ADDR" in environ
+    # TPU v2-v4 show as /dev/accel*, v5e and later as VFIO devices.
+    on_tpu = Path("/dev/accel0").exists() or any(Path("/dev/vfio").glob("[0-9]*"))
+    return environ.get("PJRT_DEVICE") == "TPU" or on_tpu or "COLAB_TPU_ADDR" in environ
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -123,8 +129,12 @@ def plan_launch(
                 f"nccl runs one process per GPU: {nproc} processes asked for, {cuda_devices} GPU(s) visible "
                 "(use gloo to put several processes on one device)"
             )
-    if backend == "xla-tpu" and importlib.util.find_spec("torch_xla") is None:
-        raise ConfigError("backend xla-tpu needs torch_xla (see README, section TPU)")
+    if backend == "xla-tpu":
+        if importlib.util.find_spec("torch_xla") is None:
+            raise ConfigError("backend xla-tpu needs torch_xla (see README, section TPU)")
+        if external or nnodes > 1:
+            raise ConfigError("xla-tpu runs one host's XLA devices, started by ignite-ddl itself (not torchrun/SLURM)")
+        nproc = world = xla.replicas(config.nproc_per_node, environ)
     if config.batch_size < world:
         raise ConfigError(f"batch_size is the global batch: {config.batch_size} cannot be split over {world} processes")
     if config.amp == "fp16" and cuda_devices == 0:
@@ -249,12 +259,16 @@ def _rank_main(
     _active_plan = plan
     _quiet_ignite_loggers()
     rank = idist.get_rank()
+    # Rank 0 sends its result from where it ran: pickling tensors runs torch ops, which must not happen in the
+    # forked main thread either (see _in_fresh_thread).
+    work = functools.partial(_call_and_send, fn, sender if rank == 0 else None)
     try:
-        if plan.mode == "spawn" and plan.start_method == "fork":
-            result = _in_fresh_thread(plan.threads, fn, local_rank, config, *args, **kwargs)
+        # PJRT already runs each XLA replica in a thread started after the fork, with its device set in that thread.
+        if plan.mode == "spawn" and plan.start_method == "fork" and plan.backend != "xla-tpu":
+            result = _in_fresh_thread(plan.threads, work, local_rank, config, *args, **kwargs)
         else:
             torch.set_num_threads(plan.threads)
-            result = fn(local_rank, config, *args, **kwargs)
+            result = work(local_rank, config, *args, **kwargs)
     except Exception as e:
         log_file = _log_file(config.output_dir, rank)
         os.makedirs(os.path.dirname(log_file), exist_ok=True)
@@ -263,7 +277,12 @@ def _rank_main(
         if plan.mode == "spawn":
             raise  # the parent reads the rank from the failed process's index
         raise RunFailed(rank, f"{type(e).__name__}: {e}", log_file) from e
-    if sender is not None and rank == 0:
+    return result
+
+
+def _call_and_send(fn: Callable, sender: Any, *args: Any, **kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    if sender is not None:
         sender.send(result)
     return result
 

@@ -4,8 +4,11 @@
 time spent waiting for the batch (``GET_BATCH_STARTED`` -> ``GET_BATCH_COMPLETED``), the time in the step
 (``ITERATION_STARTED`` -> ``ITERATION_COMPLETED``) and the samples in the batch. A train step that calls
 :meth:`StepRecorder.mark` also gets its step split into forward, backward (where DDP all-reduces gradients) and
-optimizer time. On CUDA the device is synchronised before each clock reading, on XLA the step is waited for, so
-asynchronous execution is not hidden. The first ``warmup`` iterations are recorded but left out of statistics.
+optimizer time. On CUDA the device is synchronised before each clock reading, so asynchronous execution is not
+hidden. On XLA a clock reading waits for the work launched so far and the step's end launches the pending graph
+first, so the step time includes its execution; forward and backward are then the time to trace them, and the
+optimizer phase (whose ``auto_optim`` step launches the graph) holds the device time of the whole step. The first
+``warmup`` iterations are recorded but left out of statistics.
 
 :meth:`StepRecorder.gather` (a collective: every rank calls it) returns plain data: per-rank statistics, global
 throughput (all ranks' samples over the measured window's wall time, never one rank's figure times the world
@@ -44,14 +47,18 @@ PHASES = ("forward", "backward", "optimizer")
 COLUMNS = ("iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples")
 
 
-def device_synchronizer(device: torch.device) -> Callable[[], None] | None:
-    """What makes the host wait until ``device`` has finished the work queued so far (None: nothing to wait for)."""
+def device_synchronizer(device: torch.device, launch: bool = False) -> Callable[[], None] | None:
+    """What makes the host wait until ``device`` has finished the work queued so far (None: nothing to wait for).
+
+    On XLA, work is queued when its lazy graph is launched: ``launch`` launches the pending one first (which ends
+    the graph there, so only where a step ends).
+    """
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     if device.type == "xla":
-        import torch_xla.core.xla_model as xm
+        from ignite_ddl import xla
 
-        return xm.wait_device_ops
+        return lambda: xla.wait(device, launch=launch)
     return None
 
 
@@ -73,7 +80,8 @@ class StepRecorder:
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
         self.warmup = warmup
-        self._sync = device_synchronizer(device if device is not None else idist.device())
+        device = device if device is not None else idist.device()
+        self._sync, self._sync_end = device_synchronizer(device), device_synchronizer(device, launch=True)
         self._samples = samples
         self.rows: list[tuple] = []
         self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
@@ -89,13 +97,13 @@ class StepRecorder:
 
     def mark(self, phase: str) -> None:
         """Called by a train step at the end of ``phase`` (one of :data:`PHASES`)."""
-        now = self._now()
+        now = self._now(self._sync)
         self._phases[phase] = now - self._last_mark
         self._last_mark = now
 
-    def _now(self) -> float:
-        if self._sync is not None:
-            self._sync()
+    def _now(self, sync: Callable[[], None] | None) -> float:
+        if sync is not None:
+            sync()
         return time.perf_counter()
 
     def _on_batch_started(self) -> None:
@@ -109,7 +117,7 @@ class StepRecorder:
         self._step_start = self._last_mark = time.perf_counter()
 
     def _on_iteration_completed(self, engine: Engine) -> None:
-        end = self._now()
+        end = self._now(self._sync_end)
         state = engine.state
         phases = tuple(self._phases.get(p, math.nan) for p in PHASES)
         warmup = int(len(self.rows) < self.warmup)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
+import numpy as np
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver, PiecewiseLinear, ProgressBar, global_step_from_engine
@@ -41,6 +43,20 @@ from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
 from ignite_ddl.results import SCHEMA_VERSION, write_json
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch; XLA's generator only on XLA ranks.
+
+    Ignite's ``manual_seed`` also seeds XLA wherever torch_xla is installed, which starts the XLA runtime (and takes
+    the TPU) in every process, gloo ranks included.
+    """
+    if idist.backend() == "xla-tpu":
+        manual_seed(seed)
+        return
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
@@ -145,7 +161,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
     rank, world = idist.get_rank(), idist.get_world_size()
     out = Path(config.output_dir)
     log = rank_logger(out, rank)
-    manual_seed(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
+    seed_everything(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
     device = idist.device()
 
     loaders = build_loaders(config)

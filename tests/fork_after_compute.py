@@ -14,7 +14,8 @@ from ignite_ddl import TrainConfig, launch
 
 def matmul(local_rank: int, config: TrainConfig) -> dict:
     x = torch.randn(1500, 1500)
-    return {"threads": torch.get_num_threads(), "finite": bool(torch.isfinite(x @ x).all())}
+    # a large tensor in the result: pickling it for the parent runs a parallel torch op too
+    return {"threads": torch.get_num_threads(), "finite": bool(torch.isfinite(x @ x).all()), "w": torch.ones(100_000)}
 
 
 if __name__ == "__main__":
@@ -22,4 +23,5 @@ if __name__ == "__main__":
     x = torch.randn(2000, 2000)
     (x @ x).sum()  # an OpenMP parallel region in the parent before forking
     config = TrainConfig(backend="gloo", nproc_per_node=1, threads=2, start_method="fork", output_dir=sys.argv[1])
-    print(launch(matmul, config))
+    result = launch(matmul, config)
+    print({"threads": result["threads"], "finite": result["finite"], "w": float(result["w"].sum())})

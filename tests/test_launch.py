@@ -63,7 +63,7 @@ def test_two_nodes_on_loopback(tmp_path):
 def test_fork_after_multithreaded_compute_does_not_hang(tmp_path):
     result = run_script("fork_after_compute.py", str(tmp_path), timeout=60)
     check_ok(result)
-    assert "{'threads': 2, 'finite': True}" in result.stdout
+    assert "{'threads': 2, 'finite': True, 'w': 100000.0}" in result.stdout
 
 
 def test_launch_returns_rank0_result(tmp_path):
