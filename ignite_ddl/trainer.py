@@ -194,17 +194,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
     epochs = EpochLog(loaders, evaluator, tb, log, recorder)
     epochs.attach(trainer)
 
-    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
-    checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
-    if config.checkpoint_every:
-        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config.checkpoint_every), checkpoint)
-    trainer.add_event_handler(Events.COMPLETED, _save_final, checkpoint, config.checkpoint_every)
-    best = Checkpoint(
-        {"model": model}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best", n_saved=1,
-        score_function=Checkpoint.get_default_score_fn("accuracy"), score_name="val_accuracy",
-        global_step_transform=global_step_from_engine(trainer),
-    )  # fmt: skip
-    evaluator.add_event_handler(Events.COMPLETED, best)
+    checkpoint = attach_checkpoints(trainer, evaluator, to_save, out, config.checkpoint_every)
     if config.max_iters:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
 
@@ -346,9 +336,28 @@ def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) 
         tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
 
 
-def _save_final(engine: Engine, checkpoint: Checkpoint, every: int) -> None:
-    if not every or engine.state.iteration % every:
-        checkpoint(engine)
+def attach_checkpoints(
+    trainer: Engine, evaluator: Engine, to_save: dict[str, Any], out: Path, every: int
+) -> Checkpoint:
+    """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``; the model
+    with the best validation accuracy in ``out/best``. Returns the resumable checkpoint handler."""
+    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
+    checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
+    if every:
+        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=every), checkpoint)
+
+    @trainer.on(Events.COMPLETED)
+    def _save_final(engine: Engine) -> None:
+        if not every or engine.state.iteration % every:  # not saved at this iteration already
+            checkpoint(engine)
+
+    best = Checkpoint(
+        {"model": to_save["model"]}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best",
+        n_saved=1, score_function=Checkpoint.get_default_score_fn("accuracy"), score_name="val_accuracy",
+        global_step_transform=global_step_from_engine(trainer),
+    )  # fmt: skip
+    evaluator.add_event_handler(Events.COMPLETED, best)
+    return checkpoint
 
 
 def _attach_tensorboard(
