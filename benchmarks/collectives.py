@@ -44,7 +44,7 @@ import torch.multiprocessing as torch_mp
 
 from ignite_ddl import TrainConfig, plan_launch
 from ignite_ddl.labs import collectives
-from ignite_ddl.launcher import _in_fresh_thread
+from ignite_ddl.launcher import in_fresh_thread
 from ignite_ddl.results import write_json
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,7 +79,7 @@ def raw_worker(rank: int, backend: str, world: int, port: int, options: argparse
 
 
 def raw_rank(rank: int, threads: int, *args: Any) -> None:
-    _in_fresh_thread(threads, raw_worker, rank, *args)
+    in_fresh_thread(threads, raw_worker, rank, *args)
 
 
 def run_raw(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:

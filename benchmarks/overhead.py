@@ -46,7 +46,6 @@ import resource
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -65,6 +64,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ignite_ddl import TrainConfig, launch, plan_launch
 from ignite_ddl.data import build_datasets
 from ignite_ddl.environment import cpu_cores, cpu_name, versions
+from ignite_ddl.launcher import in_fresh_thread
 from ignite_ddl.models import build_model
 from ignite_ddl.trainer import TrainingRun, training
 
@@ -189,21 +189,11 @@ def raw_rank(rank: int, *args: Any) -> None:
 
     GNU OpenMP does not survive fork: this parent has already run multi-threaded ops (the one-process runs), and a
     forked child's main thread would hang at its first parallel region. ignite_ddl's launcher runs forked ranks in a
-    fresh thread for the same reason, so doing it here also keeps the two sides alike.
+    fresh thread for the same reason (``launcher.in_fresh_thread``, plain threading: no Ignite involved), so doing
+    it here also keeps the two sides alike.
     """
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            raw_worker(rank, *args)
-        except BaseException as e:  # re-raised in the process's main thread, where start_processes sees it
-            errors.append(e)
-
-    thread = threading.Thread(target=target, name="raw-rank")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
+    threads = args[2]  # raw_worker's arguments: config, world, threads, port, window, run_dir
+    in_fresh_thread(threads, raw_worker, rank, *args)
 
 
 def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:

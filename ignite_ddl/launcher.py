@@ -260,12 +260,12 @@ def _rank_main(
     _quiet_ignite_loggers()
     rank = idist.get_rank()
     # Rank 0 sends its result from where it ran: pickling tensors runs torch ops, which must not happen in the
-    # forked main thread either (see _in_fresh_thread).
+    # forked main thread either (see in_fresh_thread).
     work = functools.partial(_call_and_send, fn, sender if rank == 0 else None)
     try:
         # PJRT already runs each XLA replica in a thread started after the fork, with its device set in that thread.
         if plan.mode == "spawn" and plan.start_method == "fork" and plan.backend != "xla-tpu":
-            result = _in_fresh_thread(plan.threads, work, local_rank, config, *args, **kwargs)
+            result = in_fresh_thread(plan.threads, work, local_rank, config, *args, **kwargs)
         else:
             torch.set_num_threads(plan.threads)
             result = work(local_rank, config, *args, **kwargs)
@@ -287,7 +287,7 @@ def _call_and_send(fn: Callable, sender: Any, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def _in_fresh_thread(threads: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+def in_fresh_thread(threads: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """Run ``fn`` in a new thread of this forked process, with ``threads`` intra-op threads.
 
     GNU OpenMP does not survive fork: if the parent already ran a parallel region (any multi-threaded torch op in

@@ -43,7 +43,7 @@ from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
 from ignite_ddl.labs._sgd import max_abs_diff
-from ignite_ddl.launcher import _in_fresh_thread, free_port, launch, plan_launch
+from ignite_ddl.launcher import free_port, in_fresh_thread, launch, plan_launch
 from ignite_ddl.models import ToyModel
 from ignite_ddl.text import format_table
 
@@ -137,7 +137,7 @@ def _fresh_thread_rank(rank: int, worker: Callable[..., None], world_size: int, 
     A standalone script that starts its processes before computing anything does not need it, so these lines are
     not counted as the raw side's code.
     """
-    _in_fresh_thread(max(1, cpu_cores() // world_size), worker, rank, world_size, *args)
+    in_fresh_thread(max(1, cpu_cores() // world_size), worker, rank, world_size, *args)
 
 
 def code_lines(fn: Callable[..., Any]) -> int:
