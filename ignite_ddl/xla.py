@@ -35,13 +35,14 @@ of this.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,8 @@ def local_device_count(environ: Mapping[str, str] = os.environ) -> int | None:
 
 
 def replicas(requested: int | str | None, environ: Mapping[str, str] = os.environ) -> int:
-    """The replicas to start on this host: PJRT runs one per local device, so ``requested`` must be None, "all" or
-    the device count; raises :class:`ConfigError` otherwise."""
+    """The replicas to start on this host: PJRT runs one per local device, so ``requested`` must be None, "all",
+    the device count, or 1 (the first device alone); raises :class:`ConfigError` otherwise."""
     if available and torch_xla._XLAC._xla_runtime_is_initialized() and not _in_replica():
         raise ConfigError(
             "this process already uses an XLA device (ignite.utils.manual_seed does), so PJRT cannot start replicas: "
@@ -128,11 +129,13 @@ def replicas(requested: int | str | None, environ: Mapping[str, str] = os.enviro
     devices = local_device_count(environ)
     if requested in (None, "all") or requested == devices:
         return devices or 1
+    if requested == 1:  # one device: spawn() narrows PJRT to it
+        return 1
     what = f"{devices} XLA device(s) here" if devices else "an unknown number of XLA devices here"
     hint = " (or set CPU_NUM_DEVICES)" if environ.get("PJRT_DEVICE") == "CPU" else ""
     raise ConfigError(
         f"xla-tpu runs one process per XLA device (PJRT): {requested} asked for, {what}; "
-        f"leave the process count out{hint}"
+        f"leave the process count out (every device) or ask for 1{hint}"
     )
 
 
@@ -154,8 +157,8 @@ def spawn(
     """
     if nnodes != 1:
         raise ConfigError("xla-tpu runs on the devices of one host (nnodes 1)")
-    replicas(nproc_per_node)
-    with tempfile.TemporaryDirectory(prefix="ignite-ddl-xla-") as failures:
+    one_device = replicas(nproc_per_node) == 1
+    with tempfile.TemporaryDirectory(prefix="ignite-ddl-xla-") as failures, _device_limit(one_device):
         try:
             xmp.spawn(_replica, args=(backend, fn, args, kwargs_dict or {}, failures), start_method=start_method)
         except Exception:
@@ -163,6 +166,23 @@ def spawn(
             if not reports:
                 raise
             raise ProcessRaisedException(reports[0].read_text(), int(reports[0].name[4:]), os.getpid()) from None
+
+
+@contextlib.contextmanager
+def _device_limit(one_device: bool) -> Iterator[None]:
+    """Within the block, PJRT sees one device if ``one_device``: torch_xla's ``<KIND>_NUM_DEVICES`` variable (its
+    ``spawn`` takes every device or runs a single one in the calling process, which is no replica)."""
+    name = f"{os.environ.get('PJRT_DEVICE', 'TPU').split('_')[0]}_NUM_DEVICES"
+    before = os.environ.get(name)
+    if one_device:
+        os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if one_device and before is None:
+            del os.environ[name]
+        elif one_device:
+            os.environ[name] = before
 
 
 def _replica(_ordinal: int, backend: str, fn: Callable, args: tuple, kwargs: Mapping, failures: str) -> None:

@@ -165,6 +165,7 @@ def test_plan_uses_every_device_and_nothing_else():
     plan = plan_launch(TrainConfig(backend="xla-tpu"), environ=XLA_ENV)
     assert (plan.mode, plan.nproc_per_node, plan.world_size) == ("spawn", REPLICAS, REPLICAS)
     assert plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=REPLICAS), environ=XLA_ENV).world_size == 2
+    assert plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=1), environ=XLA_ENV).world_size == 1
     with pytest.raises(ConfigError, match="one process per XLA device .* 3 asked for, 2 XLA device"):
         plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=3), environ=XLA_ENV)
     torchrun = {**XLA_ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
@@ -266,6 +267,14 @@ def test_training_run(tmp_path):
     # Every checkpoint holds the model (Ignite's XLA saving alone can leave an empty file).
     checkpoints = sorted((out / "checkpoints").glob("*.pt"))
     assert checkpoints and all("model" in torch.load(c, weights_only=True) for c in checkpoints)
+
+
+def test_one_replica_of_several_devices(tmp_path):
+    out = tmp_path / "run"
+    check_ok(run_cli("train", "--backend", "xla-tpu", "--nproc-per-node", "1", *QUICK, "--output-dir", str(out),
+                     env=XLA_ENV, timeout=300))  # fmt: skip
+    summary = load_summary(out, world_size=1)
+    assert summary["backend"] == "xla-tpu" and summary["device"]["type"] == "xla"
 
 
 def test_a_failing_replica_is_named(tmp_path):
