@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,3 +72,15 @@ def test_launch_returns_rank0_result(tmp_path):
     config = TrainConfig(backend="gloo", nproc_per_node=2, start_method="spawn", output_dir=str(tmp_path))
     result = launch(big_result, config)
     assert result["rank"] == 0 and len(result["payload"]) == 1_000_000
+
+
+def test_dataloader_workers_are_not_restarted_each_epoch(tmp_path):
+    # Ranks started with "spawn": a DataLoader worker started afresh each epoch would re-import torch (seconds).
+    out = tmp_path / "run"
+    check_ok(run_cli("train", "--nproc-per-node", "2", "--start-method", "spawn", "--num-workers", "2", "--epochs", "3",
+                     *QUICK[:-3], "--no-progress", "--output-dir", str(out)))  # fmt: skip
+    with open(out / "steps_rank0.csv") as f:
+        rows = list(csv.DictReader(f))
+    first_of_epoch = [float(r["data_s"]) for r in rows if int(r["iteration"]) % 8 == 1]
+    assert len(first_of_epoch) == 3 and max(first_of_epoch[1:]) < 0.3, first_of_epoch
+    assert load_summary(out, world_size=2)["start_method"] == "spawn"
