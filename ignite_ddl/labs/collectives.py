@@ -222,7 +222,8 @@ def time_collectives(
     Each measurement starts with all ranks released by one barrier after the warm-up calls, times ``iters``
     back-to-back calls and waits for the device before reading the clock.
     """
-    sync = device_synchronizer(device) or (lambda: None)
+    # launch=True: on XLA, work the collective left pending is launched and waited for too
+    sync = device_synchronizer(device, launch=True) or (lambda: None)
     seconds = []
     for size in sizes:
         for collective in BENCH_COLLECTIVES:
