@@ -66,10 +66,11 @@ class ShardSampler(DistributedSampler):
     def __iter__(self) -> Iterator[int]:
         if self.pad:
             indices = list(super().__iter__())
-        else:
-            order = torch.randperm(len(self.dataset), generator=self._generator()) if self.shuffle else None
-            all_indices = order.tolist() if order is not None else list(range(len(self.dataset)))
-            indices = all_indices[self.rank :: self.num_replicas]
+        else:  # DistributedSampler's order (same seed and epoch), without the padding
+            size = len(self.dataset)
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(size, generator=generator).tolist() if self.shuffle else list(range(size))
+            indices = order[self.rank :: self.num_replicas]
         skip, self._skip = self._skip, 0
         return iter(indices[skip:])
 
@@ -77,9 +78,6 @@ class ShardSampler(DistributedSampler):
         if self.pad:
             return self.num_samples
         return len(range(self.rank, len(self.dataset), self.num_replicas))
-
-    def _generator(self) -> torch.Generator:
-        return torch.Generator().manual_seed(self.seed + self.epoch)
 
 
 def synthetic_images(
