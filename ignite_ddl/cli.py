@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from ignite_ddl.config import ConfigError, TrainConfig, option_flag
+from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.labs import claims_hold, lab_modules
 from ignite_ddl.launcher import RunFailed
 from ignite_ddl.results import write_json
@@ -65,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--name", help="sweep name (default: the spec's, or 'sweep')")
     sweep.add_argument("--repeats", type=int, help="runs per configuration")
     sweep.add_argument("--timeout-s", type=float, help="wall-time limit of one run, seconds")
+    sweep.add_argument("--order", choices=("interleaved", "shuffled", "grouped"),
+                       help="run order of the repeats (default interleaved: every configuration once per round)")
+    sweep.add_argument("--seed", type=int, help="seed of the shuffled order")
+    sweep.add_argument("--rerun-contended", type=int, metavar="N",
+                       help="re-run a run up to N times while other processes contend for the machine")
+    sweep.add_argument("--start", choices=("preloaded", "fresh"),
+                       help="start runs from a fork server with torch imported (default) or a fresh interpreter")
     sweep.add_argument("--output-dir", help="where results.jsonl, runs/ and the report go (default runs/<name>)")
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
     sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
@@ -72,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write report.md/.html, plots and HParams for a sweep's results")
     report.add_argument("results_dir", help="a sweep's output directory (holding results.jsonl)")
+    report.add_argument("--include-contended", action="store_true",
+                        help="let contended runs count in the verdict (they are flagged either way)")
     report.set_defaults(handler=_report)
 
     for lab in lab_modules():
@@ -102,11 +112,18 @@ def _train(args: argparse.Namespace) -> int:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     summary = train(TrainConfig(**values))
     if summary is not None:
+        accuracy = summary["val_accuracy"]
         print(
             f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: "
-            f"{summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']:.4f} "
-            f"-> {values['output_dir']}/summary.json"
+            f"{summary['samples_per_s']:.0f} samples/s, val accuracy "
+            f"{'-' if accuracy is None else format(accuracy, '.4f')} -> {values['output_dir']}/summary.json"
         )
+        if summary.get("diverged"):
+            print(f"{PROG}: warning: the run diverged: {summary['diverged']}", file=sys.stderr)
+        share = (summary.get("contention") or {}).get("foreign_cpu_share")
+        if share is not None and share > CONTENTION_THRESHOLD:
+            print(f"{PROG}: warning: other processes used {share:.0%} of the CPUs while this run measured: "
+                  "its timings are not its own", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -117,7 +134,7 @@ def _sweep(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
-    for key in ("name", "repeats", "timeout_s", "output_dir"):
+    for key in ("name", "repeats", "timeout_s", "output_dir", "order", "seed", "rerun_contended", "start"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     parsed = parse_spec(spec)
@@ -126,6 +143,7 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
     if args.report:
         print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
+        _print_verdicts(sweep_dir(parsed))
     return 1 if failed else 0
 
 
@@ -144,10 +162,21 @@ def _report(args: argparse.Namespace) -> int:
     from ignite_ddl.report import write_report
 
     try:
-        print(f"{PROG}: report: {write_report(args.results_dir)}")
+        print(f"{PROG}: report: {write_report(args.results_dir, include_contended=args.include_contended)}")
     except FileNotFoundError as e:
         raise ConfigError(str(e)) from None
+    _print_verdicts(args.results_dir)
     return 0
+
+
+def _print_verdicts(results_dir: Any) -> None:
+    """The report's verdict lines, as written beside it in verdict.txt."""
+    from pathlib import Path
+
+    path = Path(results_dir) / "verdict.txt"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            print(f"{PROG}: {line}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The run configuration: one dataclass shared by the CLI, the Python API and (later) sweep specs.
+"""The run configuration: one dataclass shared by the CLI, the Python API and sweep specs.
 
-Every field carries its help text, so the command line is generated from this class and cannot drift from it.
+Every field carries its help text, so the command line is generated from this class and cannot drift from it;
+sweep specs name the same fields.
 
 Example:
     >>> from ignite_ddl import TrainConfig
@@ -67,7 +68,10 @@ class TrainConfig:
     max_iters: int | None = _opt(None, "stop after this many iterations in total (an iteration budget)")
     seed: int = _opt(543, "random seed (model init, synthetic data, shuffling)")
     output_dir: str = _opt("runs/train", "where config.json, summary.json, logs, checkpoints and TensorBoard go")
+    checkpoints: bool = _opt(True, "save resumable checkpoints (at the end, and every --checkpoint-every iterations)")
     checkpoint_every: int = _opt(0, "save a resumable checkpoint every N iterations (0: only at the end)")
+    best_model: bool = _opt(True, "keep the model weights with the best validation accuracy in best/")
+    eval_every: int = _opt(1, "evaluate every N epochs (0: only after the last epoch, which is always evaluated)")
     resume: str | None = _opt(None, "checkpoint file to resume from")
     log_every: int = _opt(10, "log training loss to TensorBoard every N iterations")
     progress: bool = _opt(True, "show a progress bar on rank 0")
@@ -113,7 +117,7 @@ class TrainConfig:
         for name in ("nproc_per_node", "threads", "max_iters", "train_size", "val_size"):
             if getattr(self, name) is not None:
                 _at_least(name, getattr(self, name), 1)
-        for name in ("num_workers", "checkpoint_every", "warmup_iters"):
+        for name in ("num_workers", "checkpoint_every", "warmup_iters", "eval_every"):
             _at_least(name, getattr(self, name), 0)
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)

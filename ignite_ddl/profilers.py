@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 from ignite.engine import Engine, Events
@@ -107,7 +107,7 @@ class HandlersProfiler(_IgniteProfiler):
         return [dict(zip(columns, _plain(row))) for row in self.profiler.get_results()]
 
 
-Profiler = Union[TimerProfiler, BasicProfiler, HandlersProfiler]
+Profiler = TimerProfiler | BasicProfiler | HandlersProfiler
 
 
 def _reraise(engine: Engine, error: BaseException) -> None:

@@ -1,14 +1,317 @@
-"""Writing and reading the files every run leaves in its output directory (schema: docs/results.md)."""
+"""The files runs and sweeps write: one typed schema, and crash-safe writing and reading.
+
+The trainer writes :class:`RunConfig` (``config.json``) and :class:`Summary` (``summary.json``); a sweep appends one
+:class:`RunRecord` per run to ``results.jsonl`` and keeps :class:`SweepMeta` in ``sweep.json``; the report reads
+them back. Every field carries its meaning (``Annotated``), and ``docs/results.md`` is generated from these types
+(:func:`schema_markdown`), so the documentation cannot drift from what is written.
+
+Example:
+    >>> summary_keys = schema_fields(Summary)
+    >>> "samples_per_s" in summary_keys and "contention" in summary_keys
+    True
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict, Union
 
-SCHEMA_VERSION = 1
+__all__ = [
+    "SCHEMA_VERSION",
+    "BatchInfo",
+    "Contention",
+    "DeviceInfo",
+    "EpochRecord",
+    "GlobalStats",
+    "NodeContention",
+    "ProfilerResult",
+    "RankStats",
+    "RunConfig",
+    "RunRecord",
+    "StepStats",
+    "Straggler",
+    "Summary",
+    "SweepMeta",
+    "SweepSession",
+    "read_json",
+    "schema_fields",
+    "schema_markdown",
+    "write_json",
+    "write_schema_doc",
+]
+
+SCHEMA_VERSION = 2
+
+
+class DeviceInfo(TypedDict):
+    type: Annotated[str, "`cpu`, `cuda` or `xla`"]
+    name: Annotated[str, "the device's name (CPU model, GPU name, `XLA <PJRT_DEVICE>`)"]
+
+
+BatchInfo = TypedDict(
+    "BatchInfo",
+    {
+        "requested_global": Annotated[int, "the `--batch-size` asked for (the *global* batch)"],
+        "per_rank": Annotated[int, "`requested_global // world_size`, as `auto_dataloader` computes it"],
+        "global": Annotated[int, "the effective global batch: `per_rank * world_size`"],
+    },
+)
+
+
+class EpochRecord(TypedDict):
+    epoch: Annotated[int, "Ignite's epoch counter"]
+    iteration: Annotated[int, "iterations done at the end of the epoch"]
+    train_loss: Annotated[float | None, "mean training loss over the epoch, all ranks (null if not finite)"]
+    train_samples: Annotated[int, "samples trained on in the epoch, all ranks"]
+    train_time_s: Annotated[float, "the slowest rank's training time in the epoch, evaluation excluded"]
+    samples_per_s: Annotated[float, "`train_samples / train_time_s`"]
+    val_accuracy: Annotated[float | None, "validation accuracy after the epoch (null: not evaluated then)"]
+    val_loss: Annotated[float | None, "validation loss after the epoch (null: not evaluated then)"]
+
+
+class RankStats(TypedDict):
+    rank: Annotated[int, "the rank"]
+    iterations: Annotated[int, "iterations measured (warm-up excluded)"]
+    samples: Annotated[int, "samples in the measured iterations"]
+    window_s: Annotated[float, "sum of the measured iterations' wall time"]
+    samples_per_s: Annotated[float, "`samples / window_s`"]
+    step_s_mean: Annotated[float, "mean step time"]
+    step_s_p50: Annotated[float, "median step time"]
+    step_s_p90: Annotated[float, "90th percentile of step time"]
+    step_s_p99: Annotated[float, "99th percentile of step time"]
+    data_s_mean: Annotated[float, "mean wait for the batch"]
+    data_share: Annotated[float, "data wait / iteration time"]
+    forward_s_mean: Annotated[float | None, "mean forward time"]
+    backward_s_mean: Annotated[float | None, "mean backward time (includes DDP's gradient all-reduce)"]
+    optimizer_s_mean: Annotated[float | None, "mean optimizer-step time"]
+    own_s_mean: Annotated[float, "data + forward + optimizer: what the rank spends without waiting for others"]
+
+
+class GlobalStats(TypedDict):
+    samples: Annotated[int, "all ranks' measured samples"]
+    window_s: Annotated[float, "the slowest rank's measured window"]
+    samples_per_s: Annotated[float, "global throughput: `samples / window_s`"]
+    step_s_p50: Annotated[float, "median step time over every rank's iterations"]
+    step_s_p90: Annotated[float, "90th percentile, every rank's iterations"]
+    step_s_p99: Annotated[float, "99th percentile, every rank's iterations"]
+    data_share: Annotated[float, "mean data-wait share over ranks"]
+
+
+class Straggler(TypedDict):
+    rank: Annotated[int, "the rank with the largest own time"]
+    own_s_mean: Annotated[float, "its own time per iteration"]
+    median_own_s_mean: Annotated[float, "the median rank's own time"]
+    ratio: Annotated[float | None, "`own_s_mean / median_own_s_mean`"]
+
+
+StepStats = TypedDict(
+    "StepStats",
+    {
+        "warmup_iterations": Annotated[int, "iterations at the start left out of every statistic"],
+        "ranks": Annotated[list[RankStats], "one record per rank"],
+        "global": Annotated[GlobalStats, "figures over all ranks"],
+        "straggler": Annotated[Straggler | None, "with 2 or more ranks, the rank doing the most on its own"],
+    },
+)
+
+
+class NodeContention(TypedDict):
+    node: Annotated[int, "node rank"]
+    cpus: Annotated[int, "CPUs counted in `/proc/stat`"]
+    window_s: Annotated[float, "the window over which CPU use was counted"]
+    busy_cpu_s: Annotated[float, "CPU seconds all processes of the machine used in the window (steal included)"]
+    own_cpu_s: Annotated[float, "CPU seconds this run's ranks and their DataLoader workers used"]
+    foreign_cpu_share: Annotated[float, "`(busy - own) / (window * cpus)`: the machine's share others used"]
+
+
+class Contention(TypedDict):
+    foreign_cpu_share: Annotated[
+        float | None, "the largest share of a node's CPU capacity used by other processes while the run measured"
+    ]
+    foreign_gpu_share: Annotated[
+        float | None, "the largest GPU utilisation (0-1) by other processes on this run's GPUs (NVML; else null)"
+    ]
+    nodes: Annotated[list[NodeContention], "the CPU accounting per node"]
+
+
+class ProfilerResult(TypedDict):
+    kind: Annotated[str, "`timer`, `basic` or `handlers`"]
+    ranks: Annotated[list[Any], "each rank's results, in rank order"]
+
+
+class RunConfig(TypedDict, total=False):
+    schema_version: Annotated[int, "version of this schema"]
+    config: Annotated[dict[str, Any], "every `TrainConfig` field as given"]
+    world_size: Annotated[int, "processes in the run"]
+    backend: Annotated[str, "the backend used (`none` when serial)"]
+    device: Annotated[DeviceInfo, "rank 0's device"]
+    threads_per_process: Annotated[int, "intra-op CPU threads each rank used"]
+    cpu_cores: Annotated[int, "CPU cores available to rank 0's node"]
+    launch_mode: Annotated[str, "`serial`, `spawn` (started by ignite-ddl) or `env` (torchrun / SLURM)"]
+    nproc_per_node: Annotated[int, "processes per node"]
+    nnodes: Annotated[int, "nodes"]
+    start_method: Annotated[str | None, "how spawned ranks were started (null unless spawned)"]
+    versions: Annotated[dict[str, str], "python, torch, torchvision, ignite, cuda (and torch_xla)"]
+    host: Annotated[dict[str, Any], "hostname, platform, CPU model, CPU cores available"]
+
+
+class Summary(TypedDict, total=False):
+    schema_version: Annotated[int, "version of this schema"]
+    status: Annotated[str, "`completed`"]
+    world_size: Annotated[int, "as in config.json"]
+    backend: Annotated[str, "as in config.json"]
+    device: Annotated[DeviceInfo, "as in config.json"]
+    threads_per_process: Annotated[int, "as in config.json"]
+    cpu_cores: Annotated[int, "CPU cores available to rank 0's node"]
+    launch_mode: Annotated[str, "as in config.json"]
+    nproc_per_node: Annotated[int, "as in config.json"]
+    nnodes: Annotated[int, "as in config.json"]
+    start_method: Annotated[str | None, "as in config.json"]
+    dataset: Annotated[str, "the dataset trained on"]
+    model: Annotated[str, "the model trained"]
+    amp: Annotated[str, "the mixed-precision mode"]
+    batch: Annotated[BatchInfo, "the batch, requested and effective"]
+    epochs: Annotated[int, "epochs begun"]
+    iterations: Annotated[int, "iterations done"]
+    epoch_length: Annotated[int, "iterations per epoch"]
+    wall_time_s: Annotated[float, "the whole `Engine.run` (training and evaluation), slowest rank"]
+    train_time_s: Annotated[float, "sum over epochs of the slowest rank's training time, evaluation excluded"]
+    train_samples: Annotated[int, "samples trained on by all ranks together"]
+    samples_per_s: Annotated[
+        float, "global throughput: all ranks' samples / the measured window (from `steps`, warm-up excluded)"
+    ]
+    samples_per_s_source: Annotated[
+        str, "`steps`, or `epochs` where nothing was measured (`train_samples / train_time_s`)"
+    ]
+    final_train_loss: Annotated[float | None, "mean training loss over the last epoch, all ranks"]
+    initial_train_loss: Annotated[float | None, "mean training loss over the first iterations, all ranks"]
+    diverged: Annotated[str | None, "why the run is judged diverged (a non-finite or exploding loss), else null"]
+    val_accuracy: Annotated[float | None, "validation accuracy after the last epoch"]
+    val_loss: Annotated[float | None, "validation loss after the last epoch"]
+    best_val_accuracy: Annotated[float | None, "best validation accuracy over the evaluations"]
+    last_checkpoint: Annotated[str | None, "path of the final checkpoint (null with `--no-checkpoints`)"]
+    resumed_from: Annotated[str | None, "the checkpoint this run resumed from"]
+    history: Annotated[list[EpochRecord], "one record per epoch"]
+    steps: Annotated[StepStats | None, "the step recorder's gathered statistics (null with `--no-record-steps`)"]
+    contention: Annotated[Contention | None, "what other processes used while the run measured"]
+    profiler: Annotated[ProfilerResult | None, "with `--profiler`: every rank's profiler results"]
+
+
+class RunRecord(TypedDict):
+    key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
+    index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
+    repeat: Annotated[int, "which repeat of the configuration (0-based)"]
+    attempt: Annotated[int, "0, or the re-run number of a repeat re-run because it was contended"]
+    position: Annotated[int, "the run's place in the sweep's run order"]
+    grid: Annotated[dict[str, Any], "this configuration's grid values"]
+    config: Annotated[dict[str, Any], "the run's full `TrainConfig`"]
+    run_dir: Annotated[str, "the run's output directory"]
+    elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
+    exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
+    status: Annotated[str, "`completed`, `failed`, `refused` or `timeout`"]
+    error: Annotated[str | None, "why the run did not complete"]
+    contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
+    summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]
+
+
+class SweepSession(TypedDict):
+    started: Annotated[str, "when the sweep (or a resumed part of it) started, ISO 8601"]
+    wall_s: Annotated[float, "wall time from its start to its last recorded run"]
+    runs: Annotated[int, "runs it recorded"]
+
+
+class SweepMeta(TypedDict):
+    spec: Annotated[dict[str, Any], "the sweep's spec, as run"]
+    versions: Annotated[dict[str, str], "software versions of the sweep's process"]
+    host: Annotated[dict[str, Any], "the machine"]
+    sessions: Annotated[list[SweepSession], "one entry per start of the sweep (resumes add one)"]
+
+
+# -- schema introspection: what docs/results.md is generated from
+
+
+def schema_fields(kind: type) -> dict[str, tuple[Any, str]]:
+    """Each field of a schema type: ``name -> (type, meaning)``."""
+    hints = typing.get_type_hints(kind, include_extras=True)
+    fields = {}
+    for name, hint in hints.items():
+        if typing.get_origin(hint) is Annotated:
+            base, meaning = typing.get_args(hint)[:2]
+        else:
+            base, meaning = hint, ""
+        fields[name] = (base, meaning)
+    return fields
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union:
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return "object"
+    if hint is Any:
+        return "any"
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
+        getattr(hint, "__name__", str(hint)), getattr(hint, "__name__", str(hint))
+    )
+
+
+_DOCUMENTED: list[tuple[type, str]] = [
+    (RunConfig, "`config.json`"),
+    (Summary, "`summary.json`"),
+    (DeviceInfo, "`device`"),
+    (BatchInfo, "`batch`"),  # type: ignore[list-item]
+    (EpochRecord, "each entry of `history`"),
+    (StepStats, "`steps`"),  # type: ignore[list-item]
+    (RankStats, "each entry of `steps.ranks`"),
+    (GlobalStats, "`steps.global`"),  # type: ignore[list-item]
+    (Straggler, "`steps.straggler`"),
+    (Contention, "`contention`"),
+    (NodeContention, "each entry of `contention.nodes`"),
+    (ProfilerResult, "`profiler`"),
+    (RunRecord, "each line of a sweep's `results.jsonl`"),
+    (SweepMeta, "a sweep's `sweep.json`"),
+    (SweepSession, "each entry of `sessions`"),
+]
+
+_BEGIN, _END = "<!-- schema: generated from ignite_ddl/results.py -->", "<!-- end of generated schema -->"
+
+
+def schema_markdown() -> str:
+    """The schema as Markdown tables, one per type (the generated part of docs/results.md)."""
+    parts = [
+        _BEGIN,
+        f"Schema version {SCHEMA_VERSION}. Types are JSON types; `null` marks a figure that was not "
+        "measured or does not apply (NaN and infinities are written as `null`).",
+    ]
+    for kind, where in _DOCUMENTED:
+        rows = ["| key | type | meaning |", "|---|---|---|"]
+        for name, (hint, meaning) in schema_fields(kind).items():
+            rows.append(f"| `{name}` | {_type_name(hint)} | {meaning} |")
+        parts.append(f"### {where} ({kind.__name__})\n\n" + "\n".join(rows))
+    parts.append(_END)
+    return "\n\n".join(parts) + "\n"
+
+
+def write_schema_doc(path: str | Path) -> bool:
+    """Replace the generated part of ``path`` (docs/results.md) with :func:`schema_markdown`; True if it changed."""
+    path = Path(path)
+    text = path.read_text()
+    head, _, rest = text.partition(_BEGIN)
+    _, _, tail = rest.partition(_END + "\n")
+    new = head + schema_markdown() + tail
+    path.write_text(new)
+    return new != text
+
+
+# -- writing and reading
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -38,3 +341,10 @@ def _finite(data: Any) -> Any:
 def read_json(path: str | Path) -> Any:
     with open(path) as f:
         return json.load(f)
+
+
+if __name__ == "__main__":  # python -m ignite_ddl.results docs/results.md: regenerate the schema section
+    import sys
+
+    for target in sys.argv[1:]:
+        print(f"{target}: {'updated' if write_schema_doc(target) else 'up to date'}")

@@ -8,7 +8,8 @@ A spec (YAML, or the same keys from the command line) names the grid::
     grid:                       # every combination of these values is one configuration
       nproc_per_node: [1, 2]
       batch_size: [32, 128]
-    repeats: 2                  # runs per configuration
+    repeats: 3                  # runs per configuration: the unit of replication of every comparison
+    order: interleaved          # interleaved (default) | shuffled | grouped
     timeout_s: 600              # wall-time limit of one run
 
 Each run is ``ignite-ddl train`` in its own process group with its own output directory under ``runs/``; when it
@@ -16,35 +17,67 @@ ends, one JSON line (the configuration plus its summary, or the reason it failed
 ``results.jsonl`` and synced to disk. A failed, refused or timed-out run is recorded and the sweep goes on.
 ``--resume`` skips runs already recorded; a line cut short by a killed sweep is dropped on resume.
 
+**Run order.** Repeats are interleaved: every configuration's first repeat, then every configuration's second, with
+the direction reversed each round (A B C, C B A, ...), so a slow minute of the machine, or a slow drift, is spread
+over the configurations instead of landing on one. ``shuffled`` draws each round's order from ``seed``;
+``grouped`` runs a configuration's repeats back to back.
+
+**Spending the time measuring.** A sweep compares throughput, so unless the spec asks for them its runs save no
+checkpoints and no best model and evaluate once, after the last epoch (:data:`SWEEP_DEFAULTS`). Runs are started
+from a fork server that has already imported torch, Ignite and the trainer (``start: preloaded``), which removes the
+seconds of imports every fresh interpreter pays; ``start: fresh`` runs a new interpreter per run instead. The fork
+server never runs a torch operation, so no OpenMP state is inherited across the fork.
+
+**Contention.** Each run records how much of the machine other processes used while it measured
+(:mod:`ignite_ddl.contention`); a run above ``contention_threshold`` is recorded as contended, and with
+``rerun_contended: N`` re-run up to N times at the end of the sweep.
+
 Example:
-    >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "base": {"epochs": 1}})
-    >>> [run.grid for run in expand(spec)]
-    [{'nproc_per_node': 1}, {'nproc_per_node': 2}]
+    >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "base": {"epochs": 1}, "repeats": 2})
+    >>> [(run.index, run.repeat) for run in expand(spec)]
+    [(0, 0), (1, 0), (1, 1), (0, 1)]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import itertools
 import json
+import multiprocessing as mp
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.environment import host, versions
-from ignite_ddl.results import read_json, write_json
+from ignite_ddl.results import RunRecord, read_json, write_json
 
-SPEC_KEYS = ("name", "base", "grid", "repeats", "timeout_s", "output_dir")
+__all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
+           "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
+
+SPEC_KEYS = ("name", "base", "grid", "repeats", "timeout_s", "output_dir", "order", "seed", "start", "workload",
+             "contention_threshold", "rerun_contended")  # fmt: skip
+ORDERS = ("interleaved", "shuffled", "grouped")
+STARTS = ("preloaded", "fresh")
+# What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
+# throughput does not need.
+SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
+# Options that change the work done per sample: configurations are compared only within one workload.
+WORKLOAD_OPTIONS = ("model", "dataset", "amp", "optimizer", "sync_bn")
+# Imported once by the fork server, so that runs start without importing them again.
+PRELOAD = ("ignite_ddl.cli", "ignite_ddl.trainer", "torch.utils.tensorboard")
 
 
 @dataclass(frozen=True)
@@ -55,19 +88,29 @@ class Spec:
     repeats: int = 1
     timeout_s: float = 600.0
     output_dir: str | None = None
+    order: str = "interleaved"
+    seed: int = 0
+    start: str = "preloaded"
+    workload: tuple[str, ...] = WORKLOAD_OPTIONS
+    contention_threshold: float = CONTENTION_THRESHOLD
+    rerun_contended: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["workload"] = list(self.workload)
+        return data
 
 
 @dataclass(frozen=True)
 class Run:
-    """One run of a sweep: a configuration and the index of its repeat."""
+    """One run of a sweep: a configuration, the index of its repeat, and its attempt (re-runs of a contended run)."""
 
     index: int  # position of the configuration in the grid
     repeat: int
     grid: dict[str, Any]  # this configuration's grid values
     config: TrainConfig
+    attempt: int = 0
+    position: int = field(default=0, compare=False)  # place in the sweep's run order
 
     @property
     def key(self) -> str:
@@ -110,6 +153,13 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
             raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r}")
     if "output_dir" in base or "output_dir" in grid:
         raise ConfigError("output_dir is set per run by the sweep; use the spec's top-level output_dir")
+    workload = data.get("workload", list(WORKLOAD_OPTIONS))
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    if not isinstance(workload, list) or not all(isinstance(w, str) and w in known for w in workload):
+        raise ConfigError(f"spec 'workload' must be a list of train options, got {workload!r}")
+    threshold = data.get("contention_threshold", CONTENTION_THRESHOLD)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise ConfigError(f"spec 'contention_threshold' must be a share in (0, 1], got {threshold!r}")
     spec = Spec(
         name=str(data.get("name", default_name)),
         base=base,
@@ -117,6 +167,12 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
         repeats=_positive(data, "repeats", int, 1),
         timeout_s=_positive(data, "timeout_s", (int, float), 600.0),
         output_dir=data.get("output_dir"),
+        order=_choice(data, "order", ORDERS),
+        seed=_integer(data, "seed", 0, 0),
+        start=_choice(data, "start", STARTS),
+        workload=tuple(workload),
+        contention_threshold=float(threshold),
+        rerun_contended=_integer(data, "rerun_contended", 0, 0),
     )
     for _ in expand(spec):  # validates every combination before anything runs
         pass
@@ -130,19 +186,71 @@ def _positive(data: dict, key: str, kind: type | tuple, default: Any) -> Any:
     return value
 
 
-def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
-    """Every run of the sweep, configurations in grid order, repeats of a configuration together."""
+def _integer(data: dict, key: str, default: int, low: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"spec '{key}' must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _choice(data: dict, key: str, choices: tuple[str, ...]) -> str:
+    value = data.get(key, choices[0])
+    if value not in choices:
+        raise ConfigError(f"spec '{key}' must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's train options: the sweep's defaults, then the spec's base, then its grid values.
+
+    A spec that sets ``checkpoint_every`` asks for checkpoints.
+    """
+    options = {**spec.base, **grid}
+    defaults = dict(SWEEP_DEFAULTS)
+    if options.get("checkpoint_every"):
+        defaults["checkpoints"] = True
+    return {**defaults, **options}
+
+
+def configurations(spec: Spec) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in grid order."""
     keys = list(spec.grid)
-    for index, values in enumerate(itertools.product(*(spec.grid[k] for k in keys))):
-        grid = dict(zip(keys, values))
-        for repeat in range(spec.repeats):
-            run_dir = Path(output_dir) / "runs" / f"cfg{index:03d}-r{repeat}"
-            config = TrainConfig.from_dict({**spec.base, **grid, "output_dir": str(run_dir)})
-            try:
-                config.check()
-            except ConfigError as e:
-                raise ConfigError(f"configuration {dict(grid)}: {e}") from None
-            yield Run(index, repeat, grid, config)
+    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
+
+
+def run_order(spec: Spec, count: int) -> list[tuple[int, int]]:
+    """(configuration index, repeat) of every run, in the order the sweep runs them (see the module docstring)."""
+    if spec.order == "grouped":
+        return [(index, repeat) for index in range(count) for repeat in range(spec.repeats)]
+    rng = random.Random(spec.seed)
+    order = []
+    for repeat in range(spec.repeats):
+        indices = list(range(count))
+        if spec.order == "shuffled":
+            rng.shuffle(indices)
+        elif repeat % 2:
+            indices.reverse()
+        order += [(index, repeat) for index in indices]
+    return order
+
+
+def make_run(spec: Spec, index: int, grid: dict[str, Any], repeat: int, output_dir: str | Path, attempt: int = 0,
+             position: int = 0) -> Run:  # fmt: skip
+    suffix = f"-a{attempt}" if attempt else ""
+    run_dir = Path(output_dir) / "runs" / f"cfg{index:03d}-r{repeat}{suffix}"
+    config = TrainConfig.from_dict({**run_options(spec, grid), "output_dir": str(run_dir)})
+    try:
+        config.check()
+    except ConfigError as e:
+        raise ConfigError(f"configuration {dict(grid)}: {e}") from None
+    return Run(index, repeat, grid, config, attempt, position)
+
+
+def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
+    """Every run of the sweep, in the order the sweep runs them."""
+    grids = configurations(spec)
+    for position, (index, repeat) in enumerate(run_order(spec, len(grids))):
+        yield make_run(spec, index, grids[index], repeat, output_dir, position=position)
 
 
 # -- results.jsonl: whole lines only
@@ -191,49 +299,91 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 # -- running
 
 
-def run_one(run: Run, timeout_s: float) -> dict[str, Any]:
+class _Started:
+    """A run's process, whichever way it was started: wait for it, or take its whole process group down."""
+
+    def __init__(self, run: Run, console: Path, start: str):
+        argv = ["train", *run.config.to_argv()]
+        if start == "preloaded":
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(list(PRELOAD))
+            self.process: Any = ctx.Process(target=_preloaded_main, args=(argv, str(console)), daemon=False)
+            self.process.start()
+            self.pid = self.process.pid
+        else:
+            with open(console, "w") as out:
+                cmd = [sys.executable, "-m", "ignite_ddl", *argv]
+                self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.pid = self.process.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The exit status (negative: killed by that signal), or None if still running after ``timeout``."""
+        if isinstance(self.process, subprocess.Popen):
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def kill_group(self) -> None:
+        """SIGTERM the run's whole process group, SIGKILL what is left after a grace period."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:  # gone, or not yet the leader of its own group
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    return
+            if self.wait(5) is not None:
+                return
+
+
+def _preloaded_main(argv: list[str], console: str) -> None:
+    """A run started by the fork server: its own session (so it can be killed as a group), output to console."""
+    os.setsid()
+    fd = os.open(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from ignite_ddl.cli import main
+
+    sys.exit(main(argv))
+
+
+def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: float = CONTENTION_THRESHOLD) -> RunRecord:
     """Train one configuration in a fresh process group; its record for results.jsonl."""
     run_dir = Path(run.config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "ignite_ddl", "train", *run.config.to_argv(), "--no-progress"]
-    start = time.monotonic()
-    with open(run_dir / "console.log", "w") as console:
-        proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code = None
-        except BaseException:  # Ctrl-C: take the run's processes down with the sweep
-            _kill_group(proc)
-            raise
-    record: dict[str, Any] = {
-        "key": run.key, "index": run.index, "repeat": run.repeat, "grid": run.grid, "config": run.config.to_dict(),
-        "run_dir": str(run_dir), "elapsed_s": round(time.monotonic() - start, 3), "exit_code": code,
+    began = time.monotonic()
+    process = _Started(run, run_dir / "console.log", start)
+    try:
+        code = process.wait(timeout_s)
+        if code is None:
+            process.kill_group()
+    except BaseException:  # Ctrl-C: take the run's processes down with the sweep
+        process.kill_group()
+        raise
+    record: RunRecord = {
+        "key": run.key, "index": run.index, "repeat": run.repeat, "attempt": run.attempt, "position": run.position,
+        "grid": run.grid, "config": run.config.to_dict(), "run_dir": str(run_dir),
+        "elapsed_s": round(time.monotonic() - began, 3), "exit_code": code, "status": "completed", "error": None,
+        "contended": False, "summary": None,
     }  # fmt: skip
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.is_file():
-        return {**record, "status": "completed", "error": None, "summary": read_json(summary_path)}
+        summary = read_json(summary_path)
+        share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
+        gpu = (summary.get("contention") or {}).get("foreign_gpu_share") or 0.0
+        record.update(summary=summary, contended=max(share, gpu) > threshold)
+        return record
     if code is None:
-        status, error = "timeout", f"timed out after {timeout_s:g} s"
+        record.update(status="timeout", error=f"timed out after {timeout_s:g} s")
     else:
-        status = "refused" if code == 2 else "failed"
-        error = _last_error(run_dir / "console.log") or _exit_reason(code)
-    return {**record, "status": status, "error": error, "summary": None}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the run's whole process group, SIGKILL what is left after a grace period."""
-    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        record.update(status="refused" if code == 2 else "failed",
+                      error=_last_error(run_dir / "console.log") or _exit_reason(code))  # fmt: skip
+    return record
 
 
 def _last_error(console: Path) -> str | None:
@@ -258,6 +408,22 @@ def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:
     return Path(output_dir or spec.output_dir or Path("runs") / spec.name)
 
 
+def contended_reruns(spec: Spec, records: list[dict[str, Any]], out: Path) -> list[Run]:
+    """The next attempt of every repeat whose attempts so far all ran contended, up to ``rerun_contended`` re-runs."""
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        attempts.setdefault(record["key"], []).append(record)
+    grids = configurations(spec)
+    reruns = []
+    for found in attempts.values():
+        last = max(found, key=lambda r: r.get("attempt", 0))
+        done = last.get("attempt", 0)
+        if all(r.get("contended") for r in found) and done < spec.rerun_contended:
+            index = last["index"]
+            reruns.append(make_run(spec, index, grids[index], last["repeat"], out, done + 1, last["position"]))
+    return sorted(reruns, key=lambda r: r.position)
+
+
 def sweep(
     spec: Spec,
     output_dir: str | Path | None = None,
@@ -276,17 +442,46 @@ def sweep(
     out.mkdir(parents=True, exist_ok=True)
     _repair(results)
     done = {r["key"] for r in read_results(results)}
-    write_json(out / "sweep.json", {"spec": spec.to_dict(), "versions": versions(), "host": host()})
+    meta_path = out / "sweep.json"
+    sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []
+    session = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "wall_s": 0.0,
+               "runs": 0}  # fmt: skip
+    meta = {"spec": spec.to_dict(), "versions": versions(), "host": host(), "sessions": [*sessions, session]}
+    write_json(meta_path, meta)
+    began = time.monotonic()
     todo = [run for run in runs if run.key not in done]
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
-    for position, run in enumerate(todo, 1):
-        where = f"[{position}/{len(todo)}] cfg{run.index:03d} {run.label} (repeat {run.repeat + 1}/{spec.repeats})"
-        progress(f"{where} ...")
-        record = run_one(run, spec.timeout_s)
-        append_record(results, record)
-        if record["status"] == "completed":
-            progress(f"{where} ok: {record['summary']['samples_per_s']:.0f} samples/s in {record['elapsed_s']:.1f} s")
-        else:
-            progress(f"{where} {record['status'].upper()}: {record['error']}")
+
+    def execute(batch: list[Run], what: str) -> None:
+        for number, run in enumerate(batch, 1):
+            again = f", re-run {run.attempt} of a contended run" if run.attempt else ""
+            repeat = f"repeat {run.repeat + 1}/{spec.repeats}{again}"
+            where = f"[{number}/{len(batch)}{what}] cfg{run.index:03d} {run.label} ({repeat})"
+            progress(f"{where} ...")
+            record = run_one(run, spec.timeout_s, spec.start, spec.contention_threshold)
+            append_record(results, record)
+            session.update(wall_s=round(time.monotonic() - began, 3), runs=session["runs"] + 1)
+            write_json(meta_path, meta)
+            progress(f"{where} {_outcome(record)}")
+
+    execute(todo, "")
+    for _ in range(spec.rerun_contended):
+        reruns = contended_reruns(spec, read_results(results), out)
+        if not reruns:
+            break
+        execute(reruns, " re-runs")
     return read_results(results)
+
+
+def _outcome(record: RunRecord) -> str:
+    if record["status"] != "completed" or record["summary"] is None:
+        return f"{record['status'].upper()}: {record['error']}"
+    summary = record["summary"]
+    window = ((summary.get("steps") or {}).get("global") or {}).get("window_s")
+    measured = f", {window:.1f} s measured" if window else ""
+    contended = ""
+    if record["contended"]:
+        share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
+        contended = f"; CONTENDED: other processes used {share:.0%} of the CPUs"
+    return f"ok: {summary['samples_per_s']:.0f} samples/s in {record['elapsed_s']:.1f} s{measured}{contended}"

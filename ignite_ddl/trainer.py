@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -35,8 +36,9 @@ from torch import nn
 
 from ignite_ddl import launcher
 from ignite_ddl.config import TrainConfig
+from ignite_ddl.contention import ContentionMonitor
 from ignite_ddl.data import Loaders, build_loaders
-from ignite_ddl.environment import device_info, host, versions
+from ignite_ddl.environment import cpu_cores, device_info, host, versions
 from ignite_ddl.models import build_model
 from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
@@ -176,6 +178,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
     # Measuring handlers go first: nothing attached later counts as step time, and timers pause before evaluation.
     if recorder is not None:
         recorder.attach(trainer)
+    contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
     profiler = attach_profiler(config.profiler, trainer)
 
     epoch_length = len(loaders.train)
@@ -191,10 +194,12 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
 
     trainer.add_event_handler(Events.EPOCH_STARTED, _start_epoch, loaders)
     tb = TensorboardLogger(log_dir=str(out / "tb")) if rank == 0 else None
-    epochs = EpochLog(loaders, evaluator, tb, log, recorder)
+    epochs = EpochLog(loaders, evaluator, tb, log, recorder, config.eval_every)
     epochs.attach(trainer)
 
-    checkpoint = attach_checkpoints(trainer, evaluator, to_save, out, config.checkpoint_every)
+    checkpoint = attach_checkpoints(trainer, to_save, out, config.checkpoint_every) if config.checkpoints else None
+    if config.best_model:
+        attach_best_model(trainer, evaluator, model, out)
     if config.max_iters:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
 
@@ -225,16 +230,19 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
         recorder.write_csv(out / f"steps_rank{rank}.csv")
         steps = recorder.gather()
     profile = _finish_profiler(profiler, out, rank, log) if profiler is not None else None
+    foreign = contention.gather()
     if tb is not None:
         if steps is not None:
             tb.writer.add_scalar("global/samples_per_s", steps["global"]["samples_per_s"], trainer.state.iteration)
         tb.close()
 
-    summary = _summary(config, env, loaders, trainer, epochs.history, wall, checkpoint, steps, profile)
+    summary = _summary(config, env, loaders, trainer, epochs, wall, checkpoint, steps, profile, foreign)
     if rank == 0:
         write_json(out / "summary.json", summary)
         if steps is not None:
             log.info("\n" + format_steps(steps))
+        if summary["diverged"]:
+            log.warning(f"the run diverged: {summary['diverged']}")
     log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
     return summary
 
@@ -258,11 +266,15 @@ def _start_epoch(engine: Engine, loaders: Loaders) -> None:
 
 
 class EpochLog:
-    """Per-epoch record on every rank: train loss and global throughput over all ranks, then validation.
+    """Per-epoch record on every rank: train loss and global throughput over all ranks, then validation every
+    ``eval_every`` epochs (0: only at the end; the last epoch is always evaluated).
 
     Training time runs from the epoch's start to its end, before evaluation; throughput is all ranks' samples
-    divided by the slowest rank's time.
+    divided by the slowest rank's time. The mean loss of the first :attr:`INITIAL_ITERATIONS` iterations is kept
+    to tell a diverging run (:func:`divergence`).
     """
+
+    INITIAL_ITERATIONS = 5
 
     def __init__(
         self,
@@ -271,17 +283,20 @@ class EpochLog:
         tb: TensorboardLogger | None,
         log: logging.Logger,
         recorder: StepRecorder | None = None,
+        eval_every: int = 1,
     ):
         self.loaders, self.evaluator, self.tb, self.log, self.recorder = loaders, evaluator, tb, log, recorder
+        self.eval_every = eval_every
         self.epoch_start_iteration = 0
         self.history: list[dict[str, Any]] = []
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
+        self.initial_losses: list[float] = []
 
     def attach(self, trainer: Engine) -> None:
         trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
-        trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close, False)
+        trainer.add_event_handler(Events.COMPLETED, self._close, True)  # a run cut short by max_iters ends mid-epoch
 
     def _start(self, engine: Engine) -> None:
         # Ranks leave evaluation at different times; aligning them here keeps a rank's wait for the others out of
@@ -293,36 +308,77 @@ class EpochLog:
     def _step(self, engine: Engine) -> None:
         self.loss_sum += engine.state.output["loss"] * engine.state.output["samples"]
         self.samples += engine.state.output["samples"]
+        if len(self.initial_losses) < self.INITIAL_ITERATIONS:
+            self.initial_losses.append(engine.state.output["loss"])
 
-    def _close(self, engine: Engine) -> None:
+    def initial_loss(self) -> float | None:
+        """Collective: the mean loss of the run's first iterations over all ranks."""
+        local = sum(self.initial_losses) / len(self.initial_losses) if self.initial_losses else math.nan
+        values = [v for v in gather_objects(local) if not math.isnan(v)]
+        return sum(values) / len(values) if values else None
+
+    def _due(self, engine: Engine, final: bool) -> bool:
+        final = final or engine.state.epoch == engine.state.max_epochs
+        return final or (self.eval_every > 0 and engine.state.epoch % self.eval_every == 0)
+
+    def _evaluate(self, record: dict[str, Any]) -> None:
+        self.evaluator.run(self.loaders.val)
+        metrics = self.evaluator.state.metrics
+        record.update(val_accuracy=float(metrics["accuracy"]), val_loss=float(metrics["loss"]))
+
+    def _close(self, engine: Engine, final: bool) -> None:
         if self.history and self.history[-1]["iteration"] == engine.state.iteration:
-            return  # already closed at EPOCH_COMPLETED
+            # Already closed at EPOCH_COMPLETED; a run stopped there by max_iters still gets its final evaluation.
+            if final and self.history[-1]["val_accuracy"] is None:
+                self._evaluate(self.history[-1])
+            return
         seconds = idist.all_reduce(time.perf_counter() - self.start, op="MAX")
         samples, loss_sum = idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])).tolist()
         steps = self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None
-        self.evaluator.run(self.loaders.val)
-        metrics = self.evaluator.state.metrics
-        record = {
+        record: dict[str, Any] = {
             "epoch": engine.state.epoch,
             "iteration": engine.state.iteration,
             "train_loss": loss_sum / max(samples, 1.0),
             "train_samples": int(samples),
             "train_time_s": seconds,
             "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-            "val_accuracy": float(metrics["accuracy"]),
-            "val_loss": float(metrics["loss"]),
+            "val_accuracy": None,
+            "val_loss": None,
         }
+        if self._due(engine, final):
+            self._evaluate(record)
         self.history.append(record)
         if self.tb is not None:
             self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
             self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
             if steps is not None:
                 _log_rank_scalars(self.tb, steps, record["epoch"])
-        self.log.info(
-            f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, "
+        validation = (
             f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
+            if record["val_accuracy"] is not None
+            else ""
+        )
+        self.log.info(
+            f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, {validation}"
             f"{record['samples_per_s']:.0f} samples/s (all ranks)"
         )
+
+
+EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iterations' (and 0.5 above it) has exploded
+
+
+def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str | None:
+    """Why a run's training loss says it diverged (NaN / infinite, or exploding), or None."""
+    for record in history:
+        loss = record["train_loss"]
+        if loss is None or not math.isfinite(loss):
+            return f"the training loss became NaN or infinite in epoch {record['epoch']} (learning rate too high?)"
+    if initial_loss is None or not math.isfinite(initial_loss) or not history:
+        return None
+    last = history[-1]["train_loss"]
+    if last > EXPLODING_FACTOR * initial_loss and last - initial_loss > 0.5:
+        return f"the training loss grew from {initial_loss:.3g} (first iterations) to {last:.3g} (last epoch)"
+    return None
 
 
 def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
@@ -336,11 +392,9 @@ def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) 
         tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
 
 
-def attach_checkpoints(
-    trainer: Engine, evaluator: Engine, to_save: dict[str, Any], out: Path, every: int
-) -> Checkpoint:
-    """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``; the model
-    with the best validation accuracy in ``out/best``. Returns the resumable checkpoint handler."""
+def attach_checkpoints(trainer: Engine, to_save: dict[str, Any], out: Path, every: int) -> Checkpoint:
+    """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``. Returns
+    the checkpoint handler."""
     saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
     checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
     if every:
@@ -351,13 +405,17 @@ def attach_checkpoints(
         if not every or engine.state.iteration % every:  # not saved at this iteration already
             checkpoint(engine)
 
+    return checkpoint
+
+
+def attach_best_model(trainer: Engine, evaluator: Engine, model: nn.Module, out: Path) -> None:
+    """Keep the model with the best validation accuracy in ``out/best`` (after each evaluation)."""
     best = Checkpoint(
-        {"model": to_save["model"]}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best",
+        {"model": model}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best",
         n_saved=1, score_function=Checkpoint.get_default_score_fn("accuracy"), score_name="val_accuracy",
         global_step_transform=global_step_from_engine(trainer),
     )  # fmt: skip
     evaluator.add_event_handler(Events.COMPLETED, best)
-    return checkpoint
 
 
 def _attach_tensorboard(
@@ -375,7 +433,7 @@ def _attach_tensorboard(
 
 def _launch_facts() -> dict[str, Any]:
     plan = launcher.active_plan()
-    facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads()}
+    facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads(), "cpu_cores": cpu_cores()}
     if plan is not None:
         facts.update(
             launch_mode=plan.mode, nproc_per_node=plan.nproc_per_node, nnodes=plan.nnodes,
@@ -408,12 +466,15 @@ def _summary(
     env: dict,
     loaders: Loaders,
     trainer: Engine,
-    history: list,
+    epochs: EpochLog,
     wall: float,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | None,
     steps: dict[str, Any] | None,
     profile: dict[str, Any] | None,
+    contention: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    history = epochs.history
+    initial_loss = epochs.initial_loss()
     train_time = sum(r["train_time_s"] for r in history)
     train_samples = sum(r["train_samples"] for r in history)
     last = history[-1] if history else {}
@@ -437,13 +498,16 @@ def _summary(
         "samples_per_s": steps["global"]["samples_per_s"] if measured else train_samples / max(train_time, 1e-9),
         "samples_per_s_source": "steps" if measured else "epochs",
         "final_train_loss": last.get("train_loss"),
+        "initial_train_loss": initial_loss,
+        "diverged": divergence(initial_loss, history),
         "val_accuracy": last.get("val_accuracy"),
         "val_loss": last.get("val_loss"),
-        "best_val_accuracy": max((r["val_accuracy"] for r in history), default=None),
-        "last_checkpoint": str(checkpoint.last_checkpoint) if checkpoint.last_checkpoint else None,
+        "best_val_accuracy": max((r["val_accuracy"] for r in history if r["val_accuracy"] is not None), default=None),
+        "last_checkpoint": str(checkpoint.last_checkpoint) if checkpoint and checkpoint.last_checkpoint else None,
         "resumed_from": config.resume,
         "history": history,
         "steps": steps,
+        "contention": contention,
         "profiler": profile,
     }  # fmt: skip
 

@@ -1,0 +1,22 @@
+"""Profiling reports: what a sweep's ``results.jsonl`` says, and how sure it is.
+
+- :mod:`~ignite_ddl.report.stats` — intervals over repeats, the verdict's separation rule, Welch's test;
+- :mod:`~ignite_ddl.report.analysis` — per configuration, workload and sweep, as plain data (:func:`load`,
+  :func:`analyze`), for the report and for notebooks;
+- :mod:`~ignite_ddl.report.render` — ``report.md`` / ``report.html`` / ``verdict.txt`` (:func:`write_report`);
+- :mod:`~ignite_ddl.report.plots` — the PNG plots; :mod:`~ignite_ddl.report.hparams` — TensorBoard HParams.
+
+Example:
+    >>> from ignite_ddl.report import analyze
+    >>> records = [{"key": f"k{i}-r{r}", "index": i, "repeat": r, "status": "completed", "grid": {"seed": i},
+    ...             "config": {"seed": i}, "summary": {"world_size": 1, "samples_per_s": v}}
+    ...            for i, runs in enumerate([[100, 104, 98], [101, 97, 103]]) for r, v in enumerate(runs)]
+    >>> verdict = analyze(records).verdicts[0]
+    >>> verdict.best, verdict.tied
+    (None, ['cfg000', 'cfg001'])
+"""
+
+from ignite_ddl.report.analysis import Analysis, ConfigResult, Flag, Verdict, analyze, load
+from ignite_ddl.report.render import verdict_lines, write_report
+
+__all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load", "verdict_lines", "write_report"]

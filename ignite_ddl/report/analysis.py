@@ -1,0 +1,527 @@
+"""What a sweep's results say: per configuration, throughput with its confidence interval over repeats, speed-up
+and efficiency with theirs; per workload, a verdict that names a best configuration only when the data separates
+it; and every reason to doubt a number. Plain data (dataclasses), for the report and for notebooks alike.
+
+A **workload** is what fixes the work done per sample (by default: model, dataset, amp, optimizer, sync_bn;
+a spec's ``workload`` key may name others). Configurations are ranked only against others of their workload, and
+speed-up is always against the same configuration run with one process.
+
+Example:
+    >>> def run(index, repeat, procs, rate):
+    ...     config = {"model": "cnn", "nproc_per_node": procs, "batch_size": 64}
+    ...     summary = {"world_size": procs, "samples_per_s": rate, "threads_per_process": 2 // procs}
+    ...     return {"key": f"k{index}-r{repeat}", "index": index, "repeat": repeat, "status": "completed",
+    ...             "grid": {"nproc_per_node": procs}, "config": config, "summary": summary}
+    >>> records = [run(0, r, 1, v) for r, v in enumerate([100, 102, 98])]
+    >>> records += [run(1, r, 2, v) for r, v in enumerate([150, 153, 147])]
+    >>> analysis = analyze(records)
+    >>> verdict = analysis.verdicts[0]
+    >>> verdict.best, round(analysis.configs[1].speedup.value, 2)
+    ('cfg001', 1.5)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.contention import CONTENTION_THRESHOLD
+from ignite_ddl.report.stats import (
+    CONFIDENCE,
+    Estimate,
+    mean_interval,
+    ratio_interval,
+    repeats_to_separate,
+    separated,
+    welch_p,
+)
+from ignite_ddl.results import read_json
+
+__all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load"]
+
+# Options that only say how the processes are laid out or where output goes: the speed-up baseline of a
+# configuration is the configuration equal to it but for these, with one process.
+LAYOUT_OPTIONS = frozenset(
+    {
+        "backend",
+        "nproc_per_node",
+        "nnodes",
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "output_dir",
+        "threads",
+        "start_method",
+        "resume",
+        "progress",
+    }
+)
+DEFAULT_WORKLOAD = ("model", "dataset", "amp", "optimizer", "sync_bn")
+MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
+SUPERLINEAR = 1.05  # efficiency above this is suspect
+CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
+FEW_ITERATIONS = 20  # measured iterations per rank below this make a short, transient-dominated window
+DATA_WAIT_HIGH = 0.25
+STRAGGLER_HIGH = 1.2
+EFFICIENCY_LOW = 0.7
+
+FLAG_MEANINGS = {
+    "contended": "other processes used the CPUs (or GPUs) while the run measured, so its timings include waiting "
+    "for them; it is left out of the verdict (re-run it, or sweep with --rerun-contended N)",
+    "superlinear": "more than N times the 1-process throughput on N processes is not how data parallelism "
+    "scales: suspect noise, caching (a per-rank share that now fits in cache) or an unfair baseline",
+    "high-variation": "repeats disagree by more than 10 % (standard deviation / mean): the machine was noisy or the "
+    "runs too short; the interval is wide and comparisons involving it are weak",
+    "diverged": "the training loss became NaN/infinite or exploded: the run did not train, and arithmetic on "
+    "NaN can run at a different speed, so its throughput is not a training speed",
+    "oversubscribed": "more processes x threads than CPU cores: ranks time-slice the cores and wait on each "
+    "other, so the figures measure the scheduler more than the configuration",
+    "few-iterations": f"fewer than {FEW_ITERATIONS} measured iterations per rank after warm-up: start-up "
+    "transients weigh heavily; raise epochs or train_size, or lower warmup_iters",
+    "provisional": f"fewer than {MIN_REPEATS} completed repeats per configuration: intervals are very wide (or "
+    "missing) and the verdict may change with more runs",
+}
+
+
+@dataclass
+class Flag:
+    """One reason to doubt a figure: its kind (a key of :data:`FLAG_MEANINGS`), where, and the specifics."""
+
+    kind: str
+    config: str | None  # cfgNNN, or None for the whole sweep / a workload
+    detail: str
+
+    @property
+    def meaning(self) -> str:
+        return FLAG_MEANINGS[self.kind]
+
+
+@dataclass
+class RunResult:
+    """One run as the analysis sees it."""
+
+    repeat: int
+    attempt: int
+    position: int
+    status: str
+    samples_per_s: float | None
+    contended: bool
+    foreign_cpu_share: float | None
+    diverged: str | None
+    used: bool  # counts in the configuration's estimate and the verdict
+    run_dir: str
+    error: str | None
+    measured_s: float | None
+    elapsed_s: float | None
+
+
+@dataclass
+class ConfigResult:
+    """One configuration of a sweep, its repeats combined."""
+
+    index: int
+    grid: dict[str, Any]
+    config: dict[str, Any]
+    workload: str
+    world_size: int
+    runs: list[RunResult] = field(default_factory=list)
+    throughput: Estimate = field(default_factory=lambda: Estimate(None))
+    speedup: Estimate | None = None
+    efficiency: Estimate | None = None
+    baseline: str | None = None  # the 1-process configuration speed-up is measured against
+    step_p50_s: float | None = None
+    step_p90_s: float | None = None
+    data_share: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    straggler: dict[str, Any] | None = None
+    val_accuracy: float | None = None
+    threads_per_process: int | None = None
+    cpu_cores: int | None = None
+    device_type: str | None = None
+    measured_iterations: int | None = None
+    global_batch: int | None = None
+    profiler: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"cfg{self.index:03d}"
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.grid.items())
+
+    @property
+    def used_runs(self) -> list[RunResult]:
+        return [r for r in self.runs if r.used]
+
+    @property
+    def samples_per_s(self) -> list[float]:
+        return [r.samples_per_s for r in self.used_runs if r.samples_per_s is not None]
+
+
+@dataclass
+class Verdict:
+    """What the data supports within one workload."""
+
+    workload: str
+    configs: list[str]  # every configuration of the workload, fastest mean first
+    best: str | None  # named only when separated from every other configuration
+    tied: list[str]  # when no best: the configurations that cannot be told apart from the fastest
+    provisional: bool
+    runner_up: str | None = None
+    difference: float | None = None  # fastest over runner-up, minus 1
+    welch_p: float | None = None  # Welch's t-test, fastest vs runner-up
+    repeats_needed: dict[str, int | None] = field(default_factory=dict)  # tied config -> repeats to separate it
+    reason: str = ""
+
+
+@dataclass
+class Analysis:
+    """Everything the report says, as data."""
+
+    configs: list[ConfigResult]
+    verdicts: list[Verdict]
+    flags: list[Flag]
+    workload_axes: list[str]
+    confidence: float
+    rule: str
+    include_contended: bool
+    contention_threshold: float
+    measured_s: float
+    runs_elapsed_s: float
+    sweep_wall_s: float | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured_share(self) -> float | None:
+        """Share of the sweep's wall time spent inside measured windows."""
+        return self.measured_s / self.sweep_wall_s if self.sweep_wall_s else None
+
+    @property
+    def measured_share_of_runs(self) -> float | None:
+        """Share of the runs' own wall time (start-up to exit) spent inside measured windows."""
+        return self.measured_s / self.runs_elapsed_s if self.runs_elapsed_s else None
+
+    def config(self, name: str) -> ConfigResult:
+        return next(c for c in self.configs if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready), e.g. for a notebook's DataFrame."""
+        data = dataclasses.asdict(self)
+        for entry, config in zip(data["configs"], self.configs):
+            entry["name"] = config.name
+        data["measured_share"] = self.measured_share
+        return data
+
+
+RULE = (
+    "Each configuration's throughput is the mean over its repeats (a run is one sample: steps within a run are not "
+    "independent) with a {pct} % Student-t confidence interval. Speed-up = mean throughput / the mean of the same "
+    "configuration with one process; its interval comes from the delta method on the log of the ratio with "
+    "Welch-Satterthwaite degrees of freedom; efficiency = speed-up / processes. Verdict: within a workload, a "
+    "configuration is named best only when its interval lies entirely above every other configuration's "
+    "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about "
+    "0.5 % of sweeps, where a t-test at the same level would in 3-5 %). Otherwise the configurations whose "
+    "intervals overlap the fastest one's are reported as statistically tied. Welch's t-test p-value (fastest vs "
+    "runner-up) is shown beside it."
+)
+
+
+def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
+    """Analyse a sweep's directory (``results.jsonl`` and ``sweep.json``)."""
+    from ignite_ddl.sweep import read_results
+
+    out = Path(results_dir)
+    records = read_results(out / "results.jsonl")
+    if not records:
+        raise FileNotFoundError(f"no results in {out / 'results.jsonl'}")
+    meta = read_json(out / "sweep.json") if (out / "sweep.json").exists() else {}
+    return analyze(records, meta, include_contended=include_contended)
+
+
+def analyze(
+    records: Sequence[dict[str, Any]],
+    meta: dict[str, Any] | None = None,
+    include_contended: bool = False,
+    confidence: float = CONFIDENCE,
+) -> Analysis:
+    """The analysis of a sweep's records (see the module docstring)."""
+    meta = meta or {}
+    spec = meta.get("spec", {})
+    axes = list(spec.get("workload") or DEFAULT_WORKLOAD)
+    threshold = spec.get("contention_threshold", CONTENTION_THRESHOLD)
+    configs = _configs(records, axes, include_contended)
+    _speedups(configs, confidence)
+    flags = _flags(configs, meta)
+    verdicts = [_verdict(name, rows, confidence) for name, rows in _by_workload(configs).items()]
+    flags += [Flag("provisional", None, f"workload {v.workload}") for v in verdicts if v.provisional]
+    measured = sum(r.measured_s or 0.0 for c in configs for r in c.runs if r.status == "completed")
+    elapsed = sum(r.elapsed_s or 0.0 for c in configs for r in c.runs)
+    sessions = meta.get("sessions") or []
+    wall = sum(s.get("wall_s", 0.0) for s in sessions) or None
+    return Analysis(
+        configs,
+        verdicts,
+        flags,
+        axes,
+        confidence,
+        RULE.format(pct=round(100 * confidence)),
+        include_contended,
+        threshold,
+        measured,
+        elapsed,
+        wall,
+        meta,
+    )
+
+
+def workload_of(config: dict[str, Any], axes: Sequence[str]) -> str:
+    return ", ".join(f"{axis}={config.get(axis)}" for axis in axes)
+
+
+def _configs(records: Sequence[dict[str, Any]], axes: Sequence[str], include_contended: bool) -> list[ConfigResult]:
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        grouped[record["key"].rsplit("-r", 1)[0]].append(record)
+    configs = []
+    for found in grouped.values():
+        first = found[0]
+        summaries = [r["summary"] for r in found if r["status"] == "completed" and r.get("summary")]
+        world = summaries[0]["world_size"] if summaries else _world(first["config"])
+        config = ConfigResult(first["index"], first["grid"], first["config"], workload_of(first["config"], axes), world)
+        config.runs = _runs(found, include_contended)
+        _describe(config, [r for r in found if r["status"] == "completed" and r.get("summary")], include_contended)
+        configs.append(config)
+    return sorted(configs, key=lambda c: c.index)
+
+
+def _world(config: dict[str, Any]) -> int:
+    return (config.get("nproc_per_node") or 1) * (config.get("nnodes") or 1)
+
+
+def _runs(records: list[dict[str, Any]], include_contended: bool) -> list[RunResult]:
+    """Every run of a configuration; per repeat, the last completed attempt that was not contended is used (or,
+    with ``include_contended``, the last completed attempt)."""
+    by_repeat: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_repeat[record["repeat"]].append(record)
+    runs = []
+    for repeat, attempts in sorted(by_repeat.items()):
+        attempts.sort(key=lambda r: r.get("attempt", 0))
+        completed = [r for r in attempts if r["status"] == "completed" and r.get("summary")]
+        eligible = [r for r in completed if include_contended or not r.get("contended")]
+        chosen = eligible[-1] if eligible else None
+        for record in attempts:
+            summary = record.get("summary") or {}
+            contention = summary.get("contention") or {}
+            window = ((summary.get("steps") or {}).get("global") or {}).get("window_s")
+            runs.append(
+                RunResult(
+                    repeat=repeat,
+                    attempt=record.get("attempt", 0),
+                    position=record.get("position", 0),
+                    status=record["status"],
+                    samples_per_s=summary.get("samples_per_s"),
+                    contended=bool(record.get("contended")),
+                    foreign_cpu_share=contention.get("foreign_cpu_share"),
+                    diverged=summary.get("diverged"),
+                    used=record is chosen,
+                    run_dir=record.get("run_dir", ""),
+                    error=record.get("error"),
+                    measured_s=window if window is not None else summary.get("train_time_s"),
+                    elapsed_s=record.get("elapsed_s"),
+                )
+            )
+    return runs
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return statistics.fmean(values) if values else None
+
+
+def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_contended: bool) -> None:
+    """Fill a configuration's figures from the runs it uses (all completed runs if none is usable)."""
+    used = {r.run_dir for r in config.used_runs}
+    chosen = [r for r in completed if r.get("run_dir") in used] or completed
+    summaries = [r["summary"] for r in chosen]
+    config.throughput = mean_interval(config.samples_per_s)
+    if not summaries:
+        return
+    steps = [s["steps"] for s in summaries if s.get("steps")]
+    config.step_p50_s = _mean([s["global"]["step_s_p50"] for s in steps])
+    config.step_p90_s = _mean([s["global"]["step_s_p90"] for s in steps])
+    config.data_share = _mean([s["global"]["data_share"] for s in steps])
+    config.phases = {
+        phase: _mean([r.get(f"{phase}_s_mean") for s in steps for r in s["ranks"]]) or 0.0
+        for phase in ("data", "forward", "backward", "optimizer")
+    }
+    stragglers = [s["straggler"] for s in steps if s.get("straggler") and s["straggler"].get("ratio")]
+    config.straggler = max(stragglers, key=lambda s: s["ratio"]) if stragglers else None
+    config.val_accuracy = _mean([s.get("val_accuracy") for s in summaries])
+    first = summaries[0]
+    config.threads_per_process = first.get("threads_per_process")
+    config.cpu_cores = first.get("cpu_cores")
+    config.device_type = (first.get("device") or {}).get("type")
+    config.global_batch = (first.get("batch") or {}).get("global")
+    iterations = [min(r["iterations"] for r in s["ranks"]) for s in steps if s["ranks"]]
+    config.measured_iterations = min(iterations) if iterations else None
+    config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
+
+
+def _kind(config: ConfigResult) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in config.config.items() if k not in LAYOUT_OPTIONS))
+
+
+def _speedups(configs: list[ConfigResult], confidence: float) -> None:
+    by_kind: dict[tuple, list[ConfigResult]] = defaultdict(list)
+    for config in configs:
+        by_kind[_kind(config)].append(config)
+    for group in by_kind.values():
+        base = next((c for c in group if c.world_size == 1 and c.samples_per_s), None)
+        if base is None:
+            continue
+        for config in group:
+            if not config.samples_per_s:
+                continue
+            if config is base:
+                config.speedup = Estimate(1.0, 1.0, 1.0, len(base.samples_per_s), 0.0)
+            else:
+                config.speedup = ratio_interval(config.samples_per_s, base.samples_per_s, confidence)
+            config.efficiency = config.speedup.scaled(1.0 / config.world_size)
+            config.baseline = base.name
+
+
+def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
+    groups: dict[str, list[ConfigResult]] = defaultdict(list)
+    for config in configs:
+        groups[config.workload].append(config)
+    return dict(groups)
+
+
+def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> Verdict:
+    measured = sorted(
+        (c for c in configs if c.throughput.value is not None), key=lambda c: c.throughput.value, reverse=True
+    )  # type: ignore[arg-type,return-value]
+    names = [c.name for c in measured]
+    provisional = any(len(c.samples_per_s) < MIN_REPEATS for c in configs)
+    if not measured:
+        return Verdict(workload, names, None, [], True, reason="no configuration of this workload has a usable run")
+    top = measured[0]
+    if len(measured) == 1:
+        return Verdict(workload, names, top.name, [], provisional, reason="the only configuration of its workload")
+    runner = measured[1]
+    assert top.throughput.value is not None and runner.throughput.value is not None
+    verdict = Verdict(
+        workload,
+        names,
+        None,
+        [],
+        provisional,
+        runner.name,
+        top.throughput.value / runner.throughput.value - 1,
+        welch_p(top.samples_per_s, runner.samples_per_s),
+    )
+    if not top.throughput.has_interval:
+        verdict.tied = names
+        verdict.reason = "a single run per configuration has no interval: nothing can be told apart"
+        return verdict
+    overlapping = [c for c in measured[1:] if not separated(top.throughput, c.throughput)]
+    if not overlapping:
+        verdict.best = top.name
+        verdict.reason = (
+            f"its {round(100 * confidence)} % interval lies above every other configuration's; "
+            f"{100 * verdict.difference:.1f} % faster than the runner-up {runner.name}"
+        )
+        return verdict
+    verdict.tied = [top.name] + [c.name for c in overlapping]
+    verdict.repeats_needed = {
+        c.name: repeats_to_separate(top.throughput, c.throughput, confidence) for c in overlapping
+    }
+    verdict.reason = "their intervals overlap the fastest configuration's"
+    return verdict
+
+
+def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
+    flags = []
+    cores = (meta.get("host") or {}).get("cpu_cores")
+    for config in configs:
+        for run in config.runs:
+            where = f"repeat {run.repeat + 1}" + (f", re-run {run.attempt}" if run.attempt else "")
+            if run.contended:
+                share = (
+                    "" if run.foreign_cpu_share is None else f": others used {run.foreign_cpu_share:.0%} of the CPUs"
+                )
+                flags.append(Flag("contended", config.name, f"{where}{share}"))
+            if run.diverged:
+                flags.append(Flag("diverged", config.name, f"{where}: {run.diverged}"))
+        if config.efficiency is not None and config.efficiency.value and config.efficiency.value > SUPERLINEAR:
+            interval = config.efficiency
+            detail = f"efficiency {interval.value:.2f}"
+            if interval.has_interval:
+                detail += f" ({interval.low:.2f}-{interval.high:.2f})"
+            flags.append(Flag("superlinear", config.name, f"{detail} on {config.world_size} processes"))
+        cv = config.throughput.cv
+        if cv is not None and cv > CV_HIGH:
+            flags.append(Flag("high-variation", config.name, f"repeats vary by {cv:.0%} (sd / mean)"))
+        node_cores = config.cpu_cores or cores
+        per_node = config.config.get("nproc_per_node") or 1
+        threads = config.threads_per_process
+        if config.device_type == "cpu" and node_cores and threads and per_node * threads > node_cores:
+            flags.append(
+                Flag("oversubscribed", config.name, f"{per_node} processes x {threads} threads on {node_cores} cores")
+            )
+        if config.measured_iterations is not None and config.measured_iterations < FEW_ITERATIONS:
+            flags.append(Flag("few-iterations", config.name, f"{config.measured_iterations} measured iterations"))
+    return flags
+
+
+def notes(analysis: Analysis) -> list[str]:
+    """Where time is lost, per configuration, and what to try."""
+    found = []
+    for config in analysis.configs:
+        if config.data_share is not None and config.data_share > DATA_WAIT_HIGH:
+            found.append(
+                f"{config.name}: data wait {100 * config.data_share:.0f}% of each iteration -> raise "
+                f"num_workers (now {config.config.get('num_workers', 0)}) or make loading cheaper"
+            )
+        straggler = config.straggler
+        if straggler and straggler["ratio"] > STRAGGLER_HIGH:
+            found.append(
+                f"{config.name}: rank {straggler['rank']} is a straggler (own time {straggler['ratio']:.2f}x "
+                "the median rank's) -> look at its data loading, its device, or other work on its cores"
+            )
+        efficiency = config.efficiency
+        if efficiency is None or efficiency.value is None or config.world_size < 2:
+            continue
+        if efficiency.value >= EFFICIENCY_LOW:
+            continue
+        cores = config.cpu_cores or (analysis.meta.get("host") or {}).get("cpu_cores")
+        per_node = config.config.get("nproc_per_node") or 1
+        threads = config.threads_per_process or 1
+        base = analysis.config(config.baseline) if config.baseline else None
+        base_threads = base.threads_per_process if base else None
+        on_cpu = config.device_type == "cpu"
+        if on_cpu and cores and per_node * threads > cores:
+            found.append(
+                f"{config.name}: {per_node} processes x {threads} threads on {cores} cores is "
+                f"oversubscribed (efficiency {efficiency.value:.2f}) -> at most {cores} processes here"
+            )
+        elif on_cpu and cores and base_threads and base_threads >= cores:
+            found.append(
+                f"{config.name}: efficiency {efficiency.value:.2f}: the 1-process run already kept all "
+                f"{cores} cores busy with {base_threads} intra-op threads, so more processes add "
+                "communication, not compute"
+            )
+        else:
+            found.append(
+                f"{config.name}: scaling efficiency {efficiency.value:.2f} -> communication and "
+                "per-process overhead dominate; try a larger batch per rank"
+            )
+    return found

@@ -1,0 +1,373 @@
+"""The report as a document, written twice (Markdown and HTML), with the verdict first, then whether the numbers can
+be trusted, then the detail behind them."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.profilers import format_profile
+from ignite_ddl.report.analysis import FLAG_MEANINGS, MIN_REPEATS, Analysis, ConfigResult, load, notes
+from ignite_ddl.report.hparams import write_hparams
+from ignite_ddl.report.plots import make_plots
+from ignite_ddl.report.stats import Estimate
+
+__all__ = ["Document", "verdict_lines", "write_report"]
+
+
+class Document:
+    """A report as a list of blocks, written as Markdown and as HTML."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, Any]] = []
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append(("heading", (level, text)))
+
+    def paragraph(self, text: str) -> None:
+        self.blocks.append(("paragraph", text))
+
+    def bullets(self, items: list[str]) -> None:
+        if items:
+            self.blocks.append(("bullets", items))
+
+    def table(self, header: list[str], rows: list[list[Any]]) -> None:
+        self.blocks.append(("table", (header, [[_cell(v) for v in row] for row in rows])))
+
+    def image(self, path: str, alt: str) -> None:
+        self.blocks.append(("image", (path, alt)))
+
+    def code(self, text: str) -> None:
+        self.blocks.append(("code", text))
+
+    def markdown(self) -> str:
+        out = []
+        for kind, value in self.blocks:
+            if kind == "heading":
+                out.append("#" * value[0] + " " + value[1])
+            elif kind == "paragraph":
+                out.append(value)
+            elif kind == "bullets":
+                out.append("\n".join(f"- {item}" for item in value))
+            elif kind == "table":
+                header, rows = value
+                lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                lines += ["| " + " | ".join(row) + " |" for row in rows]
+                out.append("\n".join(lines))
+            elif kind == "image":
+                out.append(f"![{value[1]}]({value[0]})")
+            else:
+                out.append("```\n" + value + "\n```")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>", _STYLE]
+        for kind, value in self.blocks:
+            if kind == "heading":
+                out.append(f"<h{value[0]}>{e(value[1])}</h{value[0]}>")
+            elif kind == "paragraph":
+                out.append(f"<p>{e(value)}</p>")
+            elif kind == "bullets":
+                out.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in value) + "</ul>")
+            elif kind == "table":
+                header, rows = value
+                out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
+                out.append("</table>")
+            elif kind == "image":
+                out.append(f"<p><img src='{e(value[0])}' alt='{e(value[1])}'></p>")
+            else:
+                out.append(f"<pre>{e(value)}</pre>")
+        return "\n".join(out) + "</body></html>\n"
+
+
+_STYLE = (
+    "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>"
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value).replace("|", "/")
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _interval(e: Estimate | None, fmt: str = ".0f") -> str:
+    """``low-high`` of an estimate's interval, or ``-``."""
+    if e is None or not e.has_interval:
+        return "-"
+    return f"{format(e.low, fmt)}-{format(e.high, fmt)}"
+
+
+def _ratio(e: Estimate | None) -> str:
+    if e is None or e.value is None:
+        return "-"
+    return f"{e.value:.2f}" + (f" ({e.low:.2f}-{e.high:.2f})" if e.has_interval and e.low != e.high else "")
+
+
+def _options(grid: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in grid.items())
+
+
+def _named(analysis: Analysis, name: str) -> str:
+    config = analysis.config(name)
+    return f"{name} ({_options(config.grid)})"
+
+
+def _figure(config: ConfigResult, pct: int) -> str:
+    t = config.throughput
+    interval = f", {pct} % interval {_interval(t)}" if t.has_interval else ", no interval (one run)"
+    return f"{_rate(t.value)} samples/s{interval}, {len(config.samples_per_s)} runs"
+
+
+def verdict_lines(analysis: Analysis) -> list[str]:
+    """One line per workload: what the data supports."""
+    pct = round(100 * analysis.confidence)
+    several = len(analysis.verdicts) > 1
+    lines = []
+    for v in analysis.verdicts:
+        where = f"[{v.workload}] " if several else ""
+        tag = " (provisional: fewer than 3 repeats)" if v.provisional else ""
+        if v.best is not None:
+            lines.append(f"{where}best: {_named(analysis, v.best)}: {_figure(analysis.config(v.best), pct)}{tag}")
+        elif v.tied:
+            lines.append(f"{where}statistically tied: {', '.join(v.tied)} ({v.reason}){tag}")
+        else:
+            lines.append(f"{where}no verdict: {v.reason}")
+    return lines
+
+
+def _verdict_section(doc: Document, analysis: Analysis) -> None:
+    pct = round(100 * analysis.confidence)
+    doc.heading("Verdict")
+    for v in analysis.verdicts:
+        items = []
+        if len(analysis.verdicts) > 1:
+            doc.paragraph(f"Workload {v.workload}:")
+        if v.best is not None:
+            best = analysis.config(v.best)
+            items.append(f"**Best: {_named(analysis, v.best)}** — {_figure(best, pct)}: {v.reason}.")
+        elif v.tied:
+            items.append(
+                f"**Statistically tied: {', '.join(v.tied)}** — {v.reason}: the data does not say which is fastest."
+            )
+            for name in v.tied:
+                items.append(f"{_named(analysis, name)}: {_figure(analysis.config(name), pct)}")
+            for name, n in v.repeats_needed.items():
+                config, top = analysis.config(name), analysis.config(v.tied[0])
+                gap = 100 * (1 - (config.throughput.value or 0) / (top.throughput.value or 1))
+                if n is None:
+                    items.append(
+                        f"{name} is {gap:.1f} % slower than {top.name}: no practical number of repeats "
+                        "would separate them at this spread; treat them as equal"
+                    )
+                else:
+                    items.append(
+                        f"{name} is {gap:.1f} % slower than {top.name}: about {n} repeats of each would "
+                        "separate them if the means and spreads stay as measured"
+                    )
+        else:
+            items.append(f"No verdict: {v.reason}.")
+        if v.runner_up is not None and v.difference is not None:
+            p = "-" if v.welch_p is None else f"{v.welch_p:.3g}"
+            items.append(f"fastest vs runner-up ({v.runner_up}): {100 * v.difference:+.1f} %, Welch's t-test p = {p}")
+        if v.provisional:
+            items.append(
+                f"Provisional: fewer than {MIN_REPEATS} completed repeats in some configuration; run more "
+                "repeats before relying on it."
+            )
+        doc.bullets(items)
+    doc.paragraph(
+        "How to read this: each configuration's throughput is the mean over its repeated runs, with a "
+        f"{pct} % confidence interval; a best configuration is named only when its interval does not overlap any "
+        "other's, which you can check on the error bars of throughput.png. When intervals overlap the report names "
+        "the tie instead of a winner: the difference is inside the run-to-run noise. Configurations are only "
+        f"compared with others of the same workload ({', '.join(analysis.workload_axes)}). Read the next section "
+        "before trusting any figure."
+    )
+
+
+def _trust_section(doc: Document, analysis: Analysis) -> None:
+    doc.heading("Can I trust these numbers?")
+    if not analysis.flags:
+        doc.paragraph(
+            "No flags: no run was contended, diverged or oversubscribed, no efficiency is above 1.05, repeats agree "
+            "within 10 %, every configuration has enough measured iterations and repeats."
+        )
+    kinds = list(dict.fromkeys(f.kind for f in analysis.flags))
+    for kind in kinds:
+        found = [f for f in analysis.flags if f.kind == kind]
+        doc.paragraph(f"**{kind}** ({len(found)}): {FLAG_MEANINGS[kind]}.")
+        doc.bullets([f"{f.config}: {f.detail}" if f.config else f.detail for f in found])
+    contended = sum(r.contended for c in analysis.configs for r in c.runs)
+    state = "counted in" if analysis.include_contended else "left out of"
+    doc.paragraph(
+        f"Contention: a run counts as contended when other processes used more than "
+        f"{analysis.contention_threshold:.0%} of the machine while it measured; {contended} run(s) were, and are "
+        f"{state} the verdict."
+    )
+
+
+def _measured_section(doc: Document, analysis: Analysis) -> None:
+    doc.heading("Time spent measuring")
+    parts = [
+        f"{analysis.measured_s:.1f} s of the runs' time was inside measured windows (warm-up, start-up, "
+        "evaluation and writing excluded)"
+    ]
+    if analysis.measured_share is not None:
+        parts.append(f"{100 * analysis.measured_share:.0f} % of the sweep's wall time ({analysis.sweep_wall_s:.1f} s)")
+    if analysis.measured_share_of_runs is not None:
+        parts.append(
+            f"{100 * analysis.measured_share_of_runs:.0f} % of the runs' own wall time "
+            f"({analysis.runs_elapsed_s:.1f} s, start-up included)"
+        )
+    doc.paragraph("; ".join(parts) + ".")
+
+
+def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
+    grid_keys = list(dict.fromkeys(k for c in analysis.configs for k in c.grid))
+    several = len(analysis.verdicts) > 1
+    pct = round(100 * analysis.confidence)
+    header = [
+        "config",
+        *grid_keys,
+        *(["workload"] if several else []),
+        "world",
+        "samples/s",
+        f"{pct}% interval",
+        "runs",
+        "cv %",
+        "step p50 ms",
+        "step p90 ms",
+        "data wait %",
+        "straggler",
+        "speedup",
+        "efficiency",
+        "val acc",
+    ]
+    rows = []
+    for c in analysis.configs:
+        straggler = c.straggler
+        used, total = len(c.samples_per_s), len({r.repeat for r in c.runs})
+        cv = c.throughput.cv
+        rows.append(
+            [
+                c.name,
+                *[c.grid.get(k) for k in grid_keys],
+                *([c.workload] if several else []),
+                c.world_size,
+                _rate(c.throughput.value),
+                _interval(c.throughput),
+                f"{used}/{total}",
+                None if cv is None else 100 * cv,
+                None if c.step_p50_s is None else 1e3 * c.step_p50_s,
+                None if c.step_p90_s is None else 1e3 * c.step_p90_s,
+                None if c.data_share is None else 100 * c.data_share,
+                f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
+                _ratio(c.speedup),
+                _ratio(c.efficiency),
+                c.val_accuracy,
+            ]
+        )
+    return header, rows
+
+
+def _environment(doc: Document, analysis: Analysis) -> None:
+    doc.heading("Environment")
+    meta = analysis.meta
+    host, versions = meta.get("host", {}), meta.get("versions", {})
+    devices = sorted({c.device_type for c in analysis.configs if c.device_type})
+    threads = sorted({c.threads_per_process for c in analysis.configs if c.threads_per_process})
+    spec = meta.get("spec", {})
+    doc.table(
+        ["", ""],
+        [
+            ["host", f"{host.get('hostname', '?')} ({host.get('platform', '?')})"],
+            ["CPU", f"{host.get('cpu', '?')}, {host.get('cpu_cores', '?')} cores available"],
+            ["devices", ", ".join(devices) or "-"],
+            ["threads per process", ", ".join(map(str, threads)) or "-"],
+            ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)],
+            [
+                "run order",
+                f"{spec.get('order', '?')} ({spec.get('repeats', '?')} repeats), runs started {spec.get('start', '?')}",
+            ],
+        ],
+    )
+
+
+def write_report(results_dir: str | Path, include_contended: bool = False) -> Path:
+    """Write report.md, report.html, verdict.txt, the plots and the HParams records into ``results_dir``; return
+    the path of report.md."""
+    out = Path(results_dir)
+    analysis = load(out, include_contended)
+    title = f"Sweep report: {analysis.meta.get('spec', {}).get('name', out.name)}"
+    pct = round(100 * analysis.confidence)
+
+    doc = Document()
+    doc.heading(title, 1)
+    _verdict_section(doc, analysis)
+    _trust_section(doc, analysis)
+    doc.heading("Configurations")
+    doc.paragraph(
+        f"Global throughput = all ranks' samples / wall time of the measured window (warm-up excluded); mean and "
+        f"{pct} % interval over the runs used (runs = used / repeats; cv = standard deviation / mean). Speed-up "
+        "and efficiency, with their intervals, are against the same configuration with one process. Own time = "
+        "data wait + forward + optimizer step of a rank: the straggler is the rank whose own time is largest, "
+        "as a ratio to the median rank's."
+    )
+    doc.table(*_config_table(analysis))
+    found = notes(analysis)
+    if found:
+        doc.heading("Where time is lost")
+        doc.bullets(found)
+    _measured_section(doc, analysis)
+    doc.heading("Method")
+    doc.paragraph(analysis.rule)
+    doc.paragraph(
+        f"A workload is defined by: {', '.join(analysis.workload_axes)} (the options that change the work "
+        "per sample); each workload gets its own verdict and no ratio is taken across workloads."
+    )
+    failures = [
+        (c.name, c.grid, f"{r.status}: {r.error}") for c in analysis.configs for r in c.runs if r.status != "completed"
+    ]
+    if failures:
+        doc.heading("Failures")
+        doc.table(["config", "options", "reason"], [[n, _options(g), e] for n, g, e in failures])
+    plots = make_plots(analysis, out)
+    if plots:
+        doc.heading("Plots")
+        for path, alt in plots:
+            doc.image(path, alt)
+    _profiler_tables(doc, analysis)
+    _environment(doc, analysis)
+    write_hparams(analysis, out / "tb_hparams")
+    doc.paragraph(
+        "Browse every run and configuration in TensorBoard (HPARAMS tab): `tensorboard --logdir "
+        "tb_hparams` in this directory."
+    )
+
+    (out / "report.md").write_text(doc.markdown())
+    (out / "report.html").write_text(doc.html(title))
+    (out / "verdict.txt").write_text("\n".join(verdict_lines(analysis)) + "\n")
+    return out / "report.md"
+
+
+def _profiler_tables(doc: Document, analysis: Analysis) -> None:
+    profiled = [c for c in analysis.configs if c.profiler]
+    if not profiled:
+        return
+    doc.heading("Profilers")
+    for config in profiled:
+        profile = config.profiler
+        assert profile is not None
+        doc.paragraph(f"{config.name} ({_options(config.grid)}): Ignite {profile['kind']} profiler, every rank")
+        doc.code(format_profile(profile["kind"], profile["ranks"]))

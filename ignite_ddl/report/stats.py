@@ -1,0 +1,144 @@
+"""Intervals and tests over repeated runs: the run is the unit of replication, never the step.
+
+- :func:`mean_interval`: mean and two-sided Student-t confidence interval over repeats.
+- :func:`ratio_interval`: a ratio of two means (speed-up) with a delta-method interval on the log scale and
+  Welch–Satterthwaite degrees of freedom (the two sets of runs are independent and may have unequal spreads).
+- :func:`separated`: the verdict's rule: two configurations differ when their intervals do not overlap.
+  Conservative on purpose: between identical configurations it names a false winner far less often than a
+  t-test at the same confidence (simulated with 3–8 repeats: about 0.5 % against 3–5 %), and a reader can check
+  it by eye on the plots' error bars.
+- :func:`welch_p`: Welch's t-test p-value, reported beside the rule.
+- :func:`repeats_to_separate`: how many repeats per configuration would make two intervals stop overlapping, if the
+  means and spreads stayed as measured.
+
+Example:
+    >>> e = mean_interval([100.0, 110.0, 105.0])
+    >>> round(e.value, 1), round(e.low, 1), round(e.high, 1)
+    (105.0, 92.6, 117.4)
+    >>> s = ratio_interval([200.0, 210.0, 190.0], [100.0, 110.0, 105.0])
+    >>> round(s.value, 3), s.low < s.value < s.high
+    (1.905, True)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy import stats as _scipy
+
+__all__ = ["CONFIDENCE", "Estimate", "mean_interval", "ratio_interval", "repeats_to_separate", "separated", "welch_p"]
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure over repeats: its value, the confidence interval's bounds (None with fewer than 2 runs), the runs it
+    came from and their standard deviation."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0
+    sd: float | None = None
+
+    @property
+    def has_interval(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    @property
+    def half_width(self) -> float | None:
+        return (self.high - self.low) / 2 if self.low is not None and self.high is not None else None
+
+    @property
+    def cv(self) -> float | None:
+        """Coefficient of variation: standard deviation over mean."""
+        if self.sd is None or not self.value:
+            return None
+        return self.sd / self.value
+
+    def scaled(self, factor: float) -> Estimate:
+        """The same estimate multiplied by a constant."""
+
+        def mul(v: float | None) -> float | None:
+            return None if v is None else v * factor
+
+        return Estimate(mul(self.value), mul(self.low), mul(self.high), self.n, mul(self.sd))
+
+
+def _t(confidence: float, df: float) -> float:
+    return float(_scipy.t.ppf((1 + confidence) / 2, df))
+
+
+def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """Mean of ``values`` with its Student-t confidence interval (no interval from fewer than 2 values)."""
+    n = len(values)
+    if n == 0:
+        return Estimate(None)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return Estimate(mean, n=1)
+    sd = statistics.stdev(values)
+    half = _t(confidence, n - 1) * sd / math.sqrt(n)
+    return Estimate(mean, mean - half, mean + half, n, sd)
+
+
+def ratio_interval(
+    numerator: Sequence[float], denominator: Sequence[float], confidence: float = CONFIDENCE
+) -> Estimate:
+    """mean(numerator) / mean(denominator) with a confidence interval.
+
+    The log of the ratio has variance about ``var_a / (n_a mean_a^2) + var_b / (n_b mean_b^2)`` (delta method);
+    the interval is ``exp(log ratio ± t * se)`` with Welch–Satterthwaite degrees of freedom.
+    """
+    if not numerator or not denominator:
+        return Estimate(None)
+    a, b = statistics.fmean(numerator), statistics.fmean(denominator)
+    if a <= 0 or b <= 0:
+        return Estimate(None)
+    ratio = a / b
+    n_a, n_b = len(numerator), len(denominator)
+    if n_a < 2 or n_b < 2:
+        return Estimate(ratio, n=min(n_a, n_b))
+    va = statistics.variance(numerator) / (n_a * a * a)
+    vb = statistics.variance(denominator) / (n_b * b * b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Estimate(ratio, ratio, ratio, min(n_a, n_b), 0.0)
+    df = (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
+    q = _t(confidence, df)
+    return Estimate(ratio, ratio * math.exp(-q * se), ratio * math.exp(q * se), min(n_a, n_b), ratio * se)
+
+
+def separated(a: Estimate, b: Estimate) -> bool | None:
+    """True when the two intervals do not overlap; None when either has no interval."""
+    if not (a.has_interval and b.has_interval):
+        return None
+    assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
+    return a.low > b.high or b.low > a.high
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided p-value of Welch's t-test between two sets of runs (None with fewer than 2 runs in either)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if statistics.stdev(a) == 0 and statistics.stdev(b) == 0:
+        return 1.0 if statistics.fmean(a) == statistics.fmean(b) else 0.0
+    return float(_scipy.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def repeats_to_separate(a: Estimate, b: Estimate, confidence: float = CONFIDENCE, limit: int = 100) -> int | None:
+    """Repeats per configuration at which the two intervals would no longer overlap if the means and standard
+    deviations stayed as measured; None if not within ``limit`` (or not computable)."""
+    if a.value is None or b.value is None or a.sd is None or b.sd is None:
+        return None
+    gap = abs(a.value - b.value)
+    if gap == 0:
+        return None
+    for n in range(2, limit + 1):
+        if _t(confidence, n - 1) * (a.sd + b.sd) / math.sqrt(n) < gap:
+            return n
+    return None
