@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, Union
@@ -188,7 +189,7 @@ class Summary(TypedDict, total=False):
         str, "`steps`, or `epochs` where nothing was measured (`train_samples / train_time_s`)"
     ]
     final_train_loss: Annotated[float | None, "mean training loss over the last epoch, all ranks"]
-    initial_train_loss: Annotated[float | None, "mean training loss over the first iterations, all ranks"]
+    initial_train_loss: Annotated[float | None, "loss of the first iteration (before any update), mean over ranks"]
     diverged: Annotated[str | None, "why the run is judged diverged (a non-finite or exploding loss), else null"]
     val_accuracy: Annotated[float | None, "validation accuracy after the last epoch"]
     val_loss: Annotated[float | None, "validation loss after the last epoch"]
@@ -249,7 +250,7 @@ def schema_fields(kind: type) -> dict[str, tuple[Any, str]]:
 
 def _type_name(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Union:
+    if origin is Union or origin is types.UnionType:
         names = [_type_name(a) for a in args if a is not type(None)]
         return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
     if origin is list:
@@ -341,10 +342,3 @@ def _finite(data: Any) -> Any:
 def read_json(path: str | Path) -> Any:
     with open(path) as f:
         return json.load(f)
-
-
-if __name__ == "__main__":  # python -m ignite_ddl.results docs/results.md: regenerate the schema section
-    import sys
-
-    for target in sys.argv[1:]:
-        print(f"{target}: {'updated' if write_schema_doc(target) else 'up to date'}")

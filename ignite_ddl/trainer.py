@@ -270,11 +270,11 @@ class EpochLog:
     ``eval_every`` epochs (0: only at the end; the last epoch is always evaluated).
 
     Training time runs from the epoch's start to its end, before evaluation; throughput is all ranks' samples
-    divided by the slowest rank's time. The mean loss of the first :attr:`INITIAL_ITERATIONS` iterations is kept
-    to tell a diverging run (:func:`divergence`).
+    divided by the slowest rank's time. The loss of the first iteration, computed before any update, is kept to
+    tell a diverging run (:func:`divergence`).
     """
 
-    INITIAL_ITERATIONS = 5
+    INITIAL_ITERATIONS = 1
 
     def __init__(
         self,
@@ -312,7 +312,7 @@ class EpochLog:
             self.initial_losses.append(engine.state.output["loss"])
 
     def initial_loss(self) -> float | None:
-        """Collective: the mean loss of the run's first iterations over all ranks."""
+        """Collective: the loss of the run's first iteration, averaged over all ranks."""
         local = sum(self.initial_losses) / len(self.initial_losses) if self.initial_losses else math.nan
         values = [v for v in gather_objects(local) if not math.isnan(v)]
         return sum(values) / len(values) if values else None
@@ -364,7 +364,7 @@ class EpochLog:
         )
 
 
-EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iterations' (and 0.5 above it) has exploded
+EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iteration's (and 0.5 above it) has exploded
 
 
 def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str | None:
@@ -377,7 +377,7 @@ def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str
         return None
     last = history[-1]["train_loss"]
     if last > EXPLODING_FACTOR * initial_loss and last - initial_loss > 0.5:
-        return f"the training loss grew from {initial_loss:.3g} (first iterations) to {last:.3g} (last epoch)"
+        return f"the training loss grew from {initial_loss:.3g} (first iteration) to {last:.3g} (last epoch)"
     return None
 
 

@@ -1,112 +1,228 @@
-"""Reports: tables that match the results, speedup and efficiency computed right, real PNGs, HParams records."""
+"""Reports on hand-made results files: intervals and speed-ups computed right on known numbers, a best named only
+when separated, ties named, flags raised, workloads kept apart, HParams records, refusals."""
 
 from __future__ import annotations
 
+import hashlib
+import math
+import random
 import statistics
 
 import pytest
-from conftest import check_ok, run_cli
-from matplotlib.image import imread
+from conftest import run_cli
+from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from ignite_ddl.report import aggregate, write_report
-from ignite_ddl.sweep import append_record, read_results
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def small_sweep(tmp_path_factory):
-    """1 and 2 processes x 2 repeats of a tiny run, then its report."""
-    out = tmp_path_factory.mktemp("report") / "out"
-    check_ok(run_cli("sweep", "--grid", "nproc_per_node=1,2", "--set", "model=toy", "--set", "train_size=512",
-                     "--set", "val_size=64", "--set", "batch_size=64", "--set", "epochs=1", "--repeats", "2",
-                     "--output-dir", str(out), timeout=300))  # fmt: skip
-    return out
+from ignite_ddl.report import analyze, write_report
+from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
+from ignite_ddl.sweep import append_record
 
 
-def table_rows(report: str) -> dict[str, dict[str, str]]:
-    """The configuration table of report.md, by config name."""
-    lines = report.split("## Configurations")[1].split("## ")[0].strip().splitlines()
-    table = [line for line in lines if line.startswith("| ")]
-    header = [c.strip() for c in table[0].strip("|").split("|")]
-    return {r[0]: dict(zip(header, r)) for r in ([c.strip() for c in line.strip("|").split("|")] for line in table[1:])}
+def record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "cnn", batch: int = 64, **extra) -> dict:
+    """A completed run's record as a sweep writes it (only the fields the report reads)."""
+    config = {"model": model, "batch_size": batch, "nproc_per_node": procs, "dataset": "synthetic", "amp": "none",
+              "optimizer": "sgd", "sync_bn": False, "output_dir": f"x{index}-{repeat}"}
+    config.update(extra.pop("config", {}))
+    digest = hashlib.sha1(f"configuration {index}".encode()).hexdigest()  # one configuration per index
+    summary = {"world_size": procs, "samples_per_s": rate, "batch": {"global": batch},
+               "device": {"type": "cpu", "name": "cpu"}, "threads_per_process": max(1, 2 // procs), "cpu_cores": 2,
+               "val_accuracy": 0.5, "diverged": None, "contention": {"foreign_cpu_share": 0.01}}
+    summary.update(extra.pop("summary", {}))
+    grid = {"model": model, "nproc_per_node": procs, "batch_size": batch, **extra.pop("grid", {})}
+    return {"key": f"{digest[:12]}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0, "position": 0,
+            "status": "completed", "error": None, "contended": False, "grid": grid, "config": config,
+            "summary": summary, "run_dir": f"x{index}-{repeat}", "elapsed_s": 1.0, **extra}
 
 
-def test_report_table_matches_results(small_sweep):
-    records = read_results(small_sweep / "results.jsonl")
-    rows = table_rows((small_sweep / "report.md").read_text())
-    for index, name in enumerate(("cfg000", "cfg001")):
-        mine = [r["summary"]["samples_per_s"] for r in records if r["index"] == index]
-        assert rows[name]["samples/s"] == f"{statistics.mean(mine):.0f}"
-        assert rows[name]["runs"] == "2/2" and rows[name]["world"] == str(index + 1)
-        p50 = statistics.mean(r["summary"]["steps"]["global"]["step_s_p50"] for r in records if r["index"] == index)
-        assert float(rows[name]["step p50 ms"]) == pytest.approx(1e3 * p50, rel=5e-3)
-    speedup = statistics.mean(r["summary"]["samples_per_s"] for r in records if r["index"] == 1) / statistics.mean(
-        r["summary"]["samples_per_s"] for r in records if r["index"] == 0
-    )
-    assert float(rows["cfg001"]["speedup"]) == pytest.approx(speedup, rel=5e-3)
-    assert "## Best configuration" in (small_sweep / "report.md").read_text()
-    assert "<table>" in (small_sweep / "report.html").read_text()
+def configs(*rates_per_config: list[float], **kwargs) -> list[dict]:
+    return [record(i, r, v, **kwargs) for i, rates in enumerate(rates_per_config) for r, v in enumerate(rates)]
 
 
-def test_plots_are_real_pngs(small_sweep):
-    report = (small_sweep / "report.md").read_text()
-    for name in ("throughput_vs_processes.png", "step_breakdown.png", "rank_step_times.png"):
-        path = small_sweep / name
-        assert path.read_bytes()[:8] == PNG_SIGNATURE and f"]({name})" in report
-        height, width, _ = imread(path).shape
-        assert height > 200 and width > 200
-    assert not (small_sweep / "throughput_vs_batch.png").exists()  # one batch size: nothing to plot
+# -- statistics on known numbers
 
 
-def test_hparams_read_back(small_sweep):
-    records = read_results(small_sweep / "results.jsonl")
-    for record in records:
-        events = EventAccumulator(str(small_sweep / "tb_hparams" / f"cfg{record['index']:03d}-r{record['repeat']}"))
+def test_t_interval_on_known_numbers():
+    e = mean_interval([100.0, 110.0, 105.0])
+    half = 4.302652729911275 * 5.0 / math.sqrt(3)  # t(0.975, 2) * sd / sqrt(n)
+    assert (e.value, e.sd, e.n) == (105.0, 5.0, 3)
+    assert (e.low, e.high) == pytest.approx((105.0 - half, 105.0 + half))
+    assert mean_interval([7.0]).low is None and mean_interval([]).value is None
+
+
+def test_speedup_interval_on_known_numbers():
+    a, b = [190.0, 200.0, 210.0], [100.0, 110.0, 105.0]
+    s = ratio_interval(a, b)
+    ratio = 200.0 / 105.0
+    va, vb = 100.0 / (3 * 200.0**2), 25.0 / (3 * 105.0**2)  # variance of each mean, relative
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    q = scipy_stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    assert s.value == pytest.approx(ratio)
+    assert (s.low, s.high) == pytest.approx((ratio * math.exp(-q), ratio * math.exp(q)))
+
+
+def test_speedup_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    rng = random.Random(1)
+    true_a, true_b, hits, trials = 180.0, 100.0, 0, 2000
+    for _ in range(trials):
+        a = [rng.gauss(true_a, 9.0) for _ in range(4)]
+        b = [rng.gauss(true_b, 6.0) for _ in range(4)]
+        s = ratio_interval(a, b)
+        hits += s.low <= true_a / true_b <= s.high
+    assert 0.92 <= hits / trials <= 0.98
+
+
+def test_repeats_to_separate():
+    a, b = mean_interval([100.0, 104.0, 96.0]), mean_interval([94.0, 98.0, 90.0])
+    assert separated(a, b) is False
+    n = repeats_to_separate(a, b)
+    assert n is not None and n > 3
+    grown = [mean_interval([m + d for d in [-4.0, 0.0, 4.0] * n][:n]) for m in (100.0, 94.0)]
+    assert separated(*grown)  # n repeats with the same means and spreads do separate them
+
+
+# -- verdicts
+
+
+def test_clearly_separated_configurations_name_a_best():
+    analysis = analyze(configs([100.0, 101.0, 99.0], [120.0, 121.0, 119.0]))
+    (verdict,) = analysis.verdicts
+    assert verdict.best == "cfg001" and verdict.tied == [] and not verdict.provisional
+    assert verdict.difference == pytest.approx(0.2) and verdict.welch_p < 0.01
+
+
+def test_overlapping_configurations_are_a_tie_naming_both(tmp_path):
+    records = configs([100.0, 110.0, 90.0], [105.0, 95.0, 112.0], [60.0, 61.0, 59.0])
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    (verdict,) = analyze(records).verdicts
+    assert verdict.best is None and verdict.tied == ["cfg001", "cfg000"]  # cfg002 is clearly slower: not tied
+    assert set(verdict.repeats_needed) == {"cfg000"}
+    report = write_report(tmp_path).read_text()
+    assert "**Statistically tied: cfg001, cfg000**" in report and "Best:" not in report
+    assert "repeats of each would separate them" in report or "treat them as equal" in report
+    assert "statistically tied: cfg001, cfg000" in (tmp_path / "verdict.txt").read_text()
+
+
+def test_fewer_than_three_repeats_is_provisional():
+    (verdict,) = analyze(configs([100.0, 101.0], [150.0, 151.0])).verdicts
+    assert verdict.provisional and verdict.best == "cfg001"
+    (single,) = analyze(configs([100.0], [150.0])).verdicts
+    assert single.provisional and single.best is None and single.tied == ["cfg001", "cfg000"]
+
+
+def test_speedup_and_efficiency_keep_their_baseline(tmp_path):
+    records = configs([100.0, 110.0, 105.0]) + [record(1, r, v, procs=2) for r, v in enumerate([190.0, 200.0, 210.0])]
+    records += [record(2, r, v, procs=4) for r, v in enumerate([260.0, 270.0, 250.0])]
+    records += [record(3, r, v, procs=2, batch=256) for r, v in enumerate([500.0, 510.0, 490.0])]  # no 1-process run
+    analysis = analyze(records)
+    speedups = [c.speedup for c in analysis.configs]
+    assert speedups[0].value == 1.0 and speedups[1].value == pytest.approx(200.0 / 105.0)
+    assert speedups[1].low < speedups[1].value < speedups[1].high
+    assert analysis.configs[2].efficiency.value == pytest.approx(260.0 / 105.0 / 4)
+    assert analysis.configs[2].efficiency.low == pytest.approx(speedups[2].low / 4)
+    assert speedups[3] is None and analysis.configs[3].baseline is None
+
+
+def test_superlinear_efficiency_and_a_diverged_run_are_flagged(tmp_path):
+    records = configs([100.0, 101.0, 99.0])
+    records += [record(1, r, v, procs=2) for r, v in enumerate([235.0, 236.0, 234.0])]  # efficiency 1.18
+    records[1]["summary"]["diverged"] = "the training loss became NaN or infinite in epoch 1"
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    kinds = {(f.kind, f.config) for f in analyze(records).flags}
+    assert ("superlinear", "cfg001") in kinds and ("diverged", "cfg000") in kinds
+    report = write_report(tmp_path).read_text()
+    trust = report.split("## Can I trust these numbers?")[1].split("\n## ")[0]
+    assert "**superlinear** (1)" in trust and "efficiency 1.18" in trust and "**diverged** (1)" in trust
+    assert "unfair baseline" in trust and "NaN" in trust  # each flag says what it means
+
+
+def test_high_variation_few_iterations_and_oversubscription_are_flagged():
+    records = configs([100.0, 140.0, 70.0])
+    for r in records:
+        r["summary"]["threads_per_process"] = 2
+        r["config"]["nproc_per_node"] = 2
+        r["summary"]["steps"] = {"ranks": [{"iterations": 8}], "global": {"step_s_p50": 0.01, "step_s_p90": 0.01,
+                                 "data_share": 0.0}, "straggler": None}
+    kinds = {f.kind for f in analyze(records).flags}
+    assert {"high-variation", "few-iterations", "oversubscribed"} <= kinds
+
+
+def test_contended_runs_are_left_out_of_the_verdict_unless_asked():
+    records = configs([100.0, 101.0, 99.0, 300.0], [120.0, 121.0, 119.0, 119.5])
+    records[3].update(contended=True)  # a wild value while another job ran
+    records[3]["summary"]["contention"]["foreign_cpu_share"] = 0.45
+    analysis = analyze(records)
+    assert analysis.configs[0].samples_per_s == [100.0, 101.0, 99.0]
+    assert analysis.verdicts[0].best == "cfg001"
+    assert [f.detail for f in analysis.flags if f.kind == "contended"] == ["repeat 4: others used 45% of the CPUs"]
+    included = analyze(records, include_contended=True)
+    assert included.configs[0].samples_per_s == [100.0, 101.0, 99.0, 300.0] and included.verdicts[0].best is None
+
+
+def test_a_rerun_replaces_its_contended_attempt():
+    records = configs([100.0, 101.0, 99.0])
+    records[2].update(contended=True)
+    rerun = record(0, 2, 100.5, attempt=1)
+    analysis = analyze([*records, rerun])
+    assert analysis.configs[0].samples_per_s == [100.0, 101.0, 100.5]
+    assert [(r.attempt, r.used) for r in analysis.configs[0].runs if r.repeat == 2] == [(0, False), (1, True)]
+
+
+def test_mixed_models_get_a_verdict_each_and_no_cross_model_ratio(tmp_path):
+    records = configs([4000.0, 4010.0, 3990.0], model="mlp")
+    records += [record(1, r, v, model="cnn") for r, v in enumerate([100.0, 101.0, 99.0])]
+    records += [record(2, r, v, model="cnn", procs=2) for r, v in enumerate([150.0, 151.0, 149.0])]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    analysis = analyze(records)
+    assert [(v.workload.split(",")[0], v.best) for v in analysis.verdicts] == [("model=mlp", "cfg000"),
+                                                                              ("model=cnn", "cfg002")]
+    assert analysis.configs[2].speedup.value == pytest.approx(1.5)  # against cnn on 1 process, not the mlp
+    report = write_report(tmp_path).read_text()
+    cross = [f"{a / b:.1f}" for a in (4000.0, 3990.0) for b in (100.0, 150.0)] + ["the slowest configuration"]
+    assert not any(ratio in report for ratio in cross)  # no MLP-vs-CNN figure anywhere
+    assert "Workload model=mlp" in report and "Workload model=cnn" in report
+
+
+def test_measured_share_comes_from_the_sessions():
+    records = configs([100.0, 101.0, 99.0])
+    for r in records:
+        r["summary"]["steps"] = {"ranks": [{"iterations": 40}], "straggler": None,
+                                 "global": {"window_s": 3.0, "step_s_p50": 0.01, "step_s_p90": 0.01, "data_share": 0}}
+        r["elapsed_s"] = 4.0
+    analysis = analyze(records, {"sessions": [{"wall_s": 10.0}, {"wall_s": 5.0}]})
+    assert analysis.measured_share == pytest.approx(9.0 / 15.0)
+    assert analysis.measured_share_of_runs == pytest.approx(9.0 / 12.0)
+
+
+def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
+    records = configs([100.0, 101.0, 99.0]) + [record(1, r, v, procs=2) for r, v in enumerate([150.0, 160.0, 155.0])]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    write_report(tmp_path)
+    analysis = analyze(records)
+
+    def session(path):
+        events = EventAccumulator(str(path))
         events.Reload()
         content = events.PluginTagToContent("hparams")
         start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-        hparams = start.session_start_info.hparams
-        assert hparams["nproc_per_node"].number_value == record["grid"]["nproc_per_node"]
-        assert hparams["world_size"].number_value == record["summary"]["world_size"]
-        value = events.Scalars("hparam/samples_per_s")[0].value
-        assert value == pytest.approx(record["summary"]["samples_per_s"], rel=1e-5)
+        return start.session_start_info.hparams, events
 
-
-def fake_record(index: int, repeat: int, nproc: int, samples_per_s: float, batch: int = 64) -> dict:
-    config = {"model": "cnn", "batch_size": batch, "nproc_per_node": nproc, "output_dir": f"x{index}-{repeat}"}
-    summary = {"world_size": nproc, "samples_per_s": samples_per_s, "batch": {"global": batch},
-               "device": {"type": "cpu", "name": "cpu"}, "threads_per_process": 1, "val_accuracy": 0.5}  # fmt: skip
-    return {"key": f"c{index}-r{repeat}", "index": index, "repeat": repeat, "status": "completed", "error": None,
-            "grid": {"nproc_per_node": nproc, "batch_size": batch}, "config": config, "summary": summary,
-            "run_dir": f"x{index}-{repeat}"}  # fmt: skip
-
-
-def test_speedup_and_efficiency_on_a_hand_made_results_file(tmp_path):
-    records = [
-        fake_record(0, 0, 1, 100.0), fake_record(0, 1, 1, 120.0),  # baseline: mean 110
-        fake_record(1, 0, 2, 198.0), fake_record(1, 1, 2, 198.0),  # 1.8x on 2 processes
-        fake_record(2, 0, 4, 264.0),  # 2.4x on 4 processes
-        fake_record(3, 0, 2, 500.0, batch=256),  # another kind, no 1-process baseline
-    ]  # fmt: skip
-    for record in records:
-        append_record(tmp_path / "results.jsonl", record)
-    rows = aggregate(read_results(tmp_path / "results.jsonl"))
-    assert [r.throughput for r in rows] == [110.0, 198.0, 264.0, 500.0]
-    assert rows[0].spread == pytest.approx(statistics.stdev([100.0, 120.0]))
-    assert [r.speedup for r in rows[:3]] == pytest.approx([1.0, 1.8, 2.4])
-    assert [r.efficiency for r in rows[:3]] == pytest.approx([1.0, 0.9, 0.6])
-    assert rows[3].speedup is None and rows[3].efficiency is None
-
-    report = write_report(tmp_path).read_text()
-    table = table_rows(report)
-    assert (table["cfg001"]["speedup"], table["cfg001"]["efficiency"]) == ("1.8", "0.9")
-    assert (table["cfg002"]["speedup"], table["cfg002"]["efficiency"]) == ("2.4", "0.6")
-    assert table["cfg003"]["speedup"] == "-"
-    assert "cfg003: nproc_per_node=2, batch_size=256" in report  # best
-    assert "cfg002: scaling efficiency 0.60" in report
+    hparams, events = session(tmp_path / "tb_hparams" / "runs" / "cfg001-r2")
+    assert hparams["repeat"].string_value == "3" and hparams["nproc_per_node"].number_value == 2
+    assert events.Scalars("hparam/samples_per_s")[0].value == pytest.approx(155.0)
+    hparams, events = session(tmp_path / "tb_hparams" / "configs" / "cfg001")
+    speedup = analysis.configs[1].speedup
+    assert hparams["repeat"].string_value == "all" and hparams["world_size"].number_value == 2
+    assert events.Scalars("hparam/samples_per_s")[0].value == pytest.approx(155.0)
+    assert events.Scalars("hparam/speedup")[0].value == pytest.approx(speedup.value, rel=1e-6)
+    assert events.Scalars("hparam/speedup_low")[0].value == pytest.approx(speedup.low, rel=1e-6)
+    assert events.Scalars("hparam/efficiency_high")[0].value == pytest.approx(speedup.high / 2, rel=1e-6)
+    assert events.Scalars("hparam/contended_runs")[0].value == 0.0
+    assert events.Scalars("hparam/cv")[0].value == pytest.approx(statistics.stdev([150, 160, 155]) / 155, rel=1e-6)
 
 
 def test_report_of_an_empty_directory_is_refused(tmp_path):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -92,11 +93,29 @@ def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
     assert f"resuming: {len(before)} of 4 runs already recorded" in result.stdout
 
 
-def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path):
-    spec = write_spec(tmp_path / "spec.yaml", base=TINY, grid={"model": ["toy", "mlp", "cnn"]})
+def processes_marked(marker: str) -> list[int]:
+    """Live processes whose environment holds ``IGNITE_DDL_TEST_MARK=<marker>`` (every descendant inherits it,
+    however it was started: fork server, forked ranks, DataLoader workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"IGNITE_DDL_TEST_MARK={marker}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("start", ["preloaded", "fresh"])
+def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
+    # The second configuration trains long enough to be under way whenever the signal comes.
+    spec = write_spec(tmp_path / "spec.yaml", base=TINY, grid={"train_size": [256, 60000, 256]}, start=start)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    marker = f"ctrl-c-{os.getpid()}-{start}"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
         time.sleep(0.2)
@@ -109,9 +128,11 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and "interrupted" in stderr
     records = read_results(out / "results.jsonl")
-    assert [r["grid"]["model"] for r in records] == ["toy"] and records[0]["status"] == "completed"
-    running = subprocess.run(["pgrep", "-f", str(out / "runs")], capture_output=True, text=True).stdout.split()
-    assert running == []  # the interrupted run's processes were stopped
+    assert [r["grid"]["train_size"] for r in records] == [256] and records[0]["status"] == "completed"
+    deadline = time.monotonic() + 10  # the fork server notices its parent is gone and exits
+    while processes_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_marked(marker) == []  # the interrupted run's processes were stopped, and nothing else is left
 
 
 def test_existing_results_need_resume(tmp_path):

@@ -179,6 +179,7 @@ class Verdict:
     welch_p: float | None = None  # Welch's t-test, fastest vs runner-up
     repeats_needed: dict[str, int | None] = field(default_factory=dict)  # tied config -> repeats to separate it
     reason: str = ""
+    unmeasured: list[str] = field(default_factory=list)  # configurations of the workload with no usable run
 
 
 @dataclass
@@ -410,12 +411,23 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
         (c for c in configs if c.throughput.value is not None), key=lambda c: c.throughput.value, reverse=True
     )  # type: ignore[arg-type,return-value]
     names = [c.name for c in measured]
-    provisional = any(len(c.samples_per_s) < MIN_REPEATS for c in configs)
+    unmeasured = [c.name for c in configs if c.throughput.value is None]
+    # A configuration without a usable run (failed, or every run contended) might have been the fastest.
+    provisional = bool(unmeasured) or any(len(c.samples_per_s) < MIN_REPEATS for c in configs)
     if not measured:
-        return Verdict(workload, names, None, [], True, reason="no configuration of this workload has a usable run")
+        return Verdict(
+            workload,
+            names,
+            None,
+            [],
+            True,
+            reason="no configuration of this workload has a usable run",
+            unmeasured=unmeasured,
+        )
     top = measured[0]
     if len(measured) == 1:
-        return Verdict(workload, names, top.name, [], provisional, reason="the only configuration of its workload")
+        reason = "the only configuration of its workload" if not unmeasured else "the only one with a usable run"
+        return Verdict(workload, names, top.name, [], provisional, reason=reason, unmeasured=unmeasured)
     runner = measured[1]
     assert top.throughput.value is not None and runner.throughput.value is not None
     verdict = Verdict(
@@ -427,10 +439,11 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
         runner.name,
         top.throughput.value / runner.throughput.value - 1,
         welch_p(top.samples_per_s, runner.samples_per_s),
+        unmeasured=unmeasured,
     )
     if not top.throughput.has_interval:
         verdict.tied = names
-        verdict.reason = "a single run per configuration has no interval: nothing can be told apart"
+        verdict.reason = "the fastest configuration has a single usable run, so no interval: nothing can be told apart"
         return verdict
     overlapping = [c for c in measured[1:] if not separated(top.throughput, c.throughput)]
     if not overlapping:

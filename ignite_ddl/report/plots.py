@@ -1,7 +1,7 @@
 """The report's plots, readable from one configuration to dozens: error bars are the confidence intervals over
-repeats, configurations are named by their short name on the axes (the report's table gives their options),
-legends sit outside the data, panel grids wrap, and every figure uses constrained layout so titles and labels
-stay inside it.
+repeats, workloads get panels of their own (a configuration is compared only within its workload), bars are named
+by configuration and the options that tell them apart, legends sit outside the data, panel grids wrap, figures
+grow with what they show, and every figure uses constrained layout so titles and labels stay inside it.
 
 :func:`figures` returns the matplotlib figures (for notebooks and tests); :func:`make_plots` writes them as PNGs.
 """
@@ -12,6 +12,7 @@ import csv
 import math
 import textwrap
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,14 @@ PLOTS = {
     "rank_step_times.png": "step-time distribution per rank",
 }
 MAX_PANELS = 32
-PANEL_COLUMNS = 4
+PANEL_COLUMNS = 4  # rank panels per row
+LINE_COLUMNS = 3  # workload panels per row of the line plots
 WRAP = 34  # characters per line of a panel title or legend entry
+BAR_LABEL_WRAP = 56  # characters per line of a bar's label
+BAR_WIDTH_IN = 10.0
+FONT = 8  # tick labels, legends, panel titles
+TITLE_FONT = 11
+MARKERS = "osD^vPX*"
 
 
 def _pyplot() -> Any:
@@ -90,50 +97,173 @@ def _describe(config: ConfigResult, keys: list[str]) -> str:
     return ", ".join(f"{k}={config.grid.get(k)}" for k in keys) or "all"
 
 
-def _legend(fig: Any, ax: Any, entries: int) -> None:
-    if entries:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+def _named(config: ConfigResult, keys: list[str]) -> str:
+    """The configuration's short name, then the options that tell it apart from its neighbours."""
+    return f"{config.name}: {_describe(config, keys)}" if keys else config.name
+
+
+def _workloads(analysis: Analysis, configs: list[ConfigResult]) -> list[tuple[str | None, list[ConfigResult]]]:
+    """``configs`` split by workload, in the verdicts' order, each with a title naming the workload options that
+    differ between the workloads shown (None when there is only one)."""
+    groups: dict[str, list[ConfigResult]] = defaultdict(list)
+    for c in configs:
+        groups[c.workload].append(c)
+    order = {v.workload: i for i, v in enumerate(analysis.verdicts)}
+    names = sorted(groups, key=lambda w: order.get(w, len(order)))
+    if len(names) == 1:
+        return [(None, groups[names[0]])]
+    axes = [a for a in analysis.workload_axes if len({repr(c.config.get(a)) for c in configs}) > 1]
+    return [("workload: " + ", ".join(f"{a}={groups[w][0].config.get(a)}" for a in axes), groups[w]) for w in names]
+
+
+def _palette(labels: list[str]) -> dict[str, dict[str, Any]]:
+    """A colour per series label, the same in every panel; beyond 20 series, markers tell same-coloured ones apart."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"]
+    return {
+        label: {"color": cmap(i % cmap.N), "marker": MARKERS[(i // cmap.N) % len(MARKERS)]}
+        for i, label in enumerate(labels)
+    }
+
+
+def _figure(plt: Any, width: float, height: float, legend: bool) -> tuple[Any, Any, Callable[..., None] | None]:
+    """A figure in constrained layout, the (sub)figure its panels go in, and, if it has a legend, the function
+    that adds it. The legend gets a column of its own beside the panels and below the figure's title (an outside
+    figure legend would share the top and bottom margins with the title and the axis labels, and cover them);
+    the figure is widened, and if need be made taller, to fit it."""
+    fig = plt.figure(figsize=(width, height), layout="constrained")
+    if not legend:
+        return fig, fig, None
+    grid = fig.add_gridspec(1, 2, width_ratios=[width, 1.0], wspace=0.0)
+    body, side = fig.add_subfigure(grid[0]), fig.add_subfigure(grid[1])
+
+    def add(handles: list[Any], labels: list[str]) -> None:
+        legend = side.legend(handles, labels, loc="upper left", fontsize=FONT, borderaxespad=0.2)
+        box = legend.get_window_extent(fig.canvas.get_renderer())  # its size is its own: no layout needed
+        side_width = box.width / fig.dpi + 0.15
+        grid.set_width_ratios([width, side_width])
+        fig.set_size_inches(width + side_width, max(height, box.height / fig.dpi + 0.8))
+
+    return fig, body, add
+
+
+def _bar_panels(
+    plt: Any, groups: list[tuple[str | None, list[ConfigResult]]], title: str, xlabel: str, legend: bool = False
+) -> tuple[Any, list[tuple[Any, list[ConfigResult]]], Callable[..., None] | None]:
+    """A stack of horizontal-bar panels, one per group, each as tall as its bars and their labels need."""
+    keys = [_varying(rows, set()) for _, rows in groups]
+    labels = [[_wrap(_named(c, k), BAR_LABEL_WRAP) for c in rows] for k, (_, rows) in zip(keys, groups)]
+    heights = [sum(0.17 + 0.14 * (label.count("\n") + 1) for label in panel) + 0.2 for panel in labels]
+    overhead = 0.55 * len(groups) + (0.2 if groups[0][0] else 0.0)
+    fig, body, add_legend = _figure(plt, BAR_WIDTH_IN, sum(heights) + overhead + 0.8, legend)
+    axes = body.subplots(len(groups), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    panels = []
+    for ax, (name, rows), names in zip(axes, groups, labels):
+        ax.set_yticks(range(len(rows)), names, fontsize=FONT)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+        ax.tick_params(axis="x", labelsize=FONT)
+        if name:
+            ax.set_title(name, fontsize=9, loc="left")
+        panels.append((ax, rows))
+    fig.suptitle(title, fontsize=TITLE_FONT)
+    body.supxlabel(xlabel, fontsize=9)
+    return fig, panels, add_legend
 
 
 def _throughput(analysis: Analysis, plt: Any) -> Any:
     measured = [c for c in analysis.configs if c.throughput.value is not None]
     if not measured:
         return None
-    order = {v.workload: i for i, v in enumerate(analysis.verdicts)}
-    measured.sort(key=lambda c: (order.get(c.workload, 0), -(c.throughput.value or 0.0)))
+    groups = _workloads(analysis, measured)
+    for _, rows in groups:
+        rows.sort(key=lambda c: -(c.throughput.value or 0.0))
     verdicts = {v.workload: v for v in analysis.verdicts}
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.3 * len(measured)), layout="constrained")
-    colors = []
-    for c in measured:
-        verdict = verdicts.get(c.workload)
-        if verdict is not None and verdict.best == c.name:
-            colors.append("tab:green")
-        elif verdict is not None and c.name in verdict.tied:
-            colors.append("tab:olive")
-        else:
-            colors.append("tab:gray")
-    y = list(range(len(measured)))
-    ax.barh(y, [c.throughput.value for c in measured], color=colors, alpha=0.75)
-    ax.errorbar(
-        [c.throughput.value for c in measured],
-        y,
-        xerr=_yerr([c.throughput for c in measured]),
-        fmt="none",
-        ecolor="black",
-        capsize=3,
+    pct = round(100 * analysis.confidence)
+    fig, panels, _ = _bar_panels(
+        plt,
+        groups,
+        "Throughput per configuration (green: best, olive: tied for best)"
+        + ("; each workload ranked on its own" if len(groups) > 1 else ""),
+        f"global samples/s, mean with {pct} % interval over repeats",
     )
-    ax.set_yticks(y, [c.name for c in measured], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"global samples/s, mean with {round(100 * analysis.confidence)} % interval over repeats")
-    ax.set_title("Throughput per configuration (green: best, olive: tied for best)", fontsize=10)
-    if len(analysis.verdicts) > 1:  # separate the workloads: a configuration is compared only within its own
-        bounds = [i for i in range(1, len(measured)) if measured[i].workload != measured[i - 1].workload]
-        for b in bounds:
-            ax.axhline(b - 0.5, color="black", linewidth=0.8)
-        ax.set_ylabel("configuration (lines separate workloads)")
-    else:
-        ax.set_ylabel("configuration")
+    for ax, rows in panels:
+        colors = []
+        for c in rows:
+            verdict = verdicts.get(c.workload)
+            if verdict is not None and verdict.best == c.name:
+                colors.append("tab:green")
+            elif verdict is not None and c.name in verdict.tied:
+                colors.append("tab:olive")
+            else:
+                colors.append("tab:gray")
+        y = list(range(len(rows)))
+        values = [c.throughput.value for c in rows]
+        ax.barh(y, values, color=colors, alpha=0.75)
+        ax.errorbar(values, y, xerr=_yerr([c.throughput for c in rows]), fmt="none", ecolor="black", capsize=3)
+        ax.set_xlim(left=0)
     return fig
+
+
+def _line_panels(plt: Any, count: int, legend: bool) -> tuple[Any, Any, list[Any], Callable[..., None] | None]:
+    columns = 2 if count == 4 else min(LINE_COLUMNS, count)  # 2 x 2 rather than 3 + 1
+    rows = math.ceil(count / columns)
+    size = (7.0, 4.4) if count == 1 else (3.6 * columns + 0.4, 2.9 * rows + 0.6)
+    fig, body, add_legend = _figure(plt, *size, legend)
+    axes = body.subplots(rows, columns, squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    return fig, body, list(axes.flat)[:count], add_legend
+
+
+def _series_plot(
+    analysis: Analysis,
+    plt: Any,
+    series: list[list[ConfigResult]],
+    x: Any,
+    exclude: frozenset[str] | set[str],
+    title: str,
+    xlabel: str,
+    ideal: bool = False,
+) -> tuple[Any, list[Any]]:
+    """Throughput against ``x(config)``: one line per series, one panel per workload, one legend for all."""
+    everyone = [c for rows in series for c in rows]
+    panels = _workloads(analysis, everyone)
+    keys = _varying(everyone, set(exclude) | set(analysis.workload_axes))
+    names = [_wrap(_describe(rows[0], keys)) for rows in series]
+    styles = _palette(list(dict.fromkeys(names)))
+    fig, body, axes, add_legend = _line_panels(plt, len(panels), legend=bool(keys))
+    handles: dict[str, Any] = {}
+    for ax, (name, configs) in zip(axes, panels):
+        members = {id(c) for c in configs}
+        for label, whole in zip(names, series):
+            rows = [c for c in whole if id(c) in members]  # a series stays within its workload's panel
+            if not rows:
+                continue
+            xs = [x(c) for c in rows]
+            style = styles[label]
+            line = ax.errorbar(
+                xs,
+                [c.throughput.value for c in rows],
+                yerr=_yerr([c.throughput for c in rows]),
+                capsize=3,
+                markersize=5,
+                **style,
+            )
+            handles.setdefault(label, line)
+            if ideal:
+                base = next(c for c in whole if c.world_size == 1)
+                ax.plot(xs, [base.throughput.value * n for n in xs], linestyle="--", color=style["color"], alpha=0.5)  # type: ignore[operator]
+        ax.set_ylim(bottom=0)
+        ax.tick_params(labelsize=FONT)
+        if name:
+            ax.set_title(_wrap(name, 36), fontsize=FONT)
+    fig.suptitle(title, fontsize=TITLE_FONT)
+    body.supxlabel(xlabel, fontsize=9)
+    body.supylabel(f"global samples/s, mean with {round(100 * analysis.confidence)} % interval", fontsize=9)
+    if add_legend:
+        add_legend(list(handles.values()), list(handles))
+    return fig, axes
 
 
 def _scaling(analysis: Analysis, plt: Any) -> Any:
@@ -141,31 +271,22 @@ def _scaling(analysis: Analysis, plt: Any) -> Any:
     for c in analysis.configs:
         if c.baseline and c.throughput.value is not None:
             by_baseline[c.baseline].append(c)
-    series = {
-        k: sorted(v, key=lambda c: c.world_size) for k, v in by_baseline.items() if len({c.world_size for c in v}) > 1
-    }
+    series = [sorted(v, key=lambda c: c.world_size) for v in by_baseline.values() if len({c.world_size for c in v}) > 1]
     if not series:
         return None
-    everyone = [c for v in series.values() for c in v]
-    keys = _varying(everyone, LAYOUT_OPTIONS)
-    fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
-    for rows in series.values():
-        x = [c.world_size for c in rows]
-        line = ax.errorbar(
-            x,
-            [c.throughput.value for c in rows],
-            yerr=_yerr([c.throughput for c in rows]),
-            marker="o",
-            capsize=3,
-            label=_wrap(_describe(rows[0], keys)),
-        )
-        base = next(c for c in rows if c.world_size == 1)
-        ax.plot(x, [base.throughput.value * n for n in x], linestyle="--", color=line[0].get_color(), alpha=0.5)  # type: ignore[operator]
-    ax.set_xlabel("processes (world size)")
-    ax.set_ylabel("global samples/s")
-    ax.set_title("Throughput vs processes (dashed: ideal linear scaling)", fontsize=10)
-    ax.set_xticks(sorted({c.world_size for c in everyone}))
-    _legend(fig, ax, len(series) if len(series) > 1 or keys else 0)
+    fig, axes = _series_plot(
+        analysis,
+        plt,
+        series,
+        lambda c: c.world_size,
+        LAYOUT_OPTIONS,
+        "Throughput vs processes (dashed: ideal linear scaling)",
+        "processes (world size)",
+        ideal=True,
+    )
+    sizes = sorted({c.world_size for rows in series for c in rows})
+    for ax in axes:
+        ax.set_xticks(sizes)
     return fig
 
 
@@ -177,22 +298,17 @@ def _batch(analysis: Analysis, plt: Any) -> Any:
     groups: dict[str, list[ConfigResult]] = defaultdict(list)
     for c in measured:
         groups[_describe(c, keys)].append(c)
-    fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
-    for label, rows in sorted(groups.items()):
-        rows.sort(key=lambda c: c.global_batch or 0)
-        ax.errorbar(
-            [c.global_batch for c in rows],
-            [c.throughput.value for c in rows],
-            yerr=_yerr([c.throughput for c in rows]),
-            marker="o",
-            capsize=3,
-            label=_wrap(label),
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("global batch size")
-    ax.set_ylabel("global samples/s")
-    ax.set_title("Throughput vs batch size", fontsize=10)
-    _legend(fig, ax, len(groups) if len(groups) > 1 else 0)
+    series = sorted(
+        (sorted(rows, key=lambda c: c.global_batch or 0) for rows in groups.values()), key=lambda r: r[0].index
+    )
+    fig, axes = _series_plot(
+        analysis, plt, series, lambda c: c.global_batch, {"batch_size"}, "Throughput vs batch size", "global batch size"
+    )
+    batches = sorted({c.global_batch for c in measured if c.global_batch})
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
     return fig
 
 
@@ -200,18 +316,22 @@ def _breakdown(analysis: Analysis, plt: Any) -> Any:
     measured = [c for c in analysis.configs if c.phases]
     if not measured:
         return None
-    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.3 * len(measured)), layout="constrained")
-    y = list(range(len(measured)))
-    left = [0.0] * len(measured)
-    for phase in ("data", "forward", "backward", "optimizer"):
-        widths = [1e3 * c.phases.get(phase, 0.0) for c in measured]
-        ax.barh(y, widths, left=left, label=phase)
-        left = [a + b for a, b in zip(left, widths)]
-    ax.set_yticks(y, [c.name for c in measured], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per iteration, mean over ranks and repeats (backward includes the gradient all-reduce)")
-    ax.set_title("Step-time breakdown", fontsize=10)
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    fig, panels, add_legend = _bar_panels(
+        plt,
+        _workloads(analysis, measured),
+        "Step-time breakdown",
+        "ms per iteration, mean over ranks and repeats (backward includes the gradient all-reduce)",
+        legend=True,
+    )
+    for ax, rows in panels:
+        y = list(range(len(rows)))
+        left = [0.0] * len(rows)
+        for i, phase in enumerate(("data", "forward", "backward", "optimizer")):
+            widths = [1e3 * c.phases.get(phase, 0.0) for c in rows]
+            ax.barh(y, widths, left=left, label=phase, color=f"C{i}")
+            left = [a + b for a, b in zip(left, widths)]
+    assert add_legend is not None
+    add_legend(*panels[0][0].get_legend_handles_labels())
     return fig
 
 
@@ -231,6 +351,8 @@ def _rank_times(config: ConfigResult) -> list[list[float]] | None:
 
 
 def _ranks(analysis: Analysis, plt: Any) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
     panels = []
     for c in analysis.configs:
         if c.world_size < 2:
@@ -241,21 +363,22 @@ def _ranks(analysis: Analysis, plt: Any) -> Any:
     if not panels:
         return None
     shown = panels[:MAX_PANELS]
-    keys = _varying([c for c, _ in shown], set())
+    keys = _varying([c for c, _ in shown], set()) or (list(shown[0][0].grid) if len(shown) == 1 else [])
     columns = min(PANEL_COLUMNS, len(shown))
     rows = math.ceil(len(shown) / columns)
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(2.6 * columns + 0.6, 2.7 * rows + 0.8), squeeze=False, layout="constrained"
-    )
+    width = max(2.7 * columns + 0.6, 5.6)
+    fig, axes = plt.subplots(rows, columns, figsize=(width, 2.8 * rows + 0.8), squeeze=False, layout="constrained")
     for ax, (config, times) in zip(axes.flat, shown):
         ax.boxplot(times, showfliers=False)
-        ax.set_xticks(range(1, len(times) + 1), [f"r{i}" for i in range(len(times))], fontsize=7)
-        ax.tick_params(axis="y", labelsize=7)
-        ax.set_title(_wrap(f"{config.name}: {_describe(config, keys)}", 30), fontsize=7)
+        ax.set_xticks(range(1, len(times) + 1), [f"r{i}" for i in range(len(times))], fontsize=FONT)
+        ax.tick_params(axis="y", labelsize=FONT)
+        ax.yaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 5, 10]))
+        ax.set_title(_wrap(_named(config, keys), 32), fontsize=FONT)
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
-        ax.set_ylabel("step ms", fontsize=8)
+        ax.set_ylabel("step ms", fontsize=FONT + 1)
     more = f"; first {MAX_PANELS} of {len(panels)}" if len(panels) > MAX_PANELS else ""
-    fig.suptitle(f"Per-rank step time (measured iterations of one repeat{more})", fontsize=10)
+    title = f"Per-rank step time (measured iterations of one repeat{more})"
+    fig.suptitle(_wrap(title, int(width * 10)), fontsize=TITLE_FONT)
     return fig

@@ -125,8 +125,9 @@ def _named(analysis: Analysis, name: str) -> str:
 
 def _figure(config: ConfigResult, pct: int) -> str:
     t = config.throughput
-    interval = f", {pct} % interval {_interval(t)}" if t.has_interval else ", no interval (one run)"
-    return f"{_rate(t.value)} samples/s{interval}, {len(config.samples_per_s)} runs"
+    interval = f", {pct} % interval {_interval(t)}" if t.has_interval else ", no interval"
+    runs = len(config.samples_per_s)
+    return f"{_rate(t.value)} samples/s{interval}, {runs} run{'s' if runs != 1 else ''}"
 
 
 def verdict_lines(analysis: Analysis) -> list[str]:
@@ -136,7 +137,7 @@ def verdict_lines(analysis: Analysis) -> list[str]:
     lines = []
     for v in analysis.verdicts:
         where = f"[{v.workload}] " if several else ""
-        tag = " (provisional: fewer than 3 repeats)" if v.provisional else ""
+        tag = " (provisional: see the report)" if v.provisional else ""
         if v.best is not None:
             lines.append(f"{where}best: {_named(analysis, v.best)}: {_figure(analysis.config(v.best), pct)}{tag}")
         elif v.tied:
@@ -165,7 +166,9 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
             for name, n in v.repeats_needed.items():
                 config, top = analysis.config(name), analysis.config(v.tied[0])
                 gap = 100 * (1 - (config.throughput.value or 0) / (top.throughput.value or 1))
-                if n is None:
+                if not config.throughput.has_interval:
+                    items.append(f"{name} has a single usable run: no interval to compare with")
+                elif n is None:
                     items.append(
                         f"{name} is {gap:.1f} % slower than {top.name}: no practical number of repeats "
                         "would separate them at this spread; treat them as equal"
@@ -178,12 +181,14 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
         else:
             items.append(f"No verdict: {v.reason}.")
         if v.runner_up is not None and v.difference is not None:
-            p = "-" if v.welch_p is None else f"{v.welch_p:.3g}"
-            items.append(f"fastest vs runner-up ({v.runner_up}): {100 * v.difference:+.1f} %, Welch's t-test p = {p}")
+            p = "needs 2 runs of each" if v.welch_p is None else f"p = {v.welch_p:.3g}"
+            items.append(f"fastest vs runner-up ({v.runner_up}): {100 * v.difference:+.1f} %, Welch's t-test {p}")
+        if v.unmeasured:
+            items.append(f"Not compared, no usable run (failed, or every run contended): {', '.join(v.unmeasured)}.")
         if v.provisional:
             items.append(
-                f"Provisional: fewer than {MIN_REPEATS} completed repeats in some configuration; run more "
-                "repeats before relying on it."
+                f"Provisional: fewer than {MIN_REPEATS} usable repeats in some configuration, or a configuration "
+                "without a usable run; run more repeats before relying on it."
             )
         doc.bullets(items)
     doc.paragraph(

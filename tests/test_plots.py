@@ -1,0 +1,258 @@
+"""The report's plots stay readable from 1 to 6 grid axes and 2 to 64 configurations: every drawn text lies inside
+its figure, no two texts overlap (titles, tick labels, legend entries, axis labels), legends keep off every axes'
+data area, and no font is too small to read. The boxes come from matplotlib's own renderer, so a clipped title or
+a legend drawn over the bars fails here as it would on screen."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+import random
+from pathlib import Path
+from unittest import mock
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import FigureBase  # noqa: E402
+from matplotlib.legend import Legend  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+
+from ignite_ddl.report import analyze  # noqa: E402
+from ignite_ddl.report.plots import PLOTS, figures, make_plots  # noqa: E402
+
+TOLERANCE = 1.0  # pixels: boxes are rounded to whole pixels by the renderer
+MIN_FONT_PT = 6.5
+
+# Grid axes in the order they are added: a sweep of N axes uses the first N, two values each.
+AXES = {
+    "nproc_per_node": [1, 2],
+    "batch_size": [32, 128],
+    "amp": ["none", "bf16"],
+    "model": ["cnn", "mlp"],
+    "num_workers": [0, 2],
+    "optimizer": ["sgd", "adamw"],
+}
+BASE_RATE = {"cnn": 900.0, "mlp": 3100.0}
+PHASE_SHARES = {"data": 0.12, "forward": 0.3, "backward": 0.43, "optimizer": 0.15}
+
+
+def _steps_csv(path: Path, step_s: float, rng: random.Random, warmup: int = 5, iterations: int = 40) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["iteration", "epoch", "warmup", "data_s", "step_s", "forward_s", "backward_s", "optimizer_s", "iter_s"]
+            + ["samples"]
+        )
+        for i in range(warmup + iterations):
+            cold = i < warmup
+            step = step_s * (2.5 if cold else rng.lognormvariate(0.0, 0.08))
+            phases = [step * PHASE_SHARES[p] for p in ("data", "forward", "backward", "optimizer")]
+            row = [i + 1, 1, int(cold), phases[0], step, *phases[1:], step * 1.02, 32]
+            writer.writerow([f"{v:.6f}" if isinstance(v, float) else v for v in row])
+
+
+def sweep(tmp_path: Path, n_axes: int, repeats: int = 3, seed: int = 0) -> list[dict]:
+    """Hand-made completed records of a full factorial sweep over the first ``n_axes`` grid axes."""
+    rng = random.Random(seed)
+    names = list(AXES)[:n_axes]
+    records = []
+    for index, values in enumerate(itertools.product(*(AXES[n] for n in names))):
+        grid = dict(zip(names, values))
+        config = {"model": "cnn", "dataset": "synthetic", "amp": "none", "optimizer": "sgd", "sync_bn": False}
+        config |= {"batch_size": 64, "nproc_per_node": 1, "num_workers": 0, "epochs": 1, **grid}
+        procs, batch = config["nproc_per_node"], config["batch_size"]
+        rate = BASE_RATE[config["model"]] * (1.0 + 0.0035 * batch) / 1.2
+        rate *= (1.1 if config["amp"] == "bf16" else 1.0) * (1.15 if config["num_workers"] else 1.0)
+        rate *= (1.7 if procs == 2 else 1.0) * (0.93 if config["optimizer"] == "adamw" else 1.0)
+        rate *= rng.uniform(0.9, 1.1)  # configurations of similar speed: some tie, some separate
+        spread = rng.choice([0.01, 0.03, 0.08])
+        digest = hashlib.sha1(json.dumps(grid, sort_keys=True).encode()).hexdigest()[:12]
+        for repeat in range(repeats):
+            run_dir = tmp_path / f"cfg{index:03d}-r{repeat}"
+            run_dir.mkdir()
+            samples_per_s = rate * rng.gauss(1.0, spread)
+            step_s = batch / samples_per_s
+            ranks = []
+            for rank in range(procs):
+                _steps_csv(run_dir / f"steps_rank{rank}.csv", step_s * (1.0 + 0.04 * rank), rng)
+                means = {f"{p}_s_mean": step_s * share for p, share in PHASE_SHARES.items()}
+                ranks.append(
+                    {"rank": rank, "iterations": 40, "samples": 40 * batch // procs, "window_s": 40 * step_s,
+                     "samples_per_s": samples_per_s / procs, "step_s_mean": step_s, "step_s_p50": step_s,
+                     "step_s_p90": 1.1 * step_s, "step_s_p99": 1.3 * step_s, "data_share": PHASE_SHARES["data"],
+                     "own_s_mean": 0.9 * step_s, **means}
+                )  # fmt: skip
+            straggler = {"rank": 1, "own_s_mean": 0.94 * step_s, "median_own_s_mean": 0.9 * step_s, "ratio": 1.04}
+            summary = {
+                "world_size": procs, "samples_per_s": samples_per_s, "threads_per_process": 1, "cpu_cores": 2,
+                "device": {"type": "cpu", "name": "cpu"},
+                "batch": {"requested_global": batch, "per_rank": batch // procs, "global": batch},
+                "val_accuracy": 0.5, "diverged": None,
+                "contention": {"foreign_cpu_share": 0.01, "foreign_gpu_share": None, "nodes": []},
+                "steps": {
+                    "warmup_iterations": 5, "ranks": ranks,
+                    "global": {"samples": 40 * batch, "window_s": 40 * step_s, "samples_per_s": samples_per_s,
+                               "step_s_p50": step_s, "step_s_p90": 1.1 * step_s, "step_s_p99": 1.3 * step_s,
+                               "data_share": PHASE_SHARES["data"]},
+                    "straggler": straggler if procs > 1 else None,
+                },
+            }  # fmt: skip
+            records.append(
+                {"key": f"{digest}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0,
+                 "position": index * repeats + repeat, "status": "completed", "error": None, "contended": False,
+                 "run_dir": str(run_dir), "elapsed_s": 5.0, "exit_code": 0, "grid": grid,
+                 "config": {**config, "output_dir": str(run_dir)}, "summary": summary}
+            )  # fmt: skip
+    return records
+
+
+def drawn(fig):
+    """Draw ``fig``; return the renderer and the texts actually drawn (visible, not empty). Tick objects a figure
+    keeps beyond its view limits, and the texts of hidden axes, are found by ``findobj`` but never drawn."""
+    seen: dict[int, Text] = {}
+    draw = Text.draw
+
+    def spy(self, renderer):
+        seen[id(self)] = self
+        return draw(self, renderer)
+
+    with mock.patch.object(Text, "draw", spy):
+        fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(Text) if id(t) in seen and t.get_visible() and t.get_text().strip()]
+    return renderer, texts
+
+
+def overlap(a, b) -> bool:
+    """Boxes overlap by more than the tolerance in both directions."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > TOLERANCE and min(a.y1, b.y1) - max(a.y0, b.y0) > TOLERANCE
+
+
+def name(text: Text) -> str:
+    return repr(text.get_text()[:60])
+
+
+def panels(fig) -> list[Axes]:
+    """Every visible axes, those of subfigures too (``fig.axes`` holds only the figure's own)."""
+    return [ax for ax in fig.findobj(Axes) if ax.get_visible()]
+
+
+def titles(fig) -> list[Text]:
+    """The suptitles of the figure and its subfigures, and every axes' titles."""
+    found = [f._suptitle for f in fig.findobj(FigureBase) if f._suptitle is not None and f._suptitle.get_text()]
+    for ax in panels(fig):
+        found += [t for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
+    return found
+
+
+def check(fig, plot: str) -> None:
+    renderer, texts = drawn(fig)
+    assert texts, f"{plot}: no text drawn"
+    frame = fig.bbox
+    boxes = {id(t): t.get_window_extent(renderer) for t in texts}
+    for t in texts:
+        box = boxes[id(t)]
+        inside = (
+            box.x0 >= frame.x0 - TOLERANCE
+            and box.y0 >= frame.y0 - TOLERANCE
+            and box.x1 <= frame.x1 + TOLERANCE
+            and box.y1 <= frame.y1 + TOLERANCE
+        )
+        assert inside, f"{plot}: text {name(t)} at {box.bounds} is clipped by the figure {frame.bounds}"
+        assert t.get_fontsize() >= MIN_FONT_PT, f"{plot}: text {name(t)} is {t.get_fontsize()} pt"
+
+    shown = titles(fig)
+    assert shown, f"{plot}: no title"
+    for a, b in itertools.combinations(shown, 2):
+        ea, eb = a.get_window_extent(renderer), b.get_window_extent(renderer)
+        assert not overlap(ea, eb), f"{plot}: titles {name(a)} and {name(b)} overlap"
+
+    drawn_ids = set(boxes)
+    for ax in panels(fig):
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t for t in axis.get_ticklabels() if id(t) in drawn_ids]
+            for a, b in itertools.combinations(labels, 2):
+                assert not overlap(boxes[id(a)], boxes[id(b)]), f"{plot}: tick labels {name(a)} and {name(b)} overlap"
+
+    # Stronger still: no two drawn texts overlap at all (title on tick labels, axis label on a legend, ...).
+    corners = np.array([boxes[id(t)].extents for t in texts])  # x0, y0, x1, y1
+    wide = np.minimum.outer(corners[:, 2], corners[:, 2]) - np.maximum.outer(corners[:, 0], corners[:, 0])
+    high = np.minimum.outer(corners[:, 3], corners[:, 3]) - np.maximum.outer(corners[:, 1], corners[:, 1])
+    clash = np.triu((wide > TOLERANCE) & (high > TOLERANCE), k=1)
+    for i, j in zip(*np.nonzero(clash)):
+        raise AssertionError(f"{plot}: texts {name(texts[i])} and {name(texts[j])} overlap")
+
+    data = [ax.get_window_extent(renderer) for ax in panels(fig)]
+    for legend in fig.findobj(Legend):  # figure, subfigure and axes legends
+        box = legend.get_window_extent(renderer)
+        for area in data:
+            assert not overlap(box, area), f"{plot}: a legend at {box.bounds} covers data at {area.bounds}"
+        own = {id(t) for t in legend.findobj(Text)}
+        for t in texts:
+            if id(t) not in own:
+                assert not overlap(box, boxes[id(t)]), f"{plot}: a legend covers the text {name(t)}"
+        inside = frame.x0 - TOLERANCE <= box.x0 and box.x1 <= frame.x1 + TOLERANCE
+        inside = inside and frame.y0 - TOLERANCE <= box.y0 and box.y1 <= frame.y1 + TOLERANCE
+        assert inside, f"{plot}: a legend at {box.bounds} is clipped by the figure {frame.bounds}"
+
+
+def check_throughput_is_honest(analysis, fig) -> None:
+    """One panel per workload; bars coloured best (green) or tied (olive) as the verdicts say; error bars span the
+    confidence intervals."""
+    shown_panels = panels(fig)
+    assert len(shown_panels) == len(analysis.verdicts)
+    best = {v.best for v in analysis.verdicts if v.best}
+    tied = {name for v in analysis.verdicts for name in v.tied}
+    assert best or tied
+    colors = {"tab:green": best, "tab:olive": tied}
+    shown = []
+    for ax in shown_panels:
+        names = [label.get_text().split(":")[0] for label in ax.get_yticklabels()]
+        shown += names
+        configs = [analysis.config(n) for n in names]
+        assert len({c.workload for c in configs}) == 1, "a panel mixes workloads"
+        (bars,) = ax.containers[:1]
+        (errors,) = ax.containers[1].lines[2]
+        for config, bar, (low, high) in zip(configs, bars, errors.get_segments()):
+            assert bar.get_width() == pytest.approx(config.throughput.value)
+            for color, members in colors.items():
+                same = bar.get_facecolor()[:3] == matplotlib.colors.to_rgba(color)[:3]
+                assert same == (config.name in members), f"{config.name} coloured wrongly"
+            assert (low[0], high[0]) == pytest.approx((config.throughput.low, config.throughput.high))
+    assert sorted(shown) == sorted(c.name for c in analysis.configs)
+
+
+@pytest.mark.parametrize(("n_axes", "n_configs"), [(1, 2), (5, 32), (6, 64)])
+def test_plots_are_readable(tmp_path, n_axes, n_configs):
+    analysis = analyze(sweep(tmp_path, n_axes), {})
+    assert len(analysis.configs) == n_configs
+    made = figures(analysis)
+    try:
+        expected = set(PLOTS) if n_axes >= 2 else set(PLOTS) - {"throughput_vs_batch.png"}  # one batch size
+        assert set(made) == expected
+        for plot, fig in made.items():
+            check(fig, plot)
+        check_throughput_is_honest(analysis, made["throughput.png"])
+    finally:
+        for fig in made.values():
+            plt.close(fig)
+
+
+def test_make_plots_writes_pngs(tmp_path):
+    analysis = analyze(sweep(tmp_path, 2), {})
+    out = tmp_path / "report"
+    out.mkdir()
+    made = make_plots(analysis, out)
+    assert {name for name, _ in made} == set(PLOTS)
+    for name, description in made:
+        assert description == PLOTS[name]
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.get_fignums(), "make_plots leaves figures open"
