@@ -43,12 +43,13 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from ignite_ddl import TrainConfig, plan_launch
+from ignite_ddl.contention import ForeignLoad
 from ignite_ddl.labs import collectives
 from ignite_ddl.launcher import in_fresh_thread
 from ignite_ddl.results import write_json
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import ForeignCpu, machine  # noqa: E402  (the sibling benchmark script, not a package)
+from overhead import machine  # noqa: E402  (the sibling benchmark script, not a package)
 
 
 def raw_ops(world: int) -> collectives.OpBuilders:
@@ -111,7 +112,7 @@ def bench_procs(procs: int, backend: str, repeats: int, options: argparse.Namesp
     foreign: list[float] = []
     for repeat in range(repeats):
         for side, runner in RUNNERS.items():
-            with ForeignCpu() as other:
+            with ForeignLoad() as other:
                 runs[side].append(runner(config, options, tmp / f"p{procs}-r{repeat}-{side}.json"))
             busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
             foreign += [other.share] if other.share is not None else []

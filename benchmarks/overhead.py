@@ -21,8 +21,9 @@ window is closed (the final evaluation and checkpoint). The training set holds e
 ``max_iters`` is W + M, so both sides stop right after the window in one epoch: no epoch boundary (with its
 evaluation) falls inside it. Each rank measures its own window; a run's figure is the slowest rank's window / M.
 Runs alternate (ours, raw, ours, raw, ...) R times for each process count, so slow drifts of the machine hit both
-sides alike. Each run also reports how much of the CPUs other processes used meanwhile (:class:`ForeignCpu`):
-with 2 threads on 2 cores, another busy process can make steps several times slower.
+sides alike. Each run also reports how much of the CPUs other processes used meanwhile
+(:class:`ignite_ddl.contention.ForeignLoad`): with 2 threads on 2 cores, another busy process can make steps several
+times slower.
 
 Reading the result: ``ours/raw`` is the median step time of ours divided by that of raw. 1.00 means the trainer
 costs nothing measurable per step; 1.03 means ignite_ddl makes each step 3 % slower than the hand-written loop.
@@ -42,7 +43,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -62,6 +62,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ignite_ddl import TrainConfig, launch, plan_launch
+from ignite_ddl.contention import ForeignLoad
 from ignite_ddl.data import build_datasets
 from ignite_ddl.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.launcher import in_fresh_thread
@@ -211,44 +212,6 @@ def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
 # -- driver
 
 
-class ForeignCpu:
-    """Context manager: the share of the machine's CPU time that processes *other* than this benchmark (and the
-    ranks it started) used while it was open; None where /proc/stat is missing.
-
-    All CPUs' busy time (/proc/stat, steal included) minus this process's and its reaped children's CPU time.
-    A few percent is background noise; far more means another job competed for the cores and the run is suspect.
-    """
-
-    share: float | None = None
-
-    def __enter__(self) -> ForeignCpu:
-        self._busy, self._own, self._wall = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        busy = _machine_busy_s()
-        if busy is None or self._busy is None:
-            return
-        foreign = (busy - self._busy) - (_own_cpu_s() - self._own)
-        capacity = (time.perf_counter() - self._wall) * (os.cpu_count() or 1)
-        self.share = max(0.0, foreign) / capacity
-
-
-def _machine_busy_s() -> float | None:
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_s() -> float:
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
-
-
 RUNNERS: dict[str, Callable[[TrainConfig, Window, Path], float]] = {"ours": run_ours, "raw": run_raw}
 
 
@@ -275,7 +238,7 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
     foreign: dict[str, list[float | None]] = {side: [] for side in RUNNERS}
     for repeat in range(args.repeats):
         for side, runner in RUNNERS.items():
-            with ForeignCpu() as other:
+            with ForeignLoad() as other:
                 step = runner(config, window, tmp / f"p{procs}-r{repeat}-{side}")
             runs[side].append(step)
             foreign[side].append(other.share)

@@ -23,7 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from overhead import ForeignCpu, Window, bench_config, machine, run_ours
+from overhead import Window, bench_config, machine, run_ours
+
+from ignite_ddl.contention import ForeignLoad
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"record_steps": False, "profiler": "none"},
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_profilers_") as tmp:
         for repeat in range(args.repeats):
             for name, options in VARIANTS.items():
-                with ForeignCpu() as other:
+                with ForeignLoad() as other:
                     step = run_ours(replace(base, **options), window, Path(tmp) / f"{name}-{repeat}")
                 steps[name].append(step)
                 busiest = max(busiest, other.share or 0.0)

@@ -42,7 +42,7 @@ from ignite_ddl.environment import cpu_cores, device_info, host, versions
 from ignite_ddl.models import build_model
 from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
-from ignite_ddl.results import SCHEMA_VERSION, write_json
+from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -472,7 +472,7 @@ def _summary(
     steps: dict[str, Any] | None,
     profile: dict[str, Any] | None,
     contention: dict[str, Any] | None,
-) -> dict[str, Any]:
+) -> Summary:
     history = epochs.history
     initial_loss = epochs.initial_loss()
     train_time = sum(r["train_time_s"] for r in history)

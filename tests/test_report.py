@@ -192,9 +192,12 @@ def test_measured_share_comes_from_the_sessions():
         r["summary"]["steps"] = {"ranks": [{"iterations": 40}], "straggler": None,
                                  "global": {"window_s": 3.0, "step_s_p50": 0.01, "step_s_p90": 0.01, "data_share": 0}}
         r["elapsed_s"] = 4.0
+        r["summary"].update(wall_time_s=3.6, train_time_s=3.3)
     analysis = analyze(records, {"sessions": [{"wall_s": 10.0}, {"wall_s": 5.0}]})
     assert analysis.measured_share == pytest.approx(9.0 / 15.0)
     assert analysis.measured_share_of_runs == pytest.approx(9.0 / 12.0)
+    assert analysis.time_breakdown() == pytest.approx({"start-up and writing": 1.2, "warm-up and epoch boundaries": 0.9,
+                                                       "evaluation": 0.9, "measured": 9.0})
 
 
 def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):

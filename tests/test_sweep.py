@@ -16,7 +16,7 @@ import yaml
 from conftest import run_cli
 
 from ignite_ddl.cli import main
-from ignite_ddl.sweep import read_results
+from ignite_ddl.sweep import expand, parse_spec, read_results
 
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
 
@@ -179,3 +179,21 @@ def test_bad_spec_from_the_command_line(tmp_path):
     result = run_cli("sweep", "--grid", "epochs=1,two", "--output-dir", str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2 and "option epochs expects int" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("order", ["interleaved", "shuffled", "grouped"])
+def test_run_orders_cover_every_run_once_and_keep_their_keys(order):
+    spec = {"grid": {"model": ["toy", "mlp", "cnn"]}, "repeats": 3, "order": order, "seed": 7}
+    runs = list(expand(parse_spec(spec)))
+    assert sorted((r.index, r.repeat) for r in runs) == [(i, r) for i in range(3) for r in range(3)]
+    keys = {(r.index, r.repeat): r.key for r in runs}  # a run's identity does not depend on the order
+    assert keys == {(r.index, r.repeat): r.key for r in expand(parse_spec({**spec, "order": "grouped"}))}
+    rounds = [[r.index for r in runs if r.repeat == k] for k in range(3)]
+    if order == "grouped":
+        assert [(r.index, r.repeat) for r in runs][:3] == [(0, 0), (0, 1), (0, 2)]
+    else:  # every configuration once per round, the rounds one after the other
+        assert [r.repeat for r in runs] == [0, 0, 0, 1, 1, 1, 2, 2, 2] and all(sorted(x) == [0, 1, 2] for x in rounds)
+    if order == "interleaved":
+        assert rounds == [[0, 1, 2], [2, 1, 0], [0, 1, 2]]
+    if order == "shuffled":
+        assert rounds == [[r.index for r in expand(parse_spec(spec)) if r.repeat == k] for k in range(3)]  # seeded

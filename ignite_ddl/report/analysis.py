@@ -119,6 +119,8 @@ class RunResult:
     error: str | None
     measured_s: float | None
     elapsed_s: float | None
+    train_time_s: float | None = None  # training epochs, evaluation excluded
+    engine_s: float | None = None  # the whole Engine.run: training, evaluation, end-of-epoch handlers
 
 
 @dataclass
@@ -209,6 +211,24 @@ class Analysis:
         """Share of the runs' own wall time (start-up to exit) spent inside measured windows."""
         return self.measured_s / self.runs_elapsed_s if self.runs_elapsed_s else None
 
+    def time_breakdown(self) -> dict[str, float]:
+        """Where the completed runs' wall time went, in seconds summed over runs: ``start-up and writing`` (process
+        start, imports, data and model building, rendezvous; summary and CSV writing), ``warm-up and epoch
+        boundaries`` (warm-up iterations, barriers, per-epoch gathering), ``evaluation`` (and end-of-epoch
+        handlers such as checkpoints) and ``measured`` (the measured windows)."""
+        parts = {"start-up and writing": 0.0, "warm-up and epoch boundaries": 0.0, "evaluation": 0.0, "measured": 0.0}
+        for config in self.configs:
+            for run in config.runs:
+                times = (run.elapsed_s, run.engine_s, run.train_time_s, run.measured_s)
+                if run.status != "completed" or any(t is None for t in times):
+                    continue
+                elapsed, engine, train, measured = (float(t) for t in times)  # type: ignore[arg-type]
+                parts["start-up and writing"] += max(0.0, elapsed - engine)
+                parts["evaluation"] += max(0.0, engine - train)
+                parts["warm-up and epoch boundaries"] += max(0.0, train - measured)
+                parts["measured"] += measured
+        return parts
+
     def config(self, name: str) -> ConfigResult:
         return next(c for c in self.configs if c.name == name)
 
@@ -218,6 +238,7 @@ class Analysis:
         for entry, config in zip(data["configs"], self.configs):
             entry["name"] = config.name
         data["measured_share"] = self.measured_share
+        data["time_breakdown"] = self.time_breakdown()
         return data
 
 
@@ -337,6 +358,8 @@ def _runs(records: list[dict[str, Any]], include_contended: bool) -> list[RunRes
                     error=record.get("error"),
                     measured_s=window if window is not None else summary.get("train_time_s"),
                     elapsed_s=record.get("elapsed_s"),
+                    train_time_s=summary.get("train_time_s"),
+                    engine_s=summary.get("wall_time_s"),
                 )
             )
     return runs

@@ -236,6 +236,11 @@ def _measured_section(doc: Document, analysis: Analysis) -> None:
             f"({analysis.runs_elapsed_s:.1f} s, start-up included)"
         )
     doc.paragraph("; ".join(parts) + ".")
+    breakdown = analysis.time_breakdown()
+    total = sum(breakdown.values())
+    if total > 0:
+        rows = [[name, seconds, 100 * seconds / total] for name, seconds in breakdown.items()]
+        doc.table(["where the completed runs' wall time went", "s", "%"], rows)
 
 
 def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
