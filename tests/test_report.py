@@ -102,6 +102,7 @@ def test_overlapping_configurations_are_a_tie_naming_both(tmp_path):
     assert "**Statistically tied: cfg001, cfg000**" in report and "Best:" not in report
     assert "repeats of each would separate them" in report or "treat them as equal" in report
     assert "statistically tied: cfg001, cfg000" in (tmp_path / "verdict.txt").read_text()
+    assert "<strong>Statistically tied: cfg001, cfg000</strong>" in (tmp_path / "report.html").read_text()
 
 
 def test_fewer_than_three_repeats_is_provisional():

@@ -4,6 +4,7 @@ be trusted, then the detail behind them."""
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,12 @@ class Document:
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
-        e = html.escape
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>", _STYLE]
+        def e(text: str) -> str:  # escaped, with the Markdown emphasis and code spans the report uses
+            text = html.escape(text)
+            text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+            return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>", _STYLE]
         for kind, value in self.blocks:
             if kind == "heading":
                 out.append(f"<h{value[0]}>{e(value[1])}</h{value[0]}>")
@@ -77,9 +82,9 @@ class Document:
                 out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
                 out.append("</table>")
             elif kind == "image":
-                out.append(f"<p><img src='{e(value[0])}' alt='{e(value[1])}'></p>")
+                out.append(f"<p><img src='{html.escape(value[0])}' alt='{html.escape(value[1])}'></p>")
             else:
-                out.append(f"<pre>{e(value)}</pre>")
+                out.append(f"<pre>{html.escape(value)}</pre>")
         return "\n".join(out) + "</body></html>\n"
 
 
