@@ -154,7 +154,14 @@ def _pair(item: str, many: bool) -> tuple[str, Any]:
     key, sep, value = item.partition("=")
     if not sep or not key:
         raise ConfigError(f"expected OPTION=VALUE, got '{item}'")
-    parse = yaml.safe_load
+
+    def parse(text: str) -> Any:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"cannot read the value '{text}' of {key}: {problem}") from None
+
     return key.replace("-", "_"), [parse(v) for v in value.split(",")] if many else parse(value)
 
 

@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ START_METHODS = ("auto", "fork", "spawn", "forkserver")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers")
+PATH_OPTIONS = ("output_dir", "data_dir", "resume")  # an empty one would silently mean the working folder
 
 
 class ConfigError(ValueError):
@@ -119,6 +121,12 @@ class TrainConfig:
                 _at_least(name, getattr(self, name), 1)
         for name in ("num_workers", "checkpoint_every", "warmup_iters", "eval_every"):
             _at_least(name, getattr(self, name), 0)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} must be a finite number, got {value}")
+            if isinstance(value, str) and not value.strip() and f.name in PATH_OPTIONS:
+                raise ConfigError(f"{f.name} must not be empty")
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)
         if self.master_port is not None and not 0 < self.master_port < 65536:

@@ -38,6 +38,10 @@ _REQUIRED_FILES = {
 }
 
 
+class DatasetError(RuntimeError):
+    """A dataset's files exist but cannot be read (or downloaded); the message says which and what to do."""
+
+
 @dataclass(frozen=True)
 class DatasetInfo:
     name: str
@@ -163,6 +167,40 @@ def check_dataset(config: TrainConfig) -> None:
         raise ConfigError(
             f"{config.dataset} not found in '{config.data_dir}' (missing {missing[0]}); pass --download to fetch it"
         )
+    if not missing:
+        for name in _REQUIRED_FILES.get(config.dataset, []):
+            problem = _file_problem(config.dataset, Path(config.data_dir) / name)
+            if problem:
+                raise ConfigError(
+                    f"{config.dataset} file {Path(config.data_dir) / name} is damaged: {problem} (delete the "
+                    f"dataset's folder and pass --download to fetch it again)"
+                )
+
+
+# The IDX files of MNIST: magic number, then one big-endian size per dimension (images 3, labels 1).
+_IDX = {"images-idx3-ubyte": (2051, 3, 28 * 28), "labels-idx1-ubyte": (2049, 1, 1)}
+
+
+def _file_problem(dataset: str, path: Path) -> str | None:
+    """What is wrong with one of a dataset's files, judged from its header and size (None if nothing is)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    size = path.stat().st_size
+    if dataset == "mnist":
+        magic, dims, item = next(v for k, v in _IDX.items() if path.name.endswith(k))
+        if len(head) < 4 + 4 * dims or int.from_bytes(head[:4], "big") != magic:
+            return f"not an IDX file (expected magic number {magic})"
+        count = int.from_bytes(head[4:8], "big")
+        if size != 4 + 4 * dims + count * item:
+            return f"{size} bytes where its header announces {count} items ({4 + 4 * dims + count * item} bytes)"
+    if dataset == "cifar10" and not head.startswith(b"\x80"):
+        return "not a CIFAR-10 batch (a Python pickle)"
+    return None
+
+
+def dataset_info(config: TrainConfig) -> DatasetInfo:
+    """Channels, image size and classes of ``config``'s dataset, without loading it."""
+    return _INFO[config.dataset]
 
 
 def build_datasets(config: TrainConfig) -> tuple[Dataset, Dataset, DatasetInfo]:
@@ -178,7 +216,14 @@ def build_datasets(config: TrainConfig) -> tuple[Dataset, Dataset, DatasetInfo]:
     else:
         # Rank 0 of each node downloads (if asked) while the others wait, then everyone reads the files.
         with idist.one_rank_first(local=True):
-            train, val = _torchvision(config.dataset, config.data_dir, config.download)
+            try:
+                train, val = _torchvision(config.dataset, config.data_dir, config.download)
+            except Exception as e:  # torchvision's own errors are often bare asserts: say which files failed
+                detail = str(e).strip().splitlines()[0] if str(e).strip() else "malformed data"
+                raise DatasetError(
+                    f"cannot read {config.dataset} in '{config.data_dir}': {type(e).__name__}: {detail} (delete the "
+                    "dataset's folder and pass --download to fetch it again)"
+                ) from e
     if train_size is not None and train_size < len(train):
         train = Subset(train, range(train_size))
     if val_size is not None and val_size < len(val):

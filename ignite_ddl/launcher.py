@@ -33,6 +33,7 @@ from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ignite_ddl import xla
+from ignite_ddl.checkpoint import check_checkpoint
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.data import check_dataset
 from ignite_ddl.environment import cpu_cores
@@ -181,8 +182,8 @@ def prepare(config: TrainConfig, cuda_devices: int | None = None) -> LaunchPlan:
     plan = plan_launch(config, cuda_devices)
     check_dataset(config)
     check_model(config.model)
-    if config.resume is not None and not Path(config.resume).is_file():
-        raise ConfigError(f"checkpoint to resume from not found: {config.resume}")
+    if config.resume is not None:
+        check_checkpoint(config.resume, config)
     _check_writable(Path(config.output_dir))
     return plan
 

@@ -18,6 +18,7 @@ import math
 import os
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, Union
 
@@ -38,7 +39,13 @@ __all__ = [
     "Summary",
     "SweepMeta",
     "SweepSession",
+    "RejectedLine",
+    "append_record",
+    "load_results",
     "read_json",
+    "read_results",
+    "rejected_path",
+    "repair_results",
     "schema_fields",
     "schema_markdown",
     "write_json",
@@ -310,6 +317,116 @@ def write_schema_doc(path: str | Path) -> bool:
     new = head + schema_markdown() + tail
     path.write_text(new)
     return new != text
+
+
+# -- results.jsonl: one record per line, and no valid record ever dropped
+
+REQUIRED_RECORD_KEYS = {"key": str, "index": int, "repeat": int, "status": str, "grid": dict, "config": dict}
+OPTIONAL_RECORD_KEYS: dict[str, tuple[type, ...]] = {
+    "attempt": (int,),
+    "position": (int,),
+    "run_dir": (str,),
+    "elapsed_s": (int, float),
+    "contended": (bool,),
+    "error": (str, type(None)),
+    "exit_code": (int, type(None)),
+    "summary": (dict, type(None)),
+}
+
+
+@dataclass(frozen=True)
+class RejectedLine:
+    """A line of a results file that is not a run record: where, what, and why."""
+
+    line: int
+    text: bytes
+    reason: str
+
+
+def _problem(record: Any) -> str | None:
+    """Why plain JSON data is not a run record (None if it is one)."""
+    if not isinstance(record, dict):
+        return f"not a run record (a JSON {type(record).__name__})"
+    for key, kind in REQUIRED_RECORD_KEYS.items():
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+            return f"not a run record ({key!r} missing or not {kind.__name__})"
+    for key, kinds in OPTIONAL_RECORD_KEYS.items():
+        value = record.get(key)
+        if key in record and not (isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))):
+            return f"not a run record ({key!r} has the wrong type)"
+    if record["status"] == "completed":
+        summary = record.get("summary")
+        if not isinstance(summary, dict) or not isinstance(summary.get("samples_per_s"), (int, float)):
+            return "a completed run record without a summary holding samples_per_s"
+    return None
+
+
+def load_results(path: str | Path) -> tuple[list[tuple[dict[str, Any], bytes]], list[RejectedLine]]:
+    """The run records of a results file with their lines as written, and every line that is not one (a line cut
+    short by a killed writer, text that is not JSON, JSON that is not a run record). Blank lines are ignored."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    records, rejected = [], []
+    for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
+        if not line.strip():
+            continue
+        if not line.endswith(b"\n"):
+            rejected.append(RejectedLine(number, line, "incomplete last line (a write cut short)"))
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            rejected.append(RejectedLine(number, line, f"not JSON ({e})"))
+            continue
+        problem = _problem(record)
+        if problem:
+            rejected.append(RejectedLine(number, line, problem))
+        else:
+            records.append((record, line))
+    return records, rejected
+
+
+def read_results(path: str | Path) -> list[dict[str, Any]]:
+    """Every run record of a results file (lines that are not records are skipped: :func:`load_results`)."""
+    return [record for record, _ in load_results(path)[0]]
+
+
+def rejected_path(path: str | Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + ".rejected")
+
+
+def repair_results(path: str | Path) -> list[RejectedLine]:
+    """Move the lines of a results file that are not run records to ``<name>.rejected`` (appended, each on a line of
+    its own) and rewrite the file atomically with every record kept as written; return the lines moved."""
+    path = Path(path)
+    records, rejected = load_results(path)
+    if not rejected:
+        return []
+    with open(rejected_path(path), "ab") as side:
+        for bad in rejected:
+            side.write(bad.text if bad.text.endswith(b"\n") else bad.text + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.writelines(line for _, line in records)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return rejected
+
+
+def append_record(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one record as a single line in one write, then sync it to disk."""
+    line = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- writing and reading

@@ -15,7 +15,8 @@ A spec (YAML, or the same keys from the command line) names the grid::
 Each run is ``ignite-ddl train`` in its own process group with its own output directory under ``runs/``; when it
 ends, one JSON line (the configuration plus its summary, or the reason it failed) is appended to
 ``results.jsonl`` and synced to disk. A failed, refused or timed-out run is recorded and the sweep goes on.
-``--resume`` skips runs already recorded; a line cut short by a killed sweep is dropped on resume.
+``--resume`` skips runs already recorded; a line that cannot be read (cut short by a killed sweep, or damaged) is
+moved to ``results.jsonl.rejected`` with a warning, and every valid record is kept.
 
 **Run order.** Repeats are interleaved: every configuration's first repeat, then every configuration's second, with
 the direction reversed each round (A B C, C B A, ...), so a slow minute of the machine, or a slow drift, is spread
@@ -62,7 +63,15 @@ import yaml
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.environment import host, versions
-from ignite_ddl.results import RunRecord, read_json, write_json
+from ignite_ddl.results import (
+    RunRecord,
+    append_record,
+    read_json,
+    read_results,
+    rejected_path,
+    repair_results,
+    write_json,
+)
 
 __all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
            "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
@@ -253,49 +262,6 @@ def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
         yield make_run(spec, index, grids[index], repeat, output_dir, position=position)
 
 
-# -- results.jsonl: whole lines only
-
-
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The records of a results file; a last line cut short (a sweep killed while writing) is ignored."""
-    return _complete_records(path)[0]
-
-
-def _complete_records(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The complete records at the start of ``path`` and the number of bytes they take."""
-    if not path.exists():
-        return [], 0
-    records, size = [], 0
-    for line in path.read_bytes().splitlines(keepends=True):
-        try:
-            if not line.endswith(b"\n"):
-                raise ValueError("incomplete line")
-            records.append(json.loads(line))
-        except ValueError:
-            break
-        size += len(line)
-    return records, size
-
-
-def _repair(path: Path) -> None:
-    """Cut a results file back to its last complete record, so appended lines start on a line of their own."""
-    _, size = _complete_records(path)
-    if path.exists() and path.stat().st_size != size:
-        with open(path, "r+b") as f:
-            f.truncate(size)
-
-
-def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as a single line in one write, then sync it to disk."""
-    line = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # -- running
 
 
@@ -381,8 +347,9 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
     if code is None:
         record.update(status="timeout", error=f"timed out after {timeout_s:g} s")
     else:
-        record.update(status="refused" if code == 2 else "failed",
-                      error=_last_error(run_dir / "console.log") or _exit_reason(code))  # fmt: skip
+        # A run killed by a signal printed nothing about it: its last line would be a stale log line.
+        reason = _exit_reason(code) if code < 0 else _last_error(run_dir / "console.log") or _exit_reason(code)
+        record.update(status="refused" if code == 2 else "failed", error=reason)
     return record
 
 
@@ -440,7 +407,12 @@ def sweep(
         raise ConfigError(f"{results} exists: pass --resume to continue that sweep, or choose another --output-dir")
     runs = list(expand(spec, out))
     out.mkdir(parents=True, exist_ok=True)
-    _repair(results)
+    rejected = repair_results(results)
+    if rejected:
+        progress(
+            f"warning: {len(rejected)} unreadable line(s) of {results} moved to {rejected_path(results)} "
+            f"(first: line {rejected[0].line}, {rejected[0].reason}); every valid record was kept"
+        )
     done = {r["key"] for r in read_results(results)}
     meta_path = out / "sweep.json"
     sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []

@@ -28,13 +28,14 @@ import ignite.distributed as idist
 import numpy as np
 import torch
 from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint, DiskSaver, PiecewiseLinear, ProgressBar, global_step_from_engine
+from ignite.handlers import Checkpoint, PiecewiseLinear, ProgressBar, global_step_from_engine
 from ignite.handlers.tensorboard_logger import TensorboardLogger
 from ignite.metrics import Accuracy, Loss
 from ignite.utils import manual_seed
 from torch import nn
 
 from ignite_ddl import launcher
+from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, load_checkpoint
 from ignite_ddl.config import TrainConfig
 from ignite_ddl.contention import ContentionMonitor
 from ignite_ddl.data import Loaders, build_loaders
@@ -208,8 +209,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
     if rank == 0 and config.progress:
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
     if config.resume:
-        state = torch.load(config.resume, map_location="cpu", weights_only=True)
-        Checkpoint.load_objects(to_load=to_save, checkpoint=state)
+        Checkpoint.load_objects(to_load=to_save, checkpoint=load_checkpoint(config.resume))
         log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
     if setup is not None:
         setup(TrainingRun(config, trainer, evaluator, model, optimizer, loaders))
@@ -390,32 +390,6 @@ def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) 
             tb.writer.add_scalar(f"rank{r['rank']}/data_wait_share", r["data_share"], epoch)
     if steps["global"]["samples"]:
         tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
-
-
-def attach_checkpoints(trainer: Engine, to_save: dict[str, Any], out: Path, every: int) -> Checkpoint:
-    """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``. Returns
-    the checkpoint handler."""
-    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
-    checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
-    if every:
-        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=every), checkpoint)
-
-    @trainer.on(Events.COMPLETED)
-    def _save_final(engine: Engine) -> None:
-        if not every or engine.state.iteration % every:  # not saved at this iteration already
-            checkpoint(engine)
-
-    return checkpoint
-
-
-def attach_best_model(trainer: Engine, evaluator: Engine, model: nn.Module, out: Path) -> None:
-    """Keep the model with the best validation accuracy in ``out/best`` (after each evaluation)."""
-    best = Checkpoint(
-        {"model": model}, DiskSaver(str(out / "best"), require_empty=False), filename_prefix="best",
-        n_saved=1, score_function=Checkpoint.get_default_score_fn("accuracy"), score_name="val_accuracy",
-        global_step_transform=global_step_from_engine(trainer),
-    )  # fmt: skip
-    evaluator.add_event_handler(Events.COMPLETED, best)
 
 
 def _attach_tensorboard(

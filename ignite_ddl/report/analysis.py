@@ -41,7 +41,7 @@ from ignite_ddl.report.stats import (
     separated,
     welch_p,
 )
-from ignite_ddl.results import read_json
+from ignite_ddl.results import load_results, read_json
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load"]
 
@@ -84,6 +84,8 @@ FLAG_MEANINGS = {
     "other, so the figures measure the scheduler more than the configuration",
     "few-iterations": f"fewer than {FEW_ITERATIONS} measured iterations per rank after warm-up: start-up "
     "transients weigh heavily; raise epochs or train_size, or lower warmup_iters",
+    "unreadable": "lines of the results that are not run records (a write cut short, damage, foreign data) were "
+    "skipped, and every record around them was read; a sweep's --resume moves them to results.jsonl.rejected",
     "provisional": f"fewer than {MIN_REPEATS} completed repeats per configuration: intervals are very wide (or "
     "missing) and the verdict may change with more runs",
 }
@@ -256,15 +258,27 @@ RULE = (
 
 
 def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
-    """Analyse a sweep's directory (``results.jsonl`` and ``sweep.json``)."""
-    from ignite_ddl.sweep import read_results
-
+    """Analyse a sweep's directory (``results.jsonl`` and ``sweep.json``); lines of the results that are not run
+    records are skipped and flagged, never the records around them."""
     out = Path(results_dir)
-    records = read_results(out / "results.jsonl")
+    loaded, rejected = load_results(out / "results.jsonl")
+    records = [record for record, _ in loaded]
     if not records:
-        raise FileNotFoundError(f"no results in {out / 'results.jsonl'}")
-    meta = read_json(out / "sweep.json") if (out / "sweep.json").exists() else {}
-    return analyze(records, meta, include_contended=include_contended)
+        skipped = f" ({len(rejected)} line(s) that are not run records)" if rejected else ""
+        raise FileNotFoundError(f"no results in {out / 'results.jsonl'}{skipped}")
+    meta: Any = {}
+    problems = [f"results.jsonl line {r.line}: {r.reason}" for r in rejected]
+    if (out / "sweep.json").exists():
+        try:
+            meta = read_json(out / "sweep.json")
+        except (OSError, ValueError) as e:
+            problems.append(f"sweep.json: cannot be read ({e}); the spec, host and timings it holds are missing")
+        if not isinstance(meta, dict) or not all(isinstance(meta.get(k, {}), dict) for k in ("spec", "host")):
+            problems.append("sweep.json: not a sweep's metadata; ignored")
+            meta = {}
+    analysis = analyze(records, meta, include_contended=include_contended)
+    analysis.flags += [Flag("unreadable", None, problem) for problem in problems]
+    return analysis
 
 
 def analyze(
@@ -315,7 +329,8 @@ def _configs(records: Sequence[dict[str, Any]], axes: Sequence[str], include_con
     for found in grouped.values():
         first = found[0]
         summaries = [r["summary"] for r in found if r["status"] == "completed" and r.get("summary")]
-        world = summaries[0]["world_size"] if summaries else _world(first["config"])
+        world = summaries[0].get("world_size") if summaries else None
+        world = world if isinstance(world, int) and world > 0 else _world(first["config"])
         config = ConfigResult(first["index"], first["grid"], first["config"], workload_of(first["config"], axes), world)
         config.runs = _runs(found, include_contended)
         _describe(config, [r for r in found if r["status"] == "completed" and r.get("summary")], include_contended)
@@ -340,34 +355,57 @@ def _runs(records: list[dict[str, Any]], include_contended: bool) -> list[RunRes
         eligible = [r for r in completed if include_contended or not r.get("contended")]
         chosen = eligible[-1] if eligible else None
         for record in attempts:
-            summary = record.get("summary") or {}
-            contention = summary.get("contention") or {}
-            window = ((summary.get("steps") or {}).get("global") or {}).get("window_s")
+            summary = _dict(record.get("summary"))
+            contention = _dict(summary.get("contention"))
+            window = _dict(_dict(summary.get("steps")).get("global")).get("window_s")
             runs.append(
                 RunResult(
                     repeat=repeat,
                     attempt=record.get("attempt", 0),
                     position=record.get("position", 0),
                     status=record["status"],
-                    samples_per_s=summary.get("samples_per_s"),
+                    samples_per_s=_float(summary.get("samples_per_s")),
                     contended=bool(record.get("contended")),
-                    foreign_cpu_share=contention.get("foreign_cpu_share"),
-                    diverged=summary.get("diverged"),
+                    foreign_cpu_share=_float(contention.get("foreign_cpu_share")),
+                    diverged=str(summary["diverged"]) if summary.get("diverged") else None,
                     used=record is chosen,
-                    run_dir=record.get("run_dir", ""),
-                    error=record.get("error"),
-                    measured_s=window if window is not None else summary.get("train_time_s"),
-                    elapsed_s=record.get("elapsed_s"),
-                    train_time_s=summary.get("train_time_s"),
-                    engine_s=summary.get("wall_time_s"),
+                    run_dir=str(record.get("run_dir", "")),
+                    error=None if record.get("error") is None else str(record["error"]),
+                    measured_s=_float(window) if _number(window) else _float(summary.get("train_time_s")),
+                    elapsed_s=_float(record.get("elapsed_s")),
+                    train_time_s=_float(summary.get("train_time_s")),
+                    engine_s=_float(summary.get("wall_time_s")),
                 )
             )
     return runs
 
 
-def _mean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return statistics.fmean(values) if values else None
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` if it is a mapping, else an empty one: results files may hold foreign data."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if _number(value) else None
+
+
+def _mean(values: list[Any]) -> float | None:
+    """Mean of the finite numbers among ``values`` (None if there are none)."""
+    numbers = [float(v) for v in values if _number(v)]
+    return statistics.fmean(numbers) if numbers else None
+
+
+def _well_formed_steps(steps: Any) -> bool:
+    return (
+        isinstance(steps, dict)
+        and isinstance(steps.get("global"), dict)
+        and isinstance(steps.get("ranks"), list)
+        and all(isinstance(r, dict) for r in steps["ranks"])
+    )
 
 
 def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_contended: bool) -> None:
@@ -378,15 +416,17 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     config.throughput = mean_interval(config.samples_per_s)
     if not summaries:
         return
-    steps = [s["steps"] for s in summaries if s.get("steps")]
-    config.step_p50_s = _mean([s["global"]["step_s_p50"] for s in steps])
-    config.step_p90_s = _mean([s["global"]["step_s_p90"] for s in steps])
-    config.data_share = _mean([s["global"]["data_share"] for s in steps])
+    steps = [s["steps"] for s in summaries if _well_formed_steps(s.get("steps"))]
+    config.step_p50_s = _mean([s["global"].get("step_s_p50") for s in steps])
+    config.step_p90_s = _mean([s["global"].get("step_s_p90") for s in steps])
+    config.data_share = _mean([s["global"].get("data_share") for s in steps])
     config.phases = {
         phase: _mean([r.get(f"{phase}_s_mean") for s in steps for r in s["ranks"]]) or 0.0
         for phase in ("data", "forward", "backward", "optimizer")
     }
-    stragglers = [s["straggler"] for s in steps if s.get("straggler") and s["straggler"].get("ratio")]
+    stragglers = [
+        s["straggler"] for s in steps if isinstance(s.get("straggler"), dict) and _number(s["straggler"].get("ratio"))
+    ]
     config.straggler = max(stragglers, key=lambda s: s["ratio"]) if stragglers else None
     config.val_accuracy = _mean([s.get("val_accuracy") for s in summaries])
     first = summaries[0]
@@ -394,7 +434,7 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     config.cpu_cores = first.get("cpu_cores")
     config.device_type = (first.get("device") or {}).get("type")
     config.global_batch = (first.get("batch") or {}).get("global")
-    iterations = [min(r["iterations"] for r in s["ranks"]) for s in steps if s["ranks"]]
+    iterations = [min(r.get("iterations", 0) for r in s["ranks"]) for s in steps if s["ranks"]]
     config.measured_iterations = min(iterations) if iterations else None
     config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
 

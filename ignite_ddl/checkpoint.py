@@ -1,0 +1,146 @@
+"""Checkpoints: resumable state saved during a run, the best model kept after each evaluation, and a file given to
+``--resume`` checked before any process starts.
+
+A resumable checkpoint is a ``torch.save`` dictionary of state dicts written by Ignite's ``Checkpoint``: ``trainer``,
+``model`` (unwrapped from DDP), ``optimizer``, and ``lr_scheduler`` / ``scaler`` when the run uses them. It is read
+back with ``torch.load(..., weights_only=True)``: no pickled code ever runs.
+
+Example:
+    >>> import tempfile, torch
+    >>> from ignite_ddl import ConfigError, TrainConfig
+    >>> path = tempfile.mkdtemp() + "/notes.txt"
+    >>> _ = open(path, "w").write("not a checkpoint")
+    >>> try:
+    ...     check_checkpoint(path, TrainConfig(model="toy"))
+    ... except ConfigError as e:
+    ...     print(str(e).split(":")[0])
+    cannot resume from a file that is not a PyTorch checkpoint
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
+from torch import nn
+
+from ignite_ddl.config import ConfigError, TrainConfig
+
+__all__ = ["attach_best_model", "attach_checkpoints", "check_checkpoint", "load_checkpoint", "saved_objects"]
+
+
+def saved_objects(config: TrainConfig) -> list[str]:
+    """The objects a resumable checkpoint of ``config``'s run holds."""
+    names = ["trainer", "model", "optimizer"]
+    if config.warmup_epochs > 0:
+        names.append("lr_scheduler")
+    if config.amp == "fp16":
+        names.append("scaler")
+    return names
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint safely (``weights_only=True``); :class:`ConfigError` with one line if it cannot be."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint to resume from not found: {path}")
+    if path.stat().st_size == 0:
+        raise ConfigError(f"cannot resume from {path}: the file is empty")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle, zip and torch errors alike: the file is not a checkpoint we can read
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"cannot resume from a file that is not a PyTorch checkpoint: {path} ({type(e).__name__}: {detail[:160]})"
+        ) from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"cannot resume from {path}: it holds a {type(state).__name__}, not a checkpoint dictionary")
+    return state
+
+
+def _model_mismatch(theirs: dict[str, Any], ours: dict[str, torch.Tensor]) -> str | None:
+    """How a saved model state differs from this model's (None if it fits)."""
+    missing = [k for k in ours if k not in theirs]
+    unexpected = [k for k in theirs if k not in ours]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of this model's tensors missing (e.g. {missing[0]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} tensors this model does not have (e.g. {unexpected[0]})")
+        return ", ".join(parts)
+    for key, tensor in ours.items():
+        saved = theirs[key]
+        if not isinstance(saved, torch.Tensor) or tuple(saved.shape) != tuple(tensor.shape):
+            shape = tuple(saved.shape) if isinstance(saved, torch.Tensor) else type(saved).__name__
+            return f"{key} is {shape} there and {tuple(tensor.shape)} here"
+    return None
+
+
+def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
+    """Refuse, with one line, a ``--resume`` file that this run could not continue from: unreadable, not written by
+    ``ignite-ddl train``, saved with other options (warm-up schedule, fp16 scaler), or holding another model.
+
+    The model is built on the ``meta`` device for the comparison: no memory, no computation, nothing that would make
+    forking ranks afterwards unsafe.
+    """
+    from ignite_ddl.data import dataset_info
+    from ignite_ddl.models import build_model
+
+    state = load_checkpoint(path)
+    if state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(
+            f"cannot resume from {path}: it holds only model weights (a best-model file?), not a resumable "
+            "checkpoint; resume from one in checkpoints/"
+        )
+    missing = [name for name in saved_objects(config) if name not in state]
+    if missing:
+        held = ", ".join(sorted(map(str, state))) or "nothing"
+        raise ConfigError(
+            f"cannot resume from {path}: it lacks {', '.join(missing)} (it holds {held}); resume with the options "
+            "of the run that wrote it (--warmup-epochs, --amp) or start afresh"
+        )
+    if not isinstance(state["model"], dict):
+        raise ConfigError(f"cannot resume from {path}: its 'model' entry is not a state dict")
+    info = dataset_info(config)
+    with torch.device("meta"):
+        model = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+    mismatch = _model_mismatch(state["model"], model.state_dict())
+    if mismatch:
+        raise ConfigError(
+            f"cannot resume from {path}: it holds another model's weights than --model {config.model} on "
+            f"{config.dataset} ({mismatch})"
+        )
+
+
+def attach_checkpoints(trainer: Engine, to_save: dict[str, Any], out: Path, every: int) -> Checkpoint:
+    """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``. Returns
+    the checkpoint handler."""
+    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
+    checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
+    if every:
+        trainer.add_event_handler(Events.ITERATION_COMPLETED(every=every), checkpoint)
+
+    @trainer.on(Events.COMPLETED)
+    def _save_final(engine: Engine) -> None:
+        if not every or engine.state.iteration % every:  # not saved at this iteration already
+            checkpoint(engine)
+
+    return checkpoint
+
+
+def attach_best_model(trainer: Engine, evaluator: Engine, model: nn.Module, out: Path) -> None:
+    """Keep the model with the best validation accuracy in ``out/best`` (after each evaluation)."""
+    best = Checkpoint(
+        {"model": model},
+        DiskSaver(str(out / "best"), require_empty=False),
+        filename_prefix="best",
+        n_saved=1,
+        score_function=Checkpoint.get_default_score_fn("accuracy"),
+        score_name="val_accuracy",
+        global_step_transform=global_step_from_engine(trainer),
+    )
+    evaluator.add_event_handler(Events.COMPLETED, best)

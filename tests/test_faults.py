@@ -1,0 +1,205 @@
+"""Faults, injected for real: damaged results files, bad values, bad checkpoints and dataset files, signals, hung
+ranks, absent nodes, shared folders, a full disk. Each must end promptly with one clear line and lose no record."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import pytest
+from conftest import run_cli
+
+from ignite_ddl.cli import main
+from ignite_ddl.report import load, write_report
+from ignite_ddl.results import append_record, load_results, read_results, rejected_path, repair_results
+
+
+def good_record(index: int, repeat: int, rate: float) -> dict:
+    return {"key": f"k{index}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0, "position": 0,
+            "status": "completed", "error": None, "contended": False, "grid": {"seed": index},
+            "config": {"seed": index, "model": "cnn"}, "run_dir": "nowhere", "elapsed_s": 2.0,
+            "summary": {"world_size": 1, "samples_per_s": rate}}
+
+
+# -- results files: no valid record is ever dropped
+
+
+def test_a_corrupt_middle_line_loses_no_record(tmp_path):
+    path = tmp_path / "results.jsonl"
+    for i in range(3):
+        append_record(path, good_record(0, i, 100.0 + i))
+    with open(path, "a") as f:
+        f.write('{"key": "damaged", "ind\n')  # a line damaged in the middle of the file
+        f.write("[1, 2, 3]\n")  # JSON, but not a run record
+    for i in range(3, 6):
+        append_record(path, good_record(0, i, 100.0 + i))
+    with open(path, "a") as f:
+        f.write('{"key": "cut sho')  # a write cut short at the end
+
+    assert len(read_results(path)) == 6
+    records, rejected = load_results(path)
+    assert [r.line for r in rejected] == [4, 5, 9]
+    assert [r.reason.split(" (")[0] for r in rejected] == ["not JSON", "not a run record", "incomplete last line"]
+
+    moved = repair_results(path)
+    assert len(moved) == 3 and [r["repeat"] for r in read_results(path)] == list(range(6))
+    assert load_results(path)[1] == []  # the file now holds records only
+    assert rejected_path(path).read_bytes().count(b"\n") == 3  # nothing thrown away: moved beside it
+    append_record(path, good_record(0, 6, 106.0))
+    assert len(read_results(path)) == 7
+
+
+def test_resume_keeps_records_after_a_corrupt_line_and_warns(tmp_path):
+    out = tmp_path / "out"
+    args = ["sweep", "--grid", "model=toy,mlp", "--set", "train_size=128", "--set", "val_size=32",
+            "--set", "batch_size=32", "--set", "epochs=1", "--output-dir", str(out), "--no-report"]
+    assert run_cli(*args, timeout=300).returncode == 0
+    results = out / "results.jsonl"
+    first, second = results.read_text().splitlines(keepends=True)
+    results.write_text(first + "garbage in the middle\n" + second)
+    result = run_cli(*args, "--resume", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "warning: 1 unreadable line(s)" in result.stdout and "every valid record was kept" in result.stdout
+    assert "resuming: 2 of 2 runs already recorded" in result.stdout  # nothing re-run
+    assert [r["grid"]["model"] for r in read_results(results)] == ["toy", "mlp"]
+    assert rejected_path(results).read_text() == "garbage in the middle\n"
+
+
+def test_a_report_says_how_many_lines_it_skipped(tmp_path):
+    path = tmp_path / "results.jsonl"
+    for i, rate in enumerate([100.0, 101.0, 99.0]):
+        append_record(path, good_record(0, i, rate))
+    with open(path, "a") as f:
+        f.write('{"not": "a record"}\n')
+    report = write_report(tmp_path).read_text()
+    assert "**unreadable** (1)" in report and "results.jsonl line 4: not a run record" in report
+
+
+def test_reports_over_foreign_json_end_in_one_line_never_a_traceback(tmp_path):
+    """Well-formed JSON of the wrong shape, at random places of otherwise valid records and sweep.json."""
+    rng = random.Random(3)
+    junk = [None, 0, -1, 1e308, "x", [], [1, "a"], {}, {"a": 1}, True, float("nan")]
+    base = [good_record(i, r, 100.0 + 10 * i + r) for i in range(2) for r in range(3)]
+    for trial in range(20):
+        records = copy.deepcopy(base)
+        for record in rng.sample(records, 3):
+            path, target = [], record
+            while isinstance(target, dict) and target and rng.random() < 0.7:
+                key = rng.choice(sorted(target))
+                path.append(key)
+                if not isinstance(target[key], dict):
+                    break
+                target = target[key]
+            if isinstance(target, dict) and target:
+                target[rng.choice(sorted(target))] = rng.choice(junk)
+        out = tmp_path / f"t{trial}"
+        out.mkdir()
+        with open(out / "results.jsonl", "w") as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
+        (out / "sweep.json").write_text(json.dumps(rng.choice([{"spec": 3}, [], {"host": "x"}, "s", {}])))
+        result = run_cli("report", str(out), timeout=120) if trial < 3 else None
+        if result is not None:
+            assert "Traceback" not in result.stderr and result.returncode in (0, 2), result.stderr
+        try:
+            analysis = load(out)
+        except FileNotFoundError:
+            continue
+        assert analysis.configs  # the valid records were all read
+        write_report(out)
+
+
+@pytest.mark.parametrize("content", ["", "[\n", '{"grid": 1}\n', '"just a string"\n'])
+def test_a_report_over_nothing_usable_is_one_line(tmp_path, content):
+    (tmp_path / "results.jsonl").write_text(content)
+    result = run_cli("report", str(tmp_path), timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no results in" in result.stderr
+
+
+# -- bad values, bad files: one line, exit 2, before anything starts
+
+
+def refused(capsys, *argv: str) -> str:
+    """Run the CLI in this process (the refusals come before any process starts); its one-line error."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ignite-ddl: error: "), err
+    return err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lr", "nan"], "lr must be a finite number, got nan"),
+        (["--lr", "inf"], "lr must be a finite number, got inf"),
+        (["--weight-decay=-inf"], "weight_decay must be a finite number"),
+        (["--output-dir", ""], "output_dir must not be empty"),
+        (["--resume", ""], "resume must not be empty"),
+        (["--data-dir", " "], "data_dir must not be empty"),
+    ],
+)
+def test_bad_values_are_refused(tmp_path, capsys, args, message):
+    output = [] if "--output-dir" in args else ["--output-dir", str(tmp_path / "out")]
+    assert message in refused(capsys, "train", *output, *args)
+
+
+@pytest.mark.parametrize(
+    "grid, message",
+    [("epochs=[1", "cannot read the value '[1' of epochs"), ("lr=.nan", "lr must be a finite number")],
+)
+def test_bad_sweep_values_are_refused(tmp_path, capsys, grid, message):
+    assert message in refused(capsys, "sweep", "--grid", grid, "--output-dir", str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def toy_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    result = run_cli("train", "--model", "toy", "--epochs", "1", "--train-size", "128", "--val-size", "32",
+                     "--batch-size", "32", "--no-progress", "--output-dir", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("text", "not a PyTorch checkpoint"),
+        ("empty", "the file is empty"),
+        ("other model", "it holds another model's weights than --model cnn"),
+        ("other options", "it lacks lr_scheduler"),
+        ("best model", "it holds only model weights (a best-model file?)"),
+    ],
+)
+def test_bad_checkpoints_are_refused_in_one_line(tmp_path, capsys, toy_checkpoint, case, message):
+    (tmp_path / "text.pt").write_text("hello\n")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    resumable = next((toy_checkpoint / "checkpoints").glob("*.pt"))
+    best = next((toy_checkpoint / "best").glob("*.pt"))
+    path, extra = {
+        "text": (tmp_path / "text.pt", ["--model", "toy"]),
+        "empty": (tmp_path / "empty.pt", ["--model", "toy"]),
+        "other model": (resumable, ["--model", "cnn"]),
+        "other options": (resumable, ["--model", "toy", "--warmup-epochs", "1"]),
+        "best model": (best, ["--model", "toy"]),
+    }[case]
+    out = tmp_path / "out"
+    err = refused(capsys, "train", "--resume", str(path), *extra, "--output-dir", str(out))
+    assert message in err and str(path) in err
+    assert not out.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_damaged_mnist_files_are_named(tmp_path, capsys, damage):
+    from test_datasets import write_mnist
+
+    write_mnist(tmp_path / "data")
+    images = tmp_path / "data" / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    if damage == "garbage":
+        images.write_bytes(b"\x00not an idx file at all" * 10)
+    else:
+        images.write_bytes(images.read_bytes()[:-100])
+    err = refused(capsys, "train", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"),
+                  "--output-dir", str(tmp_path / "out"))
+    assert f"mnist file {images} is damaged" in err and "--download" in err
