@@ -45,7 +45,7 @@ import torch.multiprocessing as torch_mp
 from ignite_ddl import TrainConfig, plan_launch
 from ignite_ddl.contention import ForeignLoad
 from ignite_ddl.labs import collectives
-from ignite_ddl.launcher import in_fresh_thread
+from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.results import write_json
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -84,9 +84,9 @@ def raw_rank(rank: int, threads: int, *args: Any) -> None:
 
 
 def run_raw(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    plan = plan_launch(config)  # the same backend, start method and threads per process as ours gets
-    world = plan.world_size
-    torch_mp.start_processes(raw_rank, args=(plan.threads, plan.backend, world, plan.master_port, options, out),
+    plan = plan_launch(config.launch_settings())  # the same backend, start method and threads per process as ours gets
+    world, port = plan.world_size, plan.master_port or free_port(plan.master_addr)
+    torch_mp.start_processes(raw_rank, args=(plan.threads, plan.backend, world, port, options, out),
                              nprocs=world, join=True, start_method=plan.start_method)  # fmt: skip
     sizes = collectives.message_sizes(options.min_size, options.max_size)
     return collectives.bandwidth_rows(sizes, world, json.loads(out.read_text()))

@@ -3,9 +3,9 @@
 Two sides train the same model (``ignite_ddl.models.build_model``) on the same synthetic data
 (``ignite_ddl.data.build_datasets``) with the same global batch, the same SGD optimizer (TrainConfig's lr and
 momentum), one ``loss.item()`` per step and the same number of intra-op threads per process
-(``launcher.plan_launch(config).threads``):
+(``plan_launch(config.launch_settings()).threads``):
 
-* **ours**: the real job, ``launch(training, config, setup=...)``, with every default handler on (step recorder,
+* **ours**: the real job, ``train(config, setup=...)``, with every default handler on (step recorder,
   per-epoch log and evaluation, TensorBoard, checkpointing, the ``max_iters`` stop) and only the progress bar off.
   One process runs with backend ``none``; two processes with backend ``gloo``, started by ``launch`` with ``fork``.
 * **raw**: a plain loop with no Ignite at all: ``DataLoader`` -> forward -> ``zero_grad`` -> ``backward`` ->
@@ -61,13 +61,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ignite_ddl import TrainConfig, launch, plan_launch
+from ignite_ddl import TrainConfig, plan_launch, train
 from ignite_ddl.contention import ForeignLoad
 from ignite_ddl.data import build_datasets
 from ignite_ddl.environment import cpu_cores, cpu_name, versions
-from ignite_ddl.launcher import in_fresh_thread
+from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.models import build_model
-from ignite_ddl.trainer import TrainingRun, training
+from ignite_ddl.trainer import TrainingRun
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class StepClock:
 
 def run_ours(config: TrainConfig, window: Window, run_dir: Path) -> float:
     config = replace(config, output_dir=str(run_dir))
-    summary = launch(training, config, setup=StepClock(window, run_dir))
+    summary = train(config, setup=StepClock(window, run_dir))
     if summary["iterations"] != window.last:
         raise RuntimeError(f"ours ran {summary['iterations']} iterations, expected {window.last}")
     return _read_clocks(run_dir, summary["world_size"], window)
@@ -198,10 +198,10 @@ def raw_rank(rank: int, *args: Any) -> None:
 
 
 def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
-    plan = plan_launch(config)  # the same threads per process and start method as ours gets
+    plan = plan_launch(config.launch_settings())  # the same threads per process and start method as ours gets
     run_dir.mkdir(parents=True)
     world = plan.world_size
-    args = (config, world, plan.threads, plan.master_port or 0, window, run_dir)
+    args = (config, world, plan.threads, plan.master_port or free_port(plan.master_addr), window, run_dir)
     if world == 1:
         raw_worker(0, *args)
     else:
@@ -250,7 +250,7 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
     }
     return {
         "procs": procs,
-        "threads_per_process": plan_launch(config).threads,
+        "threads_per_process": plan_launch(config.launch_settings()).threads,
         "per_rank_batch": args.batch_size // procs,
         **stats,
         "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],

@@ -1,7 +1,7 @@
 """What measuring costs: per-step time of the real trainer with no instrumentation, with the step recorder, and
 with each ``--profiler`` mode, on the same work.
 
-Every variant is ``launch(training, config)`` with the same model, data, global batch and threads; only the
+Every variant is ``train(config)`` with the same model, data, global batch and threads; only the
 measurement differs: ``none`` (``record_steps=False``, no profiler), ``recorder`` (the step recorder alone, as every
 run has by default), and ``timer`` / ``basic`` / ``handlers`` (that Ignite profiler alone). Each run is timed the way
 ``overhead.py`` times ours: the clock is read at the end of warm-up iteration W and of iteration W + M, so the window

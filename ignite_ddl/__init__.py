@@ -8,8 +8,10 @@ Example:
 """
 
 from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.launcher import LaunchPlan, RunFailed, launch, plan_launch
+from ignite_ddl.launcher import LaunchFailed, LaunchPlan, LaunchSettings, RunFailed, launch, plan_launch
+from ignite_ddl.signals import Interrupted
 from ignite_ddl.trainer import train, training
 
-__all__ = ["ConfigError", "LaunchPlan", "RunFailed", "TrainConfig", "launch", "plan_launch", "train", "training"]
+__all__ = ["ConfigError", "Interrupted", "LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "TrainConfig",
+           "launch", "plan_launch", "train", "training"]  # fmt: skip
 __version__ = "0.1.0"

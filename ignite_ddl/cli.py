@@ -1,12 +1,14 @@
 """The ``ignite-ddl`` command. Options of ``train`` are generated from :class:`~ignite_ddl.config.TrainConfig`.
 
-Exit status: 0 success, 1 a rank failed, 2 a setup refused before anything started, 130 interrupted.
+Exit status: 0 success, 1 a rank failed (or the ranks could not be brought together), 2 a setup refused before
+anything started, 128 + signal number when interrupted (130 for SIGINT, 143 for SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -15,7 +17,7 @@ from typing import Any, NoReturn
 from ignite_ddl.config import ConfigError, TrainConfig, option_flag
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.labs import claims_hold, lab_modules
-from ignite_ddl.launcher import RunFailed
+from ignite_ddl.launcher import LaunchFailed, RunFailed
 from ignite_ddl.results import write_json
 
 PROG = "ignite-ddl"
@@ -138,7 +140,7 @@ def _sweep(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     parsed = parse_spec(spec)
-    records = sweep(parsed, resume=args.resume)
+    records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
     failed = [r for r in records if r["status"] != "completed"]
     print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
     if args.report:
@@ -197,9 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except RunFailed as e:
+    except (RunFailed, LaunchFailed) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted (SIGINT / SIGTERM) after every child was stopped
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"{PROG}: interrupted by {signal.Signals(signum).name}: stopped", file=sys.stderr)
+        return 128 + signum

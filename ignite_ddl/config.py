@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
@@ -46,6 +47,7 @@ class TrainConfig:
     master_port: int | None = _opt(None, "rendezvous port (default: a free port on a single node)")
     start_method: str = _opt("auto", "process start method: auto (fork where available) | fork | spawn | forkserver")
     threads: int | None = _opt(None, "intra-op CPU threads per process (default: cores / processes on this node)")
+    timeout: float = _opt(300.0, "seconds ranks wait for each other: rendezvous, missing nodes, every collective")
     # -- data
     dataset: str = _opt("synthetic", "synthetic | digits | mnist | cifar10")
     data_dir: str = _opt("data", "where mnist / cifar10 files live (or are downloaded to)")
@@ -107,16 +109,26 @@ class TrainConfig:
             _check_type(name, value, known[name].type)
         return cls(**values)
 
+    def launch_settings(self) -> Any:
+        """The distribution settings of this run (:class:`~ignite_ddl.launcher.LaunchSettings`); rank logs go to
+        ``<output_dir>/logs``."""
+        from ignite_ddl.launcher import LaunchSettings
+
+        return LaunchSettings(
+            backend=self.backend, nproc_per_node=self.nproc_per_node, nnodes=self.nnodes, node_rank=self.node_rank,
+            master_addr=self.master_addr, master_port=self.master_port, start_method=self.start_method,
+            threads=self.threads, timeout=self.timeout, log_dir=str(Path(self.output_dir) / "logs"),
+        )  # fmt: skip
+
     def check(self) -> None:
         """Refuse values that are wrong whatever the machine (ranges and choices)."""
-        _choice("backend", self.backend, BACKENDS)
-        _choice("start_method", self.start_method, START_METHODS)
+        self.launch_settings().check()
         _choice("amp", self.amp, AMP_MODES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("profiler", self.profiler, PROFILERS)
-        for name in ("nnodes", "batch_size", "epochs", "log_every"):
+        for name in ("batch_size", "epochs", "log_every"):
             _at_least(name, getattr(self, name), 1)
-        for name in ("nproc_per_node", "threads", "max_iters", "train_size", "val_size"):
+        for name in ("max_iters", "train_size", "val_size"):
             if getattr(self, name) is not None:
                 _at_least(name, getattr(self, name), 1)
         for name in ("num_workers", "checkpoint_every", "warmup_iters", "eval_every"):
@@ -129,12 +141,6 @@ class TrainConfig:
                 raise ConfigError(f"{f.name} must not be empty")
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)
-        if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise ConfigError(f"master_port must be between 1 and 65535, got {self.master_port}")
-        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(
-                f"node_rank must be in [0, {self.nnodes - 1}] for nnodes={self.nnodes}, got {self.node_rank}"
-            )
 
 
 def option_flag(name: str) -> str:

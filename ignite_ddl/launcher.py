@@ -1,45 +1,73 @@
-"""One launcher for every backend: serial, spawned processes (one node or several), or processes started by
-torchrun / SLURM. It validates the whole setup before any process starts, runs ``fn(local_rank, config)`` through
-``idist.Parallel`` and turns a failure on any rank into :class:`RunFailed` naming that rank.
+"""Starting the ranks of a distributed run, and nothing else: serially, as spawned processes on one node or several,
+or as processes already started by torchrun / SLURM. :func:`launch` takes only distribution settings
+(:class:`LaunchSettings`, as ``idist.Parallel`` takes them), validates them before any process starts, runs
+``fn(local_rank, *args)`` on every rank and returns rank 0's result; a failure on any rank becomes
+:class:`RunFailed` naming that rank.
+
+What it guarantees on top of ``idist.Parallel``:
+
+- **No hang.** Ranks wait for each other at most ``timeout`` seconds (rendezvous and every collective; torch's
+  default is 30 minutes). A multi-node launch says which nodes it waits for and gives up after ``timeout``.
+- **No listener on the network that need not be.** For spawned ranks the launcher itself hosts the rendezvous
+  store on a socket bound to the rendezvous address (127.0.0.1 on one node), and the ranks join it as clients,
+  as they would join torchrun's agent store; nothing listens on other interfaces.
+- **Signals stop everything.** SIGINT or SIGTERM to the launcher stops every rank and its DataLoader workers
+  within seconds and raises :class:`~ignite_ddl.signals.Interrupted`; ranks ignore the terminal's SIGINT so
+  that only the launcher decides.
+- **Clean failures.** A rank killed by a signal is reported as such (SIGKILL: out of memory?); torch's
+  per-process error files go to a private folder that is removed afterwards.
 
 Example:
     >>> import ignite.distributed as idist
-    >>> from ignite_ddl import TrainConfig, launch
-    >>> def hello(local_rank, config):
-    ...     return {"world_size": idist.get_world_size()}
-    >>> launch(hello, TrainConfig(backend="gloo", nproc_per_node=2, output_dir="/tmp/hello"))
-    {'world_size': 2}
+    >>> def hello(local_rank, greeting):
+    ...     return {"world_size": idist.get_world_size(), "greeting": greeting}
+    >>> launch(hello, LaunchSettings(backend="gloo", nproc_per_node=2), "hi")
+    {'world_size': 2, 'greeting': 'hi'}
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
+import gc
 import importlib.util
+import ipaddress
 import logging
+import math
 import multiprocessing as mp
 import os
+import shutil
+import signal
 import socket
 import sys
+import tempfile
 import threading
+import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
 import torch
+import torch.distributed as dist
 from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ignite_ddl import xla
-from ignite_ddl.checkpoint import check_checkpoint
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.data import check_dataset
+from ignite_ddl.config import BACKENDS, START_METHODS, ConfigError
+from ignite_ddl.contention import process_tree_pids
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.models import check_model
+from ignite_ddl.signals import Interrupted, interruptible
 
-xla.install()  # Ignite 0.5.5's XLA support on torch_xla's PJRT runtime (nothing happens without torch_xla)
+__all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_port", "in_fresh_thread", "launch",
+           "launched_externally", "plan_launch"]  # fmt: skip
+
+DEFAULT_TIMEOUT_S = 300.0
+STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
+_KEYS = "ignite_ddl/"  # our keys in the rendezvous store (torch's own live under a prefix of their own)
 
 
 class RunFailed(RuntimeError):
@@ -51,9 +79,54 @@ class RunFailed(RuntimeError):
         super().__init__(f"rank {rank} failed: {message}{detail}")
 
 
+class LaunchFailed(RuntimeError):
+    """The ranks could not all be brought together: a node that never joined, a rendezvous that cannot be reached."""
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """How to start a run's processes: distribution settings only (what ``idist.Parallel`` takes, plus limits)."""
+
+    backend: str = "auto"  # none | gloo | nccl | xla-tpu | auto
+    nproc_per_node: int | None = None  # processes to spawn on this node (None: 1, or PJRT's device count)
+    nnodes: int = 1
+    node_rank: int | None = None
+    master_addr: str | None = None  # default 127.0.0.1 on a single node
+    master_port: int | None = None  # default: a free port on a single node
+    start_method: str = "auto"  # auto (fork where available) | fork | spawn | forkserver
+    threads: int | None = None  # intra-op CPU threads per process (default: cores / processes on this node)
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds ranks wait for each other: rendezvous, nodes, collectives
+    log_dir: str | None = None  # a failing rank appends its traceback to <log_dir>/rank<r>.log
+
+    def check(self) -> None:
+        """Refuse values that are wrong whatever the machine."""
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
+        if self.start_method not in START_METHODS:
+            raise ConfigError(
+                f"unknown start_method '{self.start_method}' (choose from: {', '.join(START_METHODS)})"
+            )
+        for name in ("nproc_per_node", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if self.nnodes < 1:
+            raise ConfigError(f"nnodes must be >= 1, got {self.nnodes}")
+        if not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ConfigError(f"master_port must be between 1 and 65535, got {self.master_port}")
+        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(
+                f"node_rank must be in [0, {self.nnodes - 1}] for nnodes={self.nnodes}, got {self.node_rank}"
+            )
+        if self.master_addr is not None and not self.master_addr.strip():
+            raise ConfigError("master_addr must not be empty")
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
-    """How a run is launched, resolved from a config and the machine before anything starts."""
+    """How a run is launched, resolved from :class:`LaunchSettings` and the machine before anything starts."""
 
     mode: str  # "serial": this process alone; "spawn": start processes here; "env": started by torchrun / SLURM
     backend: str | None  # None when serial
@@ -64,6 +137,10 @@ class LaunchPlan:
     master_port: int | None
     start_method: str
     threads: int  # intra-op threads per process
+    timeout: float = DEFAULT_TIMEOUT_S
+    log_dir: str | None = None
+    cuda_devices: int = 0
+    launcher: str | None = field(default=None)  # "torchrun" or "slurm" in env mode
 
     @property
     def world_size(self) -> int:
@@ -94,18 +171,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def plan_launch(
-    config: TrainConfig, cuda_devices: int | None = None, environ: Mapping[str, str] = os.environ
+    settings: LaunchSettings, cuda_devices: int | None = None, environ: Mapping[str, str] = os.environ
 ) -> LaunchPlan:
     """Resolve backend, process counts, rendezvous and threads; raise :class:`ConfigError` for impossible setups.
 
     ``cuda_devices`` defaults to the GPUs visible here (counted without initialising CUDA, so forking stays safe).
     """
-    config.check()
+    settings.check()
     if cuda_devices is None:
         cuda_devices = torch.cuda.device_count()
     external = launched_externally(environ)
     if external:
-        if config.nproc_per_node is not None or config.nnodes != 1 or config.node_rank is not None:
+        if settings.nproc_per_node is not None or settings.nnodes != 1 or settings.node_rank is not None:
             raise ConfigError(
                 f"started by {external}: process counts and node rank come from {external}, do not pass them"
             )
@@ -113,13 +190,13 @@ def plan_launch(
         nproc = int(environ.get("LOCAL_WORLD_SIZE", environ.get("SLURM_NTASKS_PER_NODE", world)))
         nnodes, node_rank = max(1, world // nproc), int(environ.get("GROUP_RANK", environ.get("SLURM_NODEID", 0)))
     else:
-        nproc, nnodes = config.nproc_per_node or 1, config.nnodes
+        nproc, nnodes = settings.nproc_per_node or 1, settings.nnodes
         world = nproc * nnodes
-        if nnodes > 1 and (config.node_rank is None or config.master_addr is None or config.master_port is None):
+        if nnodes > 1 and (settings.node_rank is None or settings.master_addr is None or settings.master_port is None):
             raise ConfigError("nnodes > 1 needs --node-rank, --master-addr and --master-port on every node")
-        node_rank = config.node_rank or 0
+        node_rank = settings.node_rank or 0
 
-    backend = _resolve_backend(config.backend, world, cuda_devices, environ)
+    backend = _resolve_backend(settings.backend, world, cuda_devices, environ)
     if backend is None and world > 1:
         raise ConfigError(f"backend 'none' runs a single process; use gloo (CPU) or nccl (GPU) for {world} processes")
     if backend == "nccl":
@@ -135,25 +212,19 @@ def plan_launch(
             raise ConfigError("backend xla-tpu needs torch_xla (see README, section TPU)")
         if external or nnodes > 1:
             raise ConfigError("xla-tpu runs one host's XLA devices, started by ignite-ddl itself (not torchrun/SLURM)")
-        nproc = world = xla.replicas(config.nproc_per_node, environ)
-    if config.batch_size < world:
-        raise ConfigError(f"batch_size is the global batch: {config.batch_size} cannot be split over {world} processes")
-    if config.amp == "fp16" and cuda_devices == 0:
-        raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
+        nproc = world = xla.replicas(settings.nproc_per_node, environ)
 
     mode = "env" if external else ("serial" if backend is None else "spawn")
-    start_method = _resolve_start_method(config.start_method)
+    start_method = _resolve_start_method(settings.start_method)
     if mode == "spawn" and start_method == "fork" and torch.cuda.is_initialized():
         raise ConfigError(
             "CUDA is already initialised in this process, so forked ranks cannot use it: "
             "launch before touching CUDA (restart the notebook kernel) or use start_method='spawn'"
         )
-    master_addr = config.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
-    master_port = config.master_port
-    if mode == "spawn" and master_port is None:
-        master_port = free_port(master_addr)
-    threads = config.threads or max(1, cpu_cores() // nproc)
-    return LaunchPlan(mode, backend, nproc, nnodes, node_rank, master_addr, master_port, start_method, threads)
+    master_addr = settings.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
+    threads = settings.threads or max(1, cpu_cores() // nproc)
+    return LaunchPlan(mode, backend, nproc, nnodes, node_rank, master_addr, settings.master_port, start_method,
+                      threads, settings.timeout, settings.log_dir, cuda_devices, external)  # fmt: skip
 
 
 def _resolve_backend(backend: str, world: int, cuda_devices: int, environ: Mapping[str, str]) -> str | None:
@@ -177,39 +248,50 @@ def _resolve_start_method(requested: str) -> str:
     return "fork" if "fork" in mp.get_all_start_methods() and sys.platform != "darwin" else "spawn"
 
 
-def prepare(config: TrainConfig, cuda_devices: int | None = None) -> LaunchPlan:
-    """Every check that can be made before starting processes; creates the output directory last."""
-    plan = plan_launch(config, cuda_devices)
-    check_dataset(config)
-    check_model(config.model)
-    if config.resume is not None:
-        check_checkpoint(config.resume, config)
-    _check_writable(Path(config.output_dir))
-    return plan
+# -- running
 
 
-def _check_writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"output directory '{path}' is not writable: {e.strerror or e}") from None
+def launch(fn: Callable[..., Any], settings: LaunchSettings | LaunchPlan, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(local_rank, *args, **kwargs)`` on every rank; return what rank 0 returned.
 
-
-def launch(fn: Callable[..., Any], config: TrainConfig, *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn(local_rank, config, *args, **kwargs)`` on every rank; return what rank 0 returned.
-
-    Raises :class:`ConfigError` (nothing started) or :class:`RunFailed` (a rank raised or died). On the nodes other
-    than the first one of a multi-node run the return value is None.
+    Raises :class:`ConfigError` (nothing started), :class:`LaunchFailed` (the ranks could not be brought together),
+    :class:`RunFailed` (a rank raised or died) or :class:`~ignite_ddl.signals.Interrupted` (SIGINT / SIGTERM: every
+    rank was stopped). On the nodes other than the first one of a multi-node run the return value is None.
     """
-    plan = prepare(config)
+    plan = settings if isinstance(settings, LaunchPlan) else plan_launch(settings)
+    # Ignite 0.5.5's XLA support on torch_xla's PJRT runtime: installed by a launch, never by an import. Not only
+    # for xla-tpu: where torch_xla is installed, Ignite's own XLA model claims every process (and fails on PJRT).
+    # Without torch_xla this does nothing.
+    xla.install()
     _quiet_ignite_loggers()
-    if plan.mode != "spawn":
-        with idist.Parallel(backend=plan.backend):
-            return _rank_main(idist.get_local_rank(), fn, plan, config, None, args, kwargs)
+    if plan.mode == "serial":
+        with interruptible():
+            return _rank_main(0, fn, plan, None, args, kwargs)
+    if plan.mode == "env":
+        return _run_env(fn, plan, args, kwargs)
+    return _run_spawned(fn, plan, args, kwargs)
 
+
+def _run_env(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
+    """This process is one rank started by torchrun / SLURM: join the process group with our timeout."""
+    assert plan.backend is not None
+    if plan.backend == "xla-tpu":
+        with idist.Parallel(backend=plan.backend):
+            return _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
+    # idist.Parallel would initialise without a timeout (torch's default: 30 minutes); initialise here instead.
+    idist.initialize(plan.backend, timeout=datetime.timedelta(seconds=plan.timeout))
+    try:
+        return _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
+    finally:
+        # Destroy the group while the interpreter is fully alive. Engines hold the DDP model (which holds the group)
+        # in reference cycles that only the garbage collector frees; left to interpreter shutdown, a gloo worker
+        # thread releasing a finished collective's tensors needs the GIL just as it is being torn down, and the
+        # process aborts ("terminate called without an active exception").
+        gc.collect()
+        idist.finalize()
+
+
+def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
     ctx = mp.get_context(plan.start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     results: list[Any] = []
@@ -218,19 +300,32 @@ def launch(fn: Callable[..., Any], config: TrainConfig, *args: Any, **kwargs: An
     reader = threading.Thread(target=_drain, args=(receiver, results), daemon=True)
     reader.start()
     try:
-        with idist.Parallel(
-            backend=plan.backend,
-            nproc_per_node=plan.nproc_per_node,
-            nnodes=plan.nnodes,
-            node_rank=plan.node_rank,
-            master_addr=plan.master_addr,
-            master_port=plan.master_port,
-            start_method=plan.start_method,
-        ) as parallel:
-            parallel.run(_rank_main, fn, plan, config, sender, args, kwargs)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_private_tempdir())
+            rendezvous = plan
+            if plan.backend != "xla-tpu":
+                rendezvous = stack.enter_context(_rendezvous(plan))
+            stack.enter_context(interruptible(stop=_stop_children))
+            spawn_options: dict[str, Any] = {"timeout": datetime.timedelta(seconds=plan.timeout)}
+            with idist.Parallel(
+                backend=plan.backend,
+                nproc_per_node=plan.nproc_per_node,
+                nnodes=plan.nnodes,
+                node_rank=plan.node_rank,
+                master_addr=rendezvous.master_addr,
+                master_port=rendezvous.master_port,
+                start_method=plan.start_method,
+                **spawn_options,
+            ) as parallel:
+                parallel.run(_rank_main, fn, rendezvous, sender, args, kwargs)
+    except Interrupted:
+        _wait_children(STOP_GRACE_S + 2)
+        raise
     except (ProcessRaisedException, ProcessExitedException) as e:
+        _stop_children()  # the others may still be running (torch stops them too; this reaches their workers)
         rank = plan.node_rank * plan.nproc_per_node + e.error_index
-        raise RunFailed(rank, _failure_message(e), _log_file(config.output_dir, rank)) from None
+        log_file = _log_file(plan.log_dir, rank)
+        raise RunFailed(rank, _failure_message(e), log_file if _holds_traceback(log_file) else None) from None
     finally:
         sender.close()
         reader.join(timeout=10)
@@ -245,20 +340,182 @@ def _drain(receiver: Any, results: list[Any]) -> None:
         pass
 
 
-_active_plan: LaunchPlan | None = None
+def _stop_children() -> None:
+    """SIGTERM every process this launcher started, and their descendants (DataLoader workers); SIGKILL what is
+    left after a grace period (from a timer thread: this may run inside a signal handler)."""
+    pids = [pid for child in mp.active_children() for pid in process_tree_pids(child.pid)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+    def finish() -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    if pids:
+        timer = threading.Timer(STOP_GRACE_S, finish)
+        timer.daemon = True
+        timer.start()
 
 
-def active_plan() -> LaunchPlan | None:
-    """The plan this rank was launched with (None outside :func:`launch`)."""
-    return _active_plan
+def _wait_children(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for child in mp.active_children():
+        child.join(max(0.0, deadline - time.monotonic()))
 
 
-def _rank_main(
-    local_rank: int, fn: Callable, plan: LaunchPlan, config: TrainConfig, sender: Any, args: tuple, kwargs: dict
-) -> Any:
-    global _active_plan
-    _active_plan = plan
+@contextlib.contextmanager
+def _private_tempdir() -> Iterator[None]:
+    """torch's spawn writes a temporary error file per process and leaves it behind when a rank fails: give it
+    a folder of its own and remove it afterwards."""
+    folder = tempfile.mkdtemp(prefix="ignite-ddl-")
+    previous, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- rendezvous
+
+
+def _say(message: str) -> None:
+    print(f"ignite-ddl: {message}", file=sys.stderr, flush=True)
+
+
+def _bind_address(address: str) -> tuple[int, str]:
+    """(address family, numeric address) to listen on for ``address`` (a name resolves to its first address)."""
+    try:
+        ip = ipaddress.ip_address(address)
+        return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET), str(ip)
+    except ValueError:
+        pass
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"cannot resolve the rendezvous address '{address}': {e.strerror}") from None
+    return family, sockaddr[0]
+
+
+def _listen(address: str, port: int | None) -> socket.socket:
+    """A listening socket on the rendezvous address only (port None: a free one)."""
+    family, numeric = _bind_address(address)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((numeric, port or 0))
+        sock.listen(1024)
+    except OSError as e:
+        sock.close()
+        if e.errno == 98:  # EADDRINUSE
+            message = f"port {port} on {address} is in use (another run?): choose another --master-port"
+            raise ConfigError(message) from None
+        raise ConfigError(
+            f"cannot listen on {address}:{port or 0} ({e.strerror}): on node 0, --master-addr must be an address "
+            "of this machine"
+        ) from None
+    return sock
+
+
+@contextlib.contextmanager
+def _rendezvous(plan: LaunchPlan) -> Iterator[LaunchPlan]:
+    """Host (node 0) or reach (other nodes) the rendezvous store, wait until every node is there, and let the
+    ranks join the store as clients, the way torchrun's agent store works. Yields the plan with its port."""
+    timeout = datetime.timedelta(seconds=plan.timeout)
+    if plan.node_rank == 0:
+        sock = _listen(plan.master_addr, plan.master_port)
+        port = sock.getsockname()[1]
+        try:
+            store = dist.TCPStore(plan.master_addr, port, is_master=True, master_listen_fd=sock.fileno(),
+                                  wait_for_workers=False, timeout=timeout)  # fmt: skip
+        except BaseException:
+            sock.close()
+            raise
+        sock.detach()  # the store owns the socket now, and closes it when it goes
+        if plan.nnodes > 1:
+            _await_nodes(store, plan, port)
+    else:
+        port = plan.master_port
+        assert port is not None
+        _await_store(plan.master_addr, port, plan.timeout)
+        store = dist.TCPStore(plan.master_addr, port, is_master=False, timeout=timeout)
+        store.set(f"{_KEYS}node/{plan.node_rank}", "1")
+    saved = {k: os.environ.get(k) for k in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT")}
+    os.environ.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+    try:
+        yield LaunchPlan(**{**plan.__dict__, "master_port": port})
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        del store
+
+
+def _progress_interval(timeout: float) -> float:
+    return max(1.0, min(10.0, timeout / 3))
+
+
+def _await_nodes(store: Any, plan: LaunchPlan, port: int) -> None:
+    """Node 0: wait until every other node has announced itself in the store, saying who is awaited."""
+    where = f"{plan.master_addr}:{port}"
+    deadline = time.monotonic() + plan.timeout
+    next_report = time.monotonic()
+    while True:
+        missing = [n for n in range(1, plan.nnodes) if not store.check([f"{_KEYS}node/{n}"])]
+        if not missing:
+            return
+        now = time.monotonic()
+        if now >= deadline:
+            raise LaunchFailed(
+                f"node(s) {', '.join(map(str, missing))} of {plan.nnodes} did not join the rendezvous at {where} "
+                f"within {plan.timeout:g} s (--timeout); start them with --node-rank N --master-addr "
+                f"{plan.master_addr} --master-port {port}"
+            )
+        if now >= next_report:
+            present = plan.nnodes - len(missing)
+            _say(f"waiting for nodes at {where}: {present} of {plan.nnodes} present, missing node(s) "
+                 f"{', '.join(map(str, missing))} ({deadline - now:.0f} s left)")  # fmt: skip
+            next_report = now + _progress_interval(plan.timeout)
+        time.sleep(0.2)
+
+
+def _await_store(address: str, port: int, timeout: float) -> None:
+    """Other nodes: wait until node 0's rendezvous accepts connections (plain sockets: no C++ retry warnings)."""
+    deadline = time.monotonic() + timeout
+    next_report = time.monotonic() + 2.0
+    reason = ""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LaunchFailed(
+                f"cannot reach the rendezvous at {address}:{port} within {timeout:g} s (--timeout): {reason}; "
+                "is node 0 started, and are --master-addr and --master-port right?"
+            )
+        try:
+            with socket.create_connection((address, port), timeout=min(2.0, remaining)):
+                return
+        except OSError as e:
+            reason = e.strerror or str(e) or type(e).__name__
+        if time.monotonic() >= next_report:
+            _say(f"waiting for the rendezvous at {address}:{port} (node 0): {reason} ({remaining:.0f} s left)")
+            next_report = time.monotonic() + _progress_interval(timeout)
+        time.sleep(0.5)
+
+
+# -- inside each rank
+
+
+def _rank_main(local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, args: tuple, kwargs: dict) -> Any:
     _quiet_ignite_loggers()
+    if plan.mode == "spawn":
+        # Ctrl-C in a terminal reaches every process of the group: only the launcher decides what to stop, and
+        # when it stops a rank with SIGTERM the rank just ends (a forked rank inherited the launcher's handler).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rank = idist.get_rank()
     # Rank 0 sends its result from where it ran: pickling tensors runs torch ops, which must not happen in the
     # forked main thread either (see in_fresh_thread).
@@ -266,15 +523,17 @@ def _rank_main(
     try:
         # PJRT already runs each XLA replica in a thread started after the fork, with its device set in that thread.
         if plan.mode == "spawn" and plan.start_method == "fork" and plan.backend != "xla-tpu":
-            result = in_fresh_thread(plan.threads, work, local_rank, config, *args, **kwargs)
+            result = in_fresh_thread(plan.threads, work, local_rank, *args, **kwargs)
         else:
             torch.set_num_threads(plan.threads)
-            result = work(local_rank, config, *args, **kwargs)
+            result = work(local_rank, *args, **kwargs)
     except Exception as e:
-        log_file = _log_file(config.output_dir, rank)
-        os.makedirs(os.path.dirname(log_file), exist_ok=True)
-        with open(log_file, "a") as f:
-            f.write(traceback.format_exc())
+        log_file = _log_file(plan.log_dir, rank)
+        if log_file is not None:
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(log_file), exist_ok=True)
+                with open(log_file, "a") as f:
+                    f.write(traceback.format_exc())
         if plan.mode == "spawn":
             raise  # the parent reads the rank from the failed process's index
         raise RunFailed(rank, f"{type(e).__name__}: {e}", log_file) from e
@@ -318,14 +577,26 @@ def _quiet_ignite_loggers() -> None:
         setup_logger(f"ignite.distributed.{name}", level=logging.WARNING, distributed_rank=0, reset=True)
 
 
-def _log_file(output_dir: str, rank: int) -> str:
-    return os.path.join(output_dir, "logs", f"rank{rank}.log")
+def _log_file(log_dir: str | None, rank: int) -> str | None:
+    return os.path.join(log_dir, f"rank{rank}.log") if log_dir else None
+
+
+def _holds_traceback(log_file: str | None) -> bool:
+    """Whether a rank's log holds the traceback of its failure (a rank killed by a signal wrote none)."""
+    if log_file is None:
+        return False
+    try:
+        return "Traceback (most recent call last)" in Path(log_file).read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _failure_message(e: Exception) -> str:
     if isinstance(e, ProcessExitedException):
-        how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
-        return f"process exited with {how}"
+        if e.signal_name:
+            hint = " (out of memory?)" if e.signal_name == "SIGKILL" else ""
+            return f"killed by {e.signal_name}{hint}"
+        return f"the process exited with status {e.exit_code} without raising an exception"
     # The child's traceback ends, after its indented frames, with "package.module.ErrorType: message".
     lines = [line for line in str(e).strip().splitlines() if line.strip()]
     indented = [i for i, line in enumerate(lines) if line[0].isspace()]

@@ -220,7 +220,10 @@ class RunRecord(TypedDict):
     run_dir: Annotated[str, "the run's output directory"]
     elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
     exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
-    status: Annotated[str, "`completed`, `failed`, `refused` or `timeout`"]
+    status: Annotated[
+        str,
+        "`completed`, `failed`, `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
+    ]
     error: Annotated[str | None, "why the run did not complete"]
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
     summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]

@@ -72,6 +72,7 @@ from ignite_ddl.results import (
     repair_results,
     write_json,
 )
+from ignite_ddl.signals import interruptible
 
 __all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
            "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
@@ -318,17 +319,29 @@ def _preloaded_main(argv: list[str], console: str) -> None:
     sys.exit(main(argv))
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """The sweep was interrupted while a run was going: ``record`` says so (status ``interrupted``)."""
+
+    def __init__(self, record: RunRecord, cause: KeyboardInterrupt):
+        self.record, self.cause = record, cause
+        super().__init__(str(cause))
+
+
 def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: float = CONTENTION_THRESHOLD) -> RunRecord:
     """Train one configuration in a fresh process group; its record for results.jsonl."""
     run_dir = Path(run.config.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     process = _Started(run, run_dir / "console.log", start)
+    interrupted: KeyboardInterrupt | None = None
     try:
         code = process.wait(timeout_s)
         if code is None:
             process.kill_group()
-    except BaseException:  # Ctrl-C: take the run's processes down with the sweep
+    except KeyboardInterrupt as e:  # SIGINT / SIGTERM: take the run's processes down with the sweep, say so
+        process.kill_group()
+        interrupted, code = e, process.wait(0)
+    except BaseException:
         process.kill_group()
         raise
     record: RunRecord = {
@@ -337,6 +350,10 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
         "elapsed_s": round(time.monotonic() - began, 3), "exit_code": code, "status": "completed", "error": None,
         "contended": False, "summary": None,
     }  # fmt: skip
+    if interrupted is not None:
+        name = getattr(interrupted, "name", "SIGINT")
+        record.update(status="interrupted", error=f"the sweep was interrupted by {name}; --resume runs it again")
+        raise RunInterrupted(record, interrupted)
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.is_file():
         summary = read_json(summary_path)
@@ -379,7 +396,8 @@ def contended_reruns(spec: Spec, records: list[dict[str, Any]], out: Path) -> li
     """The next attempt of every repeat whose attempts so far all ran contended, up to ``rerun_contended`` re-runs."""
     attempts: dict[str, list[dict[str, Any]]] = {}
     for record in records:
-        attempts.setdefault(record["key"], []).append(record)
+        if record["status"] != "interrupted":
+            attempts.setdefault(record["key"], []).append(record)
     grids = configurations(spec)
     reruns = []
     for found in attempts.values():
@@ -413,7 +431,7 @@ def sweep(
             f"warning: {len(rejected)} unreadable line(s) of {results} moved to {rejected_path(results)} "
             f"(first: line {rejected[0].line}, {rejected[0].reason}); every valid record was kept"
         )
-    done = {r["key"] for r in read_results(results)}
+    done = {r["key"] for r in read_results(results) if r["status"] != "interrupted"}
     meta_path = out / "sweep.json"
     sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []
     session = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "wall_s": 0.0,
@@ -431,18 +449,24 @@ def sweep(
             repeat = f"repeat {run.repeat + 1}/{spec.repeats}{again}"
             where = f"[{number}/{len(batch)}{what}] cfg{run.index:03d} {run.label} ({repeat})"
             progress(f"{where} ...")
-            record = run_one(run, spec.timeout_s, spec.start, spec.contention_threshold)
+            try:
+                record = run_one(run, spec.timeout_s, spec.start, spec.contention_threshold)
+            except RunInterrupted as stop:
+                append_record(results, stop.record)
+                progress(f"{where} INTERRUPTED: stopped with the sweep")
+                raise stop.cause from None
             append_record(results, record)
             session.update(wall_s=round(time.monotonic() - began, 3), runs=session["runs"] + 1)
             write_json(meta_path, meta)
             progress(f"{where} {_outcome(record)}")
 
-    execute(todo, "")
-    for _ in range(spec.rerun_contended):
-        reruns = contended_reruns(spec, read_results(results), out)
-        if not reruns:
-            break
-        execute(reruns, " re-runs")
+    with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
+        execute(todo, "")
+        for _ in range(spec.rerun_contended):
+            reruns = contended_reruns(spec, read_results(results), out)
+            if not reruns:
+                break
+            execute(reruns, " re-runs")
     return read_results(results)
 
 

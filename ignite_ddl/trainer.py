@@ -5,9 +5,9 @@
 engines on their own, for notebooks that want to attach handlers of their own.
 
 Example:
-    >>> from ignite_ddl import TrainConfig, launch
-    >>> from ignite_ddl.trainer import training
-    >>> summary = launch(training, TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run"))
+    >>> from ignite_ddl import TrainConfig
+    >>> from ignite_ddl.trainer import train
+    >>> summary = train(TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run"))
     >>> summary["world_size"]
     2
 """
@@ -35,12 +35,13 @@ from ignite.utils import manual_seed
 from torch import nn
 
 from ignite_ddl import launcher
-from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, load_checkpoint
-from ignite_ddl.config import TrainConfig
+from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
+from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.contention import ContentionMonitor
-from ignite_ddl.data import Loaders, build_loaders
+from ignite_ddl.data import Loaders, build_loaders, check_dataset
 from ignite_ddl.environment import cpu_cores, device_info, host, versions
-from ignite_ddl.models import build_model
+from ignite_ddl.launcher import LaunchPlan
+from ignite_ddl.models import build_model, check_model
 from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
 from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
@@ -135,12 +136,12 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
     )  # fmt: skip
 
 
-def place_model(model: nn.Module, config: TrainConfig) -> nn.Module:
+def place_model(model: nn.Module, sync_bn: bool = False) -> nn.Module:
     """``auto_model``, except with a single process: there it would wrap DataParallel when several GPUs are
     visible (ignite#2447), which is not what a one-process run asked for."""
     if idist.get_world_size() == 1:
         return model.to(idist.device())
-    return idist.auto_model(model, sync_bn=config.sync_bn)
+    return idist.auto_model(model, sync_bn=sync_bn)
 
 
 @dataclass(frozen=True)
@@ -155,11 +156,17 @@ class TrainingRun:
     loaders: Loaders
 
 
-def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> dict:
+def training(
+    local_rank: int,
+    config: TrainConfig,
+    plan: LaunchPlan | None = None,
+    setup: Callable[[TrainingRun], None] | None = None,
+) -> dict:
     """Train as ``config`` says on this rank and return the run summary (rank 0 also writes it to disk).
 
-    ``setup(run)``, if given, is called on every rank before the run starts, with the :class:`TrainingRun`, to
-    attach handlers of one's own to ``run.trainer`` / ``run.evaluator`` or hooks to ``run.model``.
+    ``plan`` is how the ranks were launched (recorded in config.json and the summary); ``setup(run)``, if given, is
+    called on every rank before the run starts, with the :class:`TrainingRun`, to attach handlers of one's own to
+    ``run.trainer`` / ``run.evaluator`` or hooks to ``run.model``.
     """
     rank, world = idist.get_rank(), idist.get_world_size()
     out = Path(config.output_dir)
@@ -169,7 +176,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
 
     loaders = build_loaders(config)
     info = loaders.info
-    model = place_model(build_model(config.model, info.in_channels, info.image_size, info.num_classes), config)
+    model = place_model(build_model(config.model, info.in_channels, info.image_size, info.num_classes), config.sync_bn)
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
@@ -215,7 +222,7 @@ def training(local_rank: int, config: TrainConfig, setup: Callable[[TrainingRun]
         setup(TrainingRun(config, trainer, evaluator, model, optimizer, loaders))
 
     env = {"world_size": world, "backend": idist.backend() or "none", "device": device_info(device)}
-    env.update(_launch_facts())
+    env.update(_launch_facts(plan))
     if rank == 0:
         record = {"schema_version": SCHEMA_VERSION, "config": config.to_dict(), **env}
         write_json(out / "config.json", {**record, "versions": versions(), "host": host()})
@@ -405,8 +412,7 @@ def _attach_tensorboard(
     )  # fmt: skip
 
 
-def _launch_facts() -> dict[str, Any]:
-    plan = launcher.active_plan()
+def _launch_facts(plan: LaunchPlan | None) -> dict[str, Any]:
     facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads(), "cpu_cores": cpu_cores()}
     if plan is not None:
         facts.update(
@@ -486,6 +492,36 @@ def _summary(
     }  # fmt: skip
 
 
-def train(config: TrainConfig) -> dict:
-    """Launch :func:`training` as ``config`` says and return the run summary (as written to summary.json)."""
-    return launcher.launch(training, config)
+def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
+    """Every check of a training run that can be made before its processes start (:class:`ConfigError`);
+    creates the output directory last."""
+    check_dataset(config)
+    check_model(config.model)
+    if config.resume is not None:
+        check_checkpoint(config.resume, config)
+    if config.batch_size < plan.world_size:
+        raise ConfigError(
+            f"batch_size is the global batch: {config.batch_size} cannot be split over {plan.world_size} processes"
+        )
+    if config.amp == "fp16" and plan.cuda_devices == 0:
+        raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
+    _check_writable(Path(config.output_dir))
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(f"output directory '{path}' is not writable: {e.strerror or e}") from None
+
+
+def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> dict:
+    """Check ``config``, launch :func:`training` on every rank as it says, and return the run summary (as written
+    to summary.json). ``setup`` is passed to :func:`training`."""
+    config.check()
+    plan = launcher.plan_launch(config.launch_settings())
+    check_training(config, plan)
+    return launcher.launch(training, plan, config, plan, setup)

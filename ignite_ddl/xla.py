@@ -6,7 +6,8 @@ starts), ``idist.auto_optim`` raises ``TypeError: super(type, obj)``, ``xmp.spaw
 or None, ``idist.all_gather`` of objects is not implemented, and the XLA model claims any process that merely imports
 torch_xla, starting the runtime there (after which PJRT refuses to spawn). Older torch_xla releases work too where
 an API only moved (``xm.mark_step``, ``xm.get_ordinal``, ...). Verified with torch_xla 2.9.0 on its CPU runtime.
-Delete this module and the :func:`install` call in ``launcher.py`` once Ignite's XLA computation model supports PJRT.
+Delete this module and the :func:`install` call in ``launcher.launch`` once Ignite's XLA computation model supports
+PJRT.
 
 :func:`install` (a no-op without torch_xla) puts :class:`PjrtModel` in place of Ignite's XLA computation model and
 wraps three ``idist.auto_*`` helpers and ``DiskSaver``; Ignite's code paths are otherwise unchanged:

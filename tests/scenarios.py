@@ -2,12 +2,13 @@
 
 Usage: python scenarios.py NAME OUTPUT_DIR
 
-Every scenario launches ``ignite_ddl.training`` through ``ignite_ddl.launch`` and injects its fault or delay with
+Every scenario runs ``ignite_ddl.train`` and injects its fault or delay with
 a ``setup`` function; a failed run prints ``error: <message>`` and exits with status 1, like the CLI.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import ignite.distributed as idist
 from ignite.engine import Engine, Events
 
-from ignite_ddl import RunFailed, TrainConfig, launch, training
+from ignite_ddl import RunFailed, TrainConfig, train
 from ignite_ddl.trainer import TrainingRun
 
 DELAY_S = 0.03
@@ -82,6 +83,51 @@ def slow_evaluation(run: TrainingRun) -> None:
     run.evaluator.add_event_handler(Events.COMPLETED, lambda _: time.sleep(float(os.environ.get("EVAL_DELAY", "0"))))
 
 
+def _socket_inodes(pids: list[int]) -> set[int]:
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+        except OSError:
+            continue
+    return inodes
+
+
+def _listening(inodes: set[int]) -> list[str]:
+    """``address:port`` of the TCP sockets among ``inodes`` that listen (from /proc/net/tcp and tcp6)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], int(fields[9])
+                if state == "0A" and inode in inodes:  # 0A: LISTEN
+                    address, port = local.split(":")
+                    raw = bytes.fromhex(address)
+                    # /proc prints each 32-bit word in host (little-endian) order
+                    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                    text = ipaddress.ip_address(words)
+                    if isinstance(text, ipaddress.IPv6Address) and text.ipv4_mapped:
+                        text = text.ipv4_mapped
+                    found.append(f"{text}:{int(port, 16)}")
+    return found
+
+
+def list_listeners(run: TrainingRun) -> None:
+    """Rank 0, while training: every listening TCP socket of the run (the launcher and all its processes)."""
+
+    @run.trainer.on(Events.ITERATION_COMPLETED(once=2))
+    def _record(engine: Engine) -> None:
+        if idist.get_rank() == 0:
+            from ignite_ddl.contention import process_tree_pids
+
+            pids = process_tree_pids(os.getppid())
+            Path(run.config.output_dir, "listeners.json").write_text(json.dumps(_listening(_socket_inodes(pids))))
+
+
 SCENARIOS = {
     "fail-raise": ({"backend": "gloo", "nproc_per_node": 2, "epochs": 5}, fail_at_iteration_3),
     "fail-exit": ({"backend": "gloo", "nproc_per_node": 2, "epochs": 5}, fail_at_iteration_3),
@@ -90,6 +136,7 @@ SCENARIOS = {
     "slow-data": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 1024}, slow_data_on_rank1),
     "slow-forward": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 1024}, slow_forward_on_rank1),
     "slow-eval": ({"profiler": "timer", "epochs": 3, "train_size": 512}, slow_evaluation),
+    "listeners": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 512}, list_listeners),
 }
 
 if __name__ == "__main__":
@@ -98,7 +145,7 @@ if __name__ == "__main__":
     options, setup = SCENARIOS[name]
     config = TrainConfig(**{**BASE, **options, "output_dir": output_dir})
     try:
-        launch(training, config, setup=setup)
+        train(config, setup=setup)
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -3,14 +3,22 @@ ranks, absent nodes, shared folders, a full disk. Each must end promptly with on
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import check_ok, run_cli, run_script
 
 from ignite_ddl.cli import main
+from ignite_ddl.launcher import free_port
 from ignite_ddl.report import load, write_report
 from ignite_ddl.results import append_record, load_results, read_results, rejected_path, repair_results
 
@@ -203,3 +211,136 @@ def test_damaged_mnist_files_are_named(tmp_path, capsys, damage):
     err = refused(capsys, "train", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"),
                   "--output-dir", str(tmp_path / "out"))
     assert f"mnist file {images} is damaged" in err and "--download" in err
+
+
+# -- launching: the rendezvous, absent nodes, signals
+
+
+def test_the_rendezvous_store_listens_on_the_rendezvous_address_only(tmp_path):
+    check_ok(run_script("scenarios.py", "listeners", str(tmp_path)))
+    listeners = json.loads((tmp_path / "listeners.json").read_text())
+    assert len(listeners) >= 2  # the store, and gloo's own sockets
+    assert all(address.startswith("127.0.0.1:") for address in listeners), listeners
+
+
+def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
+    port = free_port()
+    result = run_cli("train", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
+                     str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert f"waiting for nodes at 127.0.0.1:{port}: 1 of 2 present, missing node(s) 1" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"ignite-ddl: error: node(s) 1 of 2 did not join the rendezvous at 127.0.0.1:{port} within 4 s (--timeout); "
+        f"start them with --node-rank N --master-addr 127.0.0.1 --master-port {port}"
+    )
+
+
+def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
+    port = free_port()  # nobody listens there
+    result = run_cli("train", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+                     str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ignite-ddl: error: cannot reach the rendezvous at 127.0.0.1:{port} within 4 s") and (
+        "Connection refused" in last
+    )
+    assert "socket.cpp" not in result.stderr and "Traceback" not in result.stderr  # no C++ retry warnings
+
+
+def test_node_0_must_listen_on_its_own_address(capsys, tmp_path):
+    err = refused(capsys, "train", "--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1",
+                  "--master-port", "29500", "--output-dir", str(tmp_path / "out"))
+    assert "cannot listen on 192.0.2.1:29500" in err and "must be an address of this machine" in err
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes whose environment holds IGNITE_DDL_TEST_MARK=<marker> (every descendant inherits it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"IGNITE_DDL_TEST_MARK={marker}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_gone(marker: str, seconds: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while processes_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_marked(marker)
+
+
+def wait_for(path: Path, text: str, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if path.is_file() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+@pytest.mark.parametrize(
+    "procs, sig, target",
+    [(2, signal.SIGINT, "group"), (2, signal.SIGTERM, "launcher"), (1, signal.SIGTERM, "launcher")],
+    ids=["ctrl-c-2-procs", "kill-2-procs", "kill-1-proc"],
+)
+def test_a_signal_stops_every_rank_and_worker(tmp_path, procs, sig, target):
+    out = tmp_path / "out"
+    marker = f"signal-{os.getpid()}-{procs}-{sig}"
+    cmd = [sys.executable, "-m", "ignite_ddl", "train", "--nproc-per-node", str(procs), "--num-workers", "2",
+           "--train-size", "4096", "--epochs", "100", "--no-progress", "--output-dir", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
+    try:
+        wait_for(out / "logs" / "rank0.log", "batch ")  # the ranks are built and training
+        time.sleep(1.0)
+        ranks = procs if procs > 1 else 0  # one process trains in the launcher itself
+        assert len(processes_marked(marker)) >= 1 + ranks + 2  # the launcher, its ranks, 2 DataLoader workers
+        if target == "group":  # what a terminal's Ctrl-C does
+            os.killpg(proc.pid, sig)
+        else:  # what `kill PID` does
+            proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, stderr
+    assert stderr.strip().splitlines()[-1] == f"ignite-ddl: interrupted by {name}: stopped"
+    assert "Traceback" not in stderr
+    assert wait_gone(marker) == []
+
+
+def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out"
+    base = ["--set", "val_size=32", "--set", "batch_size=32", "--set", "epochs=1", "--output-dir", str(out)]
+    # the second configuration trains long enough to be under way whenever the signal comes
+    args = ["sweep", "--grid", "train_size=128,60000,192", *base, "--no-report"]
+    marker = f"sweep-term-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-m", "ignite_ddl", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
+            time.sleep(0.2)
+        wait_for(out / "runs" / "cfg001-r0" / "logs" / "rank0.log", "batch ")
+        proc.send_signal(signal.SIGTERM)  # to the sweep alone: its runs have sessions of their own
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM and "interrupted by SIGTERM" in stderr, stderr
+    first, second = read_results(out / "results.jsonl")
+    assert first["status"] == "completed"
+    assert second["status"] == "interrupted" and "interrupted by SIGTERM" in second["error"]
+    assert wait_gone(marker) == []  # the run in progress did not train on as an orphan
+
+    result = run_cli(*args, "--resume", timeout=600)
+    assert result.returncode == 0, result.stderr
+    records = read_results(out / "results.jsonl")
+    assert [(r["index"], r["status"]) for r in records] == [(0, "completed"), (1, "interrupted"), (1, "completed"),
+                                                           (2, "completed")]

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import ignite.distributed as idist
 from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
 
-from ignite_ddl import TrainConfig, launch
+from ignite_ddl import LaunchSettings, launch
 from ignite_ddl.launcher import free_port
 
 
-def big_result(local_rank: int, config: TrainConfig) -> dict:
+def big_result(local_rank: int) -> dict:
     return {"rank": idist.get_rank(), "payload": "x" * 1_000_000}
 
 
@@ -69,8 +69,8 @@ def test_fork_after_multithreaded_compute_does_not_hang(tmp_path):
 
 def test_launch_returns_rank0_result(tmp_path):
     # a large result must not block rank 0 at exit (the parent drains the pipe while ranks run)
-    config = TrainConfig(backend="gloo", nproc_per_node=2, start_method="spawn", output_dir=str(tmp_path))
-    result = launch(big_result, config)
+    settings = LaunchSettings(backend="gloo", nproc_per_node=2, start_method="spawn", log_dir=str(tmp_path))
+    result = launch(big_result, settings)
     assert result["rank"] == 0 and len(result["payload"]) == 1_000_000
 
 

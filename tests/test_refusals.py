@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import run_cli
 
-from ignite_ddl import ConfigError, TrainConfig, plan_launch
+from ignite_ddl import ConfigError, LaunchSettings, TrainConfig, plan_launch
 
 REFUSED = {
     "nccl without CUDA": (["--backend", "nccl"], "needs CUDA"),
@@ -69,28 +69,28 @@ def test_unwritable_output_dir(tmp_path):
 
 def test_more_nccl_processes_than_gpus():
     with pytest.raises(ConfigError, match="one process per GPU: 2 processes asked for, 1 GPU"):
-        plan_launch(TrainConfig(backend="nccl", nproc_per_node=2), cuda_devices=1)
+        plan_launch(LaunchSettings(backend="nccl", nproc_per_node=2), cuda_devices=1)
 
 
 def test_torchrun_environment_is_not_spawned_again():
     env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
-    plan = plan_launch(TrainConfig(), cuda_devices=0, environ=env)
+    plan = plan_launch(LaunchSettings(), cuda_devices=0, environ=env)
     assert (plan.mode, plan.backend, plan.world_size, plan.nproc_per_node, plan.nnodes) == ("env", "gloo", 4, 2, 2)
     with pytest.raises(ConfigError, match="started by torchrun"):
-        plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=0, environ=env)
+        plan_launch(LaunchSettings(nproc_per_node=2), cuda_devices=0, environ=env)
 
 
 def test_auto_backend():
-    assert plan_launch(TrainConfig(), cuda_devices=0, environ={}).backend is None
-    assert plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=0, environ={}).backend == "gloo"
-    assert plan_launch(TrainConfig(nproc_per_node=2), cuda_devices=2, environ={}).backend == "nccl"
+    assert plan_launch(LaunchSettings(), cuda_devices=0, environ={}).backend is None
+    assert plan_launch(LaunchSettings(nproc_per_node=2), cuda_devices=0, environ={}).backend == "gloo"
+    assert plan_launch(LaunchSettings(nproc_per_node=2), cuda_devices=2, environ={}).backend == "nccl"
 
 
 def test_threads_split_cores(monkeypatch):
     monkeypatch.setattr("ignite_ddl.launcher.cpu_cores", lambda: 8)
-    assert plan_launch(TrainConfig(nproc_per_node=4), cuda_devices=0, environ={}).threads == 2
-    assert plan_launch(TrainConfig(nproc_per_node=16), cuda_devices=0, environ={}).threads == 1
-    assert plan_launch(TrainConfig(nproc_per_node=4, threads=3), cuda_devices=0, environ={}).threads == 3
+    assert plan_launch(LaunchSettings(nproc_per_node=4), cuda_devices=0, environ={}).threads == 2
+    assert plan_launch(LaunchSettings(nproc_per_node=16), cuda_devices=0, environ={}).threads == 1
+    assert plan_launch(LaunchSettings(nproc_per_node=4, threads=3), cuda_devices=0, environ={}).threads == 3
 
 
 def test_config_from_dict_refuses_unknown_keys_and_types():

@@ -27,7 +27,7 @@ from ignite.engine import Engine
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from ignite_ddl import ConfigError, RunFailed, TrainConfig, launch, xla
+from ignite_ddl import ConfigError, LaunchSettings, RunFailed, launch, xla
 from ignite_ddl.launcher import plan_launch
 from ignite_ddl.recorder import StepRecorder, gather_objects
 
@@ -39,7 +39,7 @@ SGD = {"lr": 0.2, "steps": 6, "batch": 8}  # the averaging case: 8 samples per r
 # -- what each case runs on every replica
 
 
-def collectives(local_rank: int, config: TrainConfig) -> list[dict]:
+def collectives(local_rank: int) -> list[dict]:
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     value, src = rank + 1, world - 1
     row = {"rank": rank, "local_rank": local_rank, "world": world, "device": str(device), "backend": idist.backend(),
@@ -61,7 +61,7 @@ def collectives(local_rank: int, config: TrainConfig) -> list[dict]:
     return gather_objects(row)
 
 
-def shards(local_rank: int, config: TrainConfig) -> list[dict]:
+def shards(local_rank: int) -> list[dict]:
     loader = idist.auto_dataloader(TensorDataset(torch.arange(SHARDED)), batch_size=4, shuffle=True)
     epochs = []
     for epoch in range(2):
@@ -86,7 +86,7 @@ def _flat(model: nn.Module) -> list[float]:
     return torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()]).tolist()
 
 
-def sgd(local_rank: int, config: TrainConfig) -> list[dict]:
+def sgd(local_rank: int) -> list[dict]:
     rank, device = idist.get_rank(), idist.device()
     torch.manual_seed(rank)  # different weights on purpose: auto_model must broadcast rank 0's
     model = idist.auto_model(_sgd_model())
@@ -105,7 +105,7 @@ def sgd(local_rank: int, config: TrainConfig) -> list[dict]:
     return gather_objects(row)
 
 
-def recorder(local_rank: int, config: TrainConfig) -> dict:
+def recorder(local_rank: int) -> dict:
     """Step times of a step whose work is all lazy (it never syncs): a clock that did not launch and wait for the
     step would read only the time to trace it."""
     device = idist.device()
@@ -135,7 +135,7 @@ def recorder(local_rank: int, config: TrainConfig) -> dict:
     return {"traced_s": traced, "executed_s": best_of_3(wait=True), "steps": rec.gather()}
 
 
-def fail(local_rank: int, config: TrainConfig) -> None:
+def fail(local_rank: int) -> None:
     idist.barrier()
     if idist.get_rank() == 1:
         raise RuntimeError("injected failure")
@@ -147,7 +147,7 @@ CASES = {"collectives": collectives, "shards": shards, "sgd": sgd, "recorder": r
 
 def main(case: str, out: str) -> None:
     try:
-        result = launch(CASES[case], TrainConfig(backend="xla-tpu", output_dir=out))
+        result = launch(CASES[case], LaunchSettings(backend="xla-tpu", log_dir=str(Path(out) / "logs")))
     except RunFailed as e:
         result = {"failed_rank": e.rank, "message": e.message, "log_file": e.log_file}
     Path(out, "result.json").write_text(json.dumps(result))
@@ -162,33 +162,35 @@ def run_case(case: str, tmp_path: Path) -> dict | list:
 
 
 def test_plan_uses_every_device_and_nothing_else():
-    plan = plan_launch(TrainConfig(backend="xla-tpu"), environ=XLA_ENV)
+    plan = plan_launch(LaunchSettings(backend="xla-tpu"), environ=XLA_ENV)
     assert (plan.mode, plan.nproc_per_node, plan.world_size) == ("spawn", REPLICAS, REPLICAS)
-    assert plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=REPLICAS), environ=XLA_ENV).world_size == 2
-    assert plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=1), environ=XLA_ENV).world_size == 1
+    assert plan_launch(LaunchSettings(backend="xla-tpu", nproc_per_node=REPLICAS), environ=XLA_ENV).world_size == 2
+    assert plan_launch(LaunchSettings(backend="xla-tpu", nproc_per_node=1), environ=XLA_ENV).world_size == 1
     with pytest.raises(ConfigError, match="one process per XLA device .* 3 asked for, 2 XLA device"):
-        plan_launch(TrainConfig(backend="xla-tpu", nproc_per_node=3), environ=XLA_ENV)
+        plan_launch(LaunchSettings(backend="xla-tpu", nproc_per_node=3), environ=XLA_ENV)
     torchrun = {**XLA_ENV, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
     with pytest.raises(ConfigError, match="not torchrun"):
-        plan_launch(TrainConfig(backend="xla-tpu"), environ=torchrun)
+        plan_launch(LaunchSettings(backend="xla-tpu"), environ=torchrun)
 
 
 PLAIN_PROCESS = """
 import ignite.distributed as idist
 from ignite.utils import manual_seed
-from ignite_ddl import ConfigError, TrainConfig, plan_launch
+from ignite_ddl import ConfigError, LaunchSettings, plan_launch, xla
 
+xla.install()  # what every launch does first
 manual_seed(0)  # Ignite's: it starts the XLA runtime in this process
 print(idist.backend(), idist.device(), idist.get_world_size())
 try:
-    plan_launch(TrainConfig(backend="xla-tpu"))
+    plan_launch(LaunchSettings(backend="xla-tpu"))
 except ConfigError as e:
     print(e)
 """
 
 
 def test_a_plain_process_stays_off_xla():
-    # Ignite's own XLA model would claim this process, and PJRT cannot start replicas from it any more.
+    # With the compatibility layer a launch installs, a plain process is not claimed by XLA; and once something
+    # (Ignite's manual_seed) has started the XLA runtime in it, PJRT cannot start replicas from it any more.
     result = run([sys.executable, "-c", PLAIN_PROCESS], env=XLA_ENV)
     check_ok(result)
     lines = result.stdout.splitlines()

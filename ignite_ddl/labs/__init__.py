@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +41,11 @@ def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int = 2) -> Non
     parser.add_argument("--backend", default="auto", help="gloo | nccl | xla-tpu | auto (default auto)")
     parser.add_argument("--nproc-per-node", type=int, default=nproc, help=f"processes to start (default {nproc})")
     parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
+
+
+def lab_logs(output_dir: str) -> str:
+    """Where a lab's ranks append their tracebacks when they fail: ``<output_dir>/logs``."""
+    return str(Path(output_dir) / "logs")
 
 
 def parse_lab_args(lab: ModuleType, *argv: str) -> argparse.Namespace:

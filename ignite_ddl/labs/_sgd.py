@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from ignite_ddl.config import TrainConfig
-from ignite_ddl.launcher import launch
+from ignite_ddl.labs import lab_logs
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.recorder import device_synchronizer
 
 
@@ -41,13 +41,13 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def launch_lab(fn: Callable[..., Any], args: argparse.Namespace, nproc: int, *fn_args: Any) -> Any:
-    """``fn(local_rank, config, *fn_args)`` on ``nproc`` processes with the lab's backend; rank 0's return value.
+    """``fn(local_rank, *fn_args)`` on ``nproc`` processes with the lab's backend; rank 0's return value.
 
     One process runs here, without a process group: plain single-process training, the reference of the labs.
     """
     backend = "none" if nproc == 1 else args.backend
-    config = TrainConfig(backend=backend, nproc_per_node=nproc, output_dir=args.output_dir)
-    return launch(fn, config, *fn_args)
+    settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=lab_logs(args.output_dir))
+    return launch(fn, settings, *fn_args)
 
 
 def mlp(in_features: int, width: int, linears: int, num_classes: int = 10) -> nn.Sequential:

@@ -31,7 +31,7 @@ from ignite.utils import manual_seed
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.labs import check, format_checks
 from ignite_ddl.labs._sgd import (
@@ -156,7 +156,7 @@ def _all_reduce_step(replica: Replica, traffic: Traffic, step: int) -> float:
 
 
 def train(
-    local_rank: int, config: TrainConfig, scheme: str, widths: list[int], steps: int, batch_size: int, lr: float
+    local_rank: int, scheme: str, widths: list[int], steps: int, batch_size: int, lr: float
 ) -> dict[int, dict[str, Any]]:
     """Train with ``scheme`` once per width; rank 0 returns, per width, every rank's losses, step times and bytes."""
     step_fn = _ps_step if scheme == "ps" else _all_reduce_step

@@ -31,9 +31,9 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.launcher import launch
+from ignite_ddl.config import ConfigError
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.recorder import device_synchronizer, gather_objects
 from ignite_ddl.text import format_table
 
@@ -70,7 +70,7 @@ def _broadcast_object(obj: Any, src: int) -> tuple[Any, str]:
         return gather_objects(obj)[src], f"idist.all_gather(obj)[src] (idist.broadcast: {e})"
 
 
-def _collectives_rank(local_rank: int, config: TrainConfig) -> dict[str, Any]:
+def _collectives_rank(local_rank: int) -> dict[str, Any]:
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     value, src = rank + 1, world - 1  # broadcast from the last rank: any rank can be the source
     row: dict[str, Any] = {"rank": rank, "input": value}
@@ -256,7 +256,7 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
     return rows
 
 
-def _bench_rank(local_rank: int, config: TrainConfig, sizes: list[int], warmup: int, iters: int) -> dict[str, Any]:
+def _bench_rank(local_rank: int, sizes: list[int], warmup: int, iters: int) -> dict[str, Any]:
     world, device = idist.get_world_size(), idist.device()
     seconds = time_collectives(IDIST_OPS, sizes, world, device, idist.barrier, warmup, iters)
     return {"backend": idist.backend(), "device": str(device), "seconds": gather_objects(seconds)}
@@ -297,9 +297,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    config = TrainConfig(backend=args.backend, nproc_per_node=args.nproc_per_node, output_dir=args.output_dir)
+    settings = LaunchSettings(
+        backend=args.backend, nproc_per_node=args.nproc_per_node, log_dir=lab_logs(args.output_dir)
+    )
     if not args.bench:
-        result = launch(_collectives_rank, config)
+        result = launch(_collectives_rank, settings)
         checks = _collective_checks(result["rows"])
         return {"lab": NAME, "mode": "check", "world_size": len(result["rows"]), **result, "checks": checks}
 
@@ -311,7 +313,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not smallest <= args.min_size <= args.max_size:
         raise ConfigError(f"need {smallest} <= --min-size <= --max-size (an element per rank at least)")
     sizes = message_sizes(args.min_size, args.max_size)
-    result = launch(_bench_rank, config, sizes, args.warmup, args.iters)
+    result = launch(_bench_rank, settings, sizes, args.warmup, args.iters)
     world = len(result["seconds"])
     rows = bandwidth_rows(sizes, world, result["seconds"])
     return {"lab": NAME, "mode": "bench", "backend": result["backend"], "device": result["device"],

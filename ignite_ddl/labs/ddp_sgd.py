@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 import ignite.distributed as idist
@@ -29,7 +28,7 @@ import torch.distributed as dist
 from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.labs import check, format_checks
 from ignite_ddl.labs._sgd import (
@@ -130,7 +129,7 @@ def _train(model: nn.Module, data: torch.utils.data.Dataset, batch_size: int, lr
 
 
 def train_variants(
-    local_rank: int, config: TrainConfig, steps: int, batch_size: int, lr: float, reference: dict | None = None
+    local_rank: int, steps: int, batch_size: int, lr: float, reference: dict | None = None
 ) -> dict[str, Any]:
     """Train each model variant for ``steps`` steps on this rank and return the final weights of each.
 
@@ -138,22 +137,21 @@ def train_variants(
     the reference instead: a few numbers, not whole models, cross back to the parent process.
     """
     data = synthetic_images(steps * batch_size, 10, IMAGE, SEED)
-    no_sync = dataclasses.replace(config, sync_bn=False)
     manual_seed(SEED)
     model = small_cnn(IMAGE[0], 10)
     start = weights(model)
-    final = {"plain": _train(place_model(model, no_sync), data, batch_size, lr)}
+    final = {"plain": _train(place_model(model), data, batch_size, lr)}
     manual_seed(SEED)
-    final["batchnorm"] = _train(place_model(bn_cnn(), no_sync), data, batch_size, lr)
+    final["batchnorm"] = _train(place_model(bn_cnn()), data, batch_size, lr)
     result = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
     if idist.get_world_size() > 1:
         manual_seed(SEED)
         try:
-            model = place_model(bn_cnn(), dataclasses.replace(config, sync_bn=True))
+            model = place_model(bn_cnn(), sync_bn=True)
             result["sync_bn"] = {"layer": "SyncBatchNorm", "refusals": []}
         except ValueError as e:  # DDP refuses SyncBatchNorm in CPU modules
             manual_seed(SEED)
-            model = place_model(bn_cnn(GlobalBatchNorm2d), no_sync)
+            model = place_model(bn_cnn(GlobalBatchNorm2d))
             result["sync_bn"] = {"layer": "GlobalBatchNorm2d (stand-in)", "refusals": sync_bn_refusals(e)}
         # Synchronised statistics are those of the global batch: the one-process BatchNorm run is their reference.
         final["sync_bn"] = _train(model, data, batch_size, lr)

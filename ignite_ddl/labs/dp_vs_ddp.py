@@ -34,11 +34,11 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.utils import parameters_to_vector
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
 from ignite_ddl.labs._sgd import launch_lab, mlp, now
-from ignite_ddl.launcher import launch
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.models import build_model
 from ignite_ddl.recorder import gather_objects
 from ignite_ddl.text import format_table
@@ -70,7 +70,7 @@ def _digest(tensor: torch.Tensor) -> str:
 # -- on any machine: what DDP and DataParallel do
 
 
-def ddp_structure(local_rank: int, config: TrainConfig, bucket_cap_mb: float) -> list[dict[str, Any]]:
+def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]:
     """One rank of a DDP model: pids, weights before and after wrapping, bucket launches during backward."""
     rank, device = idist.get_rank(), idist.device()
     manual_seed(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
@@ -157,7 +157,7 @@ def dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int)
     return {"peak_bytes": peaks, "samples_per_s": batch_size * steps / seconds}
 
 
-def ddp_gpu_rank(local_rank: int, config: TrainConfig, model_name: str, batch: int, steps: int, warmup: int) -> dict:
+def ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> dict:
     """One DDP rank on its own GPU: its peak memory and time; rank 0 returns them all."""
     device = idist.device()
     manual_seed(SEED)
@@ -173,8 +173,10 @@ def ddp_gpu_rank(local_rank: int, config: TrainConfig, model_name: str, batch: i
 def _measure_gpus(args: argparse.Namespace, gpus: int) -> dict[str, Any]:
     # DDP ranks spawned, not forked: DataParallel initialises CUDA in this process (this run's or an earlier one's),
     # and forked children cannot use CUDA once their parent has.
-    config = TrainConfig(backend="nccl", nproc_per_node=gpus, start_method="spawn", output_dir=args.output_dir)
-    ddp = launch(ddp_gpu_rank, config, args.model, args.batch_size, args.steps, args.warmup)
+    settings = LaunchSettings(
+        backend="nccl", nproc_per_node=gpus, start_method="spawn", log_dir=lab_logs(args.output_dir)
+    )
+    ddp = launch(ddp_gpu_rank, settings, args.model, args.batch_size, args.steps, args.warmup)
     dp = dataparallel_gpus(args.model, args.batch_size, args.steps, args.warmup)
     return {"measured": True, "gpus": gpus, "model": args.model, "global_batch": args.batch_size, "dp": dp, "ddp": ddp}
 

@@ -31,7 +31,7 @@ from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.labs import add_launch_arguments, check, format_checks
 from ignite_ddl.labs._sgd import batch_share, kib, launch_lab, local_bytes, median_step_s, mlp, now
@@ -69,7 +69,7 @@ def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
 
 
 def train(
-    local_rank: int, config: TrainConfig, mode: str, width: int, layers: int, steps: int, batch_size: int, lr: float
+    local_rank: int, mode: str, width: int, layers: int, steps: int, batch_size: int, lr: float
 ) -> dict[str, Any]:
     """Train with ``mode`` (ddp | fsdp); rank 0 returns every rank's losses, step times and bytes held."""
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()

@@ -39,11 +39,11 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
 from ignite_ddl.labs._sgd import max_abs_diff
-from ignite_ddl.launcher import free_port, in_fresh_thread, launch, plan_launch
+from ignite_ddl.launcher import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
 from ignite_ddl.models import ToyModel
 from ignite_ddl.text import format_table
 
@@ -103,7 +103,7 @@ def raw_main(world_size: int, steps: int, batch_size: int, checkpoint: str, star
 # -- (b) Ignite: idist started by ignite_ddl's launcher
 
 
-def ignite_worker(local_rank: int, config: TrainConfig, steps: int, batch_size: int) -> dict[str, torch.Tensor]:
+def ignite_worker(local_rank: int, steps: int, batch_size: int) -> dict[str, torch.Tensor]:
     """One rank of the Ignite program: auto_model / auto_optim / auto_dataloader and a supervised trainer."""
     torch.manual_seed(SEED)
     model = ToyModel()
@@ -117,8 +117,8 @@ def ignite_worker(local_rank: int, config: TrainConfig, steps: int, batch_size: 
 
 def ignite_main(backend: str, nproc: int, steps: int, batch_size: int, output_dir: str) -> dict:
     """Start the ranks (idist.Parallel, through ignite_ddl's launch) and return rank 0's weights."""
-    config = TrainConfig(backend=backend, nproc_per_node=nproc, output_dir=output_dir)
-    return launch(ignite_worker, config, steps, batch_size)
+    settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=lab_logs(output_dir))
+    return launch(ignite_worker, settings, steps, batch_size)
 
 
 # -- the comparison
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.batch_size % args.nproc_per_node:
         raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {args.nproc_per_node} processes")
     # The raw side gets the start method the Ignite side gets, and the same number of processes.
-    plan = plan_launch(TrainConfig(backend=args.backend, nproc_per_node=args.nproc_per_node))
+    plan = plan_launch(LaunchSettings(backend=args.backend, nproc_per_node=args.nproc_per_node))
     ours = ignite_main(args.backend, args.nproc_per_node, args.steps, args.batch_size, args.output_dir)
     checkpoint = Path(args.output_dir) / "raw_rank0.pt"  # the Ignite side's launch created the directory
     raw = raw_main(plan.world_size, args.steps, args.batch_size, str(checkpoint), plan.start_method)

@@ -27,10 +27,10 @@ import ignite.distributed as idist
 import torch
 from torch.utils.data import TensorDataset
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.launcher import launch
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.recorder import gather_objects
 
 NAME = "shards"
@@ -55,9 +55,7 @@ def _epochs_seen(loader: Any, epochs: int, set_epoch: bool) -> tuple[list[list[i
     return seen, batch_sizes
 
 
-def _shards_rank(
-    local_rank: int, config: TrainConfig, size: int, batch_size: int, epochs: int, images: bool
-) -> dict[str, Any]:
+def _shards_rank(local_rank: int, size: int, batch_size: int, epochs: int, images: bool) -> dict[str, Any]:
     # A dataset whose samples are their own index (and, for the grid, an image each).
     tensors = [torch.arange(size)] + ([synthetic_images(size).tensors[0]] if images else [])
     dataset = TensorDataset(*tensors)
@@ -154,8 +152,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("--epochs must be >= 2: reshuffling shows by comparing epochs")
     if size < 2 or (args.nproc_per_node or 1) > size:
         raise ConfigError("--dataset-size must be >= 2 and at least the number of processes")
-    config = TrainConfig(backend=args.backend, nproc_per_node=args.nproc_per_node, output_dir=args.output_dir)
-    result = launch(_shards_rank, config, size, batch_size, epochs, args.image_grid is not None)
+    settings = LaunchSettings(
+        backend=args.backend, nproc_per_node=args.nproc_per_node, log_dir=lab_logs(args.output_dir)
+    )
+    result = launch(_shards_rank, settings, size, batch_size, epochs, args.image_grid is not None)
     world = result["world_size"]
     result.update(lab=NAME, dataset_size=size, global_batch=batch_size, epochs=epochs)
     result.update(per_rank_batch=result["rows"][0]["per_rank_batch"], padding=world * math.ceil(size / world) - size)

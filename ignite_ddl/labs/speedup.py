@@ -28,10 +28,10 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.labs import check, format_checks
-from ignite_ddl.launcher import launch
+from ignite_ddl.labs import check, format_checks, lab_logs
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.recorder import device_synchronizer, gather_objects
 
 NAME = "speedup"
@@ -47,7 +47,7 @@ def _sort_tasks(tasks: range, work: int) -> None:
         torch.rand(work, generator=torch.Generator().manual_seed(task)).sort()
 
 
-def _job_rank(local_rank: int, config: TrainConfig, work: int, tasks: int) -> dict[str, Any]:
+def _job_rank(local_rank: int, work: int, tasks: int) -> dict[str, Any]:
     rank, world = idist.get_rank(), idist.get_world_size()
     mine = range(rank, tasks, world)  # round-robin: the ranks share the same total job
     idist.barrier()  # everyone starts together
@@ -66,8 +66,8 @@ def _scaling(args: argparse.Namespace, procs: list[int], tasks: int, cores: int)
     best: dict[int, dict[str, Any]] = {}
     for _ in range(args.repeats):
         for p in procs:
-            config = TrainConfig(backend="gloo", nproc_per_node=p, threads=1, output_dir=args.output_dir)
-            outcome = launch(_job_rank, config, args.work, tasks)
+            settings = LaunchSettings(backend="gloo", nproc_per_node=p, threads=1, log_dir=lab_logs(args.output_dir))
+            outcome = launch(_job_rank, settings, args.work, tasks)
             if p not in best or outcome["wall_s"] < best[p]["wall_s"]:
                 best[p] = outcome
     one = best[1]["wall_s"]
@@ -126,7 +126,7 @@ def _timed_loop(host: torch.Tensor, device: torch.device, iters: int, move_insid
     return time.perf_counter() - start
 
 
-def _transfer_rank(local_rank: int, config: TrainConfig, work: int, iters: int, repeats: int) -> dict[str, Any]:
+def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> dict[str, Any]:
     device = idist.device()
     host = torch.rand(work)
     times: dict[str, list[float]] = {"inside": [], "once": []}
@@ -140,8 +140,8 @@ def _transfer_rank(local_rank: int, config: TrainConfig, work: int, iters: int, 
 
 def _transfer(args: argparse.Namespace) -> dict[str, Any]:
     # One process on the default device of this machine: a GPU or TPU when there is one, else the CPU.
-    config = TrainConfig(backend="auto", output_dir=args.output_dir)
-    result = launch(_transfer_rank, config, args.work, args.transfer_iters, args.repeats)
+    settings = LaunchSettings(backend="auto", log_dir=lab_logs(args.output_dir))
+    result = launch(_transfer_rank, settings, args.work, args.transfer_iters, args.repeats)
     ratio = result["inside_s"] / result["once_s"]
     if result["device"] == "cpu":
         checks = [check("on the host, .to(device) returns the very same tensor: there is no transfer to measure",

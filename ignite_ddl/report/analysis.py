@@ -324,7 +324,8 @@ def workload_of(config: dict[str, Any], axes: Sequence[str]) -> str:
 def _configs(records: Sequence[dict[str, Any]], axes: Sequence[str], include_contended: bool) -> list[ConfigResult]:
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
-        grouped[record["key"].rsplit("-r", 1)[0]].append(record)
+        if record["status"] != "interrupted":  # stopped with the sweep: neither a result nor a failure
+            grouped[record["key"].rsplit("-r", 1)[0]].append(record)
     configs = []
     for found in grouped.values():
         first = found[0]
