@@ -128,7 +128,8 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and "interrupted" in stderr
     records = read_results(out / "results.jsonl")
-    assert [r["grid"]["train_size"] for r in records] == [256] and records[0]["status"] == "completed"
+    # The finished run is kept; the one under way is recorded as interrupted, so --resume runs it again.
+    assert [(r["grid"]["train_size"], r["status"]) for r in records] == [(256, "completed"), (60000, "interrupted")]
     deadline = time.monotonic() + 10  # the fork server notices its parent is gone and exits
     while processes_marked(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
