@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
 from torch import nn
 
 from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.outputs import save_torch
 
 __all__ = ["attach_best_model", "attach_checkpoints", "check_checkpoint", "load_checkpoint", "saved_objects"]
 
@@ -116,10 +118,18 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
         )
 
 
+class _Saver(DiskSaver):
+    """Ignite's ``DiskSaver`` writing through :func:`~ignite_ddl.outputs.save_torch`: a full disk is reported as
+    such, with the checkpoint's path, instead of torch's "unexpected pos"."""
+
+    def _save_func(self, checkpoint: Mapping, path: Path, func: Callable) -> None:
+        save_torch(checkpoint, path, func, **self.kwargs)
+
+
 def attach_checkpoints(trainer: Engine, to_save: dict[str, Any], out: Path, every: int) -> Checkpoint:
     """Resumable checkpoints every ``every`` iterations (0: none) and at the end, in ``out/checkpoints``. Returns
     the checkpoint handler."""
-    saver = DiskSaver(str(out / "checkpoints"), require_empty=False)
+    saver = _Saver(str(out / "checkpoints"), require_empty=False)
     checkpoint = Checkpoint(to_save, saver, n_saved=2, global_step_transform=lambda e, _: e.state.iteration)
     if every:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(every=every), checkpoint)
@@ -136,7 +146,7 @@ def attach_best_model(trainer: Engine, evaluator: Engine, model: nn.Module, out:
     """Keep the model with the best validation accuracy in ``out/best`` (after each evaluation)."""
     best = Checkpoint(
         {"model": model},
-        DiskSaver(str(out / "best"), require_empty=False),
+        _Saver(str(out / "best"), require_empty=False),
         filename_prefix="best",
         n_saved=1,
         score_function=Checkpoint.get_default_score_fn("accuracy"),

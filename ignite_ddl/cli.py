@@ -18,6 +18,7 @@ from ignite_ddl.config import ConfigError, TrainConfig, option_flag
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.labs import claims_hold, lab_modules
 from ignite_ddl.launcher import LaunchFailed, RunFailed
+from ignite_ddl.outputs import OutputError, as_output_error
 from ignite_ddl.results import write_json
 
 PROG = "ignite-ddl"
@@ -199,8 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except (RunFailed, LaunchFailed) as e:
+    except (RunFailed, LaunchFailed, OutputError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a failed write outside a run (sweep records, report files) or another system error
+        error = as_output_error(e, "the output")
+        print(f"{PROG}: error: {error or (f'{e.filename}: {e.strerror}' if e.filename else e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted (SIGINT / SIGTERM) after every child was stopped
         signum = getattr(e, "signum", signal.SIGINT)

@@ -48,6 +48,10 @@ class TrainConfig:
     start_method: str = _opt("auto", "process start method: auto (fork where available) | fork | spawn | forkserver")
     threads: int | None = _opt(None, "intra-op CPU threads per process (default: cores / processes on this node)")
     timeout: float = _opt(300.0, "seconds ranks wait for each other: rendezvous, missing nodes, every collective")
+    stall_timeout: float | None = _opt(
+        None, "seconds without a completed iteration before the run ends naming the stuck rank "
+        "(default: 0.8 x --timeout, so it acts before a collective times out; 0: never)",
+    )  # fmt: skip
     # -- data
     dataset: str = _opt("synthetic", "synthetic | digits | mnist | cifar10")
     data_dir: str = _opt("data", "where mnist / cifar10 files live (or are downloaded to)")
@@ -77,6 +81,7 @@ class TrainConfig:
     best_model: bool = _opt(True, "keep the model weights with the best validation accuracy in best/")
     eval_every: int = _opt(1, "evaluate every N epochs (0: only after the last epoch, which is always evaluated)")
     resume: str | None = _opt(None, "checkpoint file to resume from")
+    overwrite: bool = _opt(False, "replace a previous run in --output-dir (otherwise such a folder is refused)")
     log_every: int = _opt(10, "log training loss to TensorBoard every N iterations")
     progress: bool = _opt(True, "show a progress bar on rank 0")
     # -- measurement
@@ -141,6 +146,17 @@ class TrainConfig:
                 raise ConfigError(f"{f.name} must not be empty")
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)
+        if self.stall_timeout is not None:
+            _at_least("stall_timeout", self.stall_timeout, 0)
+            if self.stall_timeout >= self.timeout:
+                raise ConfigError(
+                    f"stall_timeout ({self.stall_timeout:g} s) must be shorter than timeout ({self.timeout:g} s): "
+                    "a stuck collective would time out first, without naming the rank that holds it up"
+                )
+
+    def stall_seconds(self) -> float:
+        """The stall watchdog's limit in seconds (0: no watchdog)."""
+        return 0.8 * self.timeout if self.stall_timeout is None else self.stall_timeout
 
 
 def option_flag(name: str) -> str:

@@ -61,6 +61,7 @@ from ignite_ddl.config import BACKENDS, START_METHODS, ConfigError
 from ignite_ddl.contention import process_tree_pids
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.signals import Interrupted, interruptible
+from ignite_ddl.watchdog import clear_stall, read_stall
 
 __all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_port", "in_fresh_thread", "launch",
            "launched_externally", "plan_launch"]  # fmt: skip
@@ -299,6 +300,7 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
     # filling the pipe and blocking rank 0 at exit.
     reader = threading.Thread(target=_drain, args=(receiver, results), daemon=True)
     reader.start()
+    clear_stall(plan.log_dir)  # a diagnosis left by an earlier run in this folder is not this run's
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_private_tempdir())
@@ -323,6 +325,9 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
         raise
     except (ProcessRaisedException, ProcessExitedException) as e:
         _stop_children()  # the others may still be running (torch stops them too; this reaches their workers)
+        stall = read_stall(plan.log_dir)
+        if stall is not None:  # a stall watchdog ended the run: the rank that held the others up is the culprit
+            raise RunFailed(stall["rank"], stall["message"]) from None
         rank = plan.node_rank * plan.nproc_per_node + e.error_index
         log_file = _log_file(plan.log_dir, rank)
         raise RunFailed(rank, _failure_message(e), log_file if _holds_traceback(log_file) else None) from None
@@ -536,7 +541,7 @@ def _rank_main(local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, arg
                     f.write(traceback.format_exc())
         if plan.mode == "spawn":
             raise  # the parent reads the rank from the failed process's index
-        raise RunFailed(rank, f"{type(e).__name__}: {e}", log_file) from e
+        raise RunFailed(rank, f"{type(e).__name__}: {e}", log_file if _holds_traceback(log_file) else None) from e
     return result
 
 

@@ -43,6 +43,8 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ignite_ddl.outputs import writing
+
 PHASES = ("forward", "backward", "optimizer")
 COLUMNS = ("iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples")
 
@@ -101,6 +103,13 @@ class StepRecorder:
         self._phases[phase] = now - self._last_mark
         self._last_mark = now
 
+    def phases_done(self) -> tuple[str, ...]:
+        """The phases of the iteration under way that have ended so far (read from other threads too)."""
+        try:
+            return tuple(self._phases)
+        except RuntimeError:  # changed while being read: the iteration moved on
+            return ()
+
     def _now(self, sync: Callable[[], None] | None) -> float:
         if sync is not None:
             sync()
@@ -145,11 +154,13 @@ class StepRecorder:
     def write_csv(self, path: str | Path) -> None:
         """All iterations of this rank, warm-up included (flagged), one row each."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(COLUMNS)
-            writer.writerows(("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(COLUMNS)
+                blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
+                writer.writerows(blank_nan)
 
 
 def gather_objects(obj: Any) -> list[Any]:

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -21,6 +23,8 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, Union
+
+from ignite_ddl.outputs import write_bytes, writing
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -407,29 +411,33 @@ def repair_results(path: str | Path) -> list[RejectedLine]:
     records, rejected = load_results(path)
     if not rejected:
         return []
-    with open(rejected_path(path), "ab") as side:
+    side_path = rejected_path(path)
+    with writing(side_path), open(side_path, "ab") as side:
         for bad in rejected:
             side.write(bad.text if bad.text.endswith(b"\n") else bad.text + b"\n")
         side.flush()
         os.fsync(side.fileno())
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.writelines(line for _, line in records)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes(path, b"".join(line for _, line in records))
     return rejected
 
 
 def append_record(path: str | Path, record: dict[str, Any]) -> None:
     """Append one record as a single line in one write, then sync it to disk."""
     line = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)  # no half line left behind: the file keeps only whole records
+                raise
+        finally:
+            os.close(fd)
 
 
 # -- writing and reading
@@ -439,13 +447,7 @@ def write_json(path: str | Path, data: Any) -> None:
     """Write ``data`` as JSON atomically: readers see the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(_finite(data), f, indent=2, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes(path, (json.dumps(_finite(data), indent=2, allow_nan=False) + "\n").encode())
 
 
 def _finite(data: Any) -> Any:

@@ -63,6 +63,7 @@ import yaml
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.environment import host, versions
+from ignite_ddl.folders import lock
 from ignite_ddl.results import (
     RunRecord,
     append_record,
@@ -248,7 +249,8 @@ def make_run(spec: Spec, index: int, grid: dict[str, Any], repeat: int, output_d
              position: int = 0) -> Run:  # fmt: skip
     suffix = f"-a{attempt}" if attempt else ""
     run_dir = Path(output_dir) / "runs" / f"cfg{index:03d}-r{repeat}{suffix}"
-    config = TrainConfig.from_dict({**run_options(spec, grid), "output_dir": str(run_dir)})
+    # The run folder is the sweep's: a run re-run after an interruption replaces what it had begun.
+    config = TrainConfig.from_dict({**run_options(spec, grid), "output_dir": str(run_dir), "overwrite": True})
     try:
         config.check()
     except ConfigError as e:
@@ -417,14 +419,21 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Run every configuration of ``spec`` not yet recorded; return all records of the sweep.
 
-    Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``.
+    Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, and a folder another sweep
+    is using.
     """
     out = sweep_dir(spec, output_dir)
+    runs = list(expand(spec, out))
+    with lock(out, "sweep"):
+        return _sweep(spec, out, runs, resume, progress)
+
+
+def _sweep(
+    spec: Spec, out: Path, runs: list[Run], resume: bool, progress: Callable[[str], None]
+) -> list[dict[str, Any]]:
     results = out / "results.jsonl"
     if results.exists() and not resume:
         raise ConfigError(f"{results} exists: pass --resume to continue that sweep, or choose another --output-dir")
-    runs = list(expand(spec, out))
-    out.mkdir(parents=True, exist_ok=True)
     rejected = repair_results(results)
     if rejected:
         progress(

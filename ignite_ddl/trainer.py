@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -40,11 +41,14 @@ from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.contention import ContentionMonitor
 from ignite_ddl.data import Loaders, build_loaders, check_dataset
 from ignite_ddl.environment import cpu_cores, device_info, host, versions
+from ignite_ddl.folders import claim_run_folder, lock
 from ignite_ddl.launcher import LaunchPlan
 from ignite_ddl.models import build_model, check_model
+from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_threads, writing
 from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
 from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
+from ignite_ddl.watchdog import StallWatchdog
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -168,6 +172,12 @@ def training(
     called on every rank before the run starts, with the :class:`TrainingRun`, to attach handlers of one's own to
     ``run.trainer`` / ``run.evaluator`` or hooks to ``run.model``.
     """
+    # A failed write anywhere (full disk, file-size limit) ends the run with one line naming the path.
+    with output_errors(config.output_dir):
+        return _training(config, plan, setup)
+
+
+def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[TrainingRun], None] | None) -> dict:
     rank, world = idist.get_rank(), idist.get_world_size()
     out = Path(config.output_dir)
     log = rank_logger(out, rank)
@@ -188,6 +198,13 @@ def training(
         recorder.attach(trainer)
     contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
     profiler = attach_profiler(config.profiler, trainer)
+    watchdog = None
+    if world > 1 and config.stall_seconds() > 0:
+        # A spawned rank leaves the report to its launcher; under torchrun / SLURM the rank reports it itself.
+        spawned = plan is not None and plan.mode == "spawn"
+        log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
+        watchdog = StallWatchdog(config.stall_seconds(), log_dir, recorder, report=not spawned)
+        watchdog.attach(trainer, evaluator)
 
     epoch_length = len(loaders.train)
     to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer}
@@ -201,7 +218,10 @@ def training(
         trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
 
     trainer.add_event_handler(Events.EPOCH_STARTED, _start_epoch, loaders)
-    tb = TensorboardLogger(log_dir=str(out / "tb")) if rank == 0 else None
+    tb = None
+    if rank == 0:
+        quiet_writer_threads()  # its write errors come back at the next call, as one line
+        tb = TensorboardLogger(log_dir=str(out / "tb"))
     epochs = EpochLog(loaders, evaluator, tb, log, recorder, config.eval_every)
     epochs.attach(trainer)
 
@@ -230,7 +250,11 @@ def training(
              f"batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
 
     start = time.perf_counter()
-    trainer.run(loaders.train, max_epochs=config.epochs)
+    try:
+        trainer.run(loaders.train, max_epochs=config.epochs)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
     wall = idist.all_reduce(time.perf_counter() - start, op="MAX")
     steps = None
     if recorder is not None:
@@ -257,8 +281,9 @@ def training(
 def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
     """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them."""
     path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    profiler.write_csv(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profiler.write_csv(path)
     ranks = gather_objects(profiler.results())
     if rank == 0:
         log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
@@ -432,9 +457,9 @@ def rank_logger(out: Path, rank: int) -> logging.Logger:
         handler.close()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s: %(message)s")
-    handlers: list[logging.Handler] = [logging.FileHandler(out / "logs" / f"rank{rank}.log")]
-    if rank == 0:
-        handlers.append(logging.StreamHandler())
+    # The console first: a message still reaches it when the log file cannot be written (a full disk).
+    handlers: list[logging.Handler] = [logging.StreamHandler()] if rank == 0 else []
+    handlers.append(OutputFileHandler(out / "logs" / f"rank{rank}.log"))
     for handler in handlers:
         handler.setFormatter(fmt)
         logger.addHandler(handler)
@@ -524,4 +549,12 @@ def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = Non
     config.check()
     plan = launcher.plan_launch(config.launch_settings())
     check_training(config, plan)
-    return launcher.launch(training, plan, config, plan, setup)
+    # One process owns the output folder: the first node's launcher, or global rank 0 under torchrun / SLURM. It
+    # claims the folder before the rendezvous, so no other node or rank writes there before it has.
+    environ = os.environ
+    owner = plan.node_rank == 0 and (plan.mode != "env" or environ.get("RANK", environ.get("SLURM_PROCID")) == "0")
+    if not owner:
+        return launcher.launch(training, plan, config, plan, setup)
+    with lock(config.output_dir, "run"):
+        claim_run_folder(config.output_dir, resume=config.resume is not None, overwrite=config.overwrite)
+        return launcher.launch(training, plan, config, plan, setup)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,12 @@ SUMMARY_KEYS = {
 }
 
 
-def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path | None = None):
+def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None):  # fmt: skip
     """Run ``cmd`` in its own session; on timeout kill the whole group, so that a hung rank it forked dies too."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-        env={**os.environ, **(env or {})}, start_new_session=True,
+        env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=preexec_fn,
     )  # fmt: skip
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -51,9 +53,10 @@ def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict | None = None):
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict | None = None,
+            preexec_fn: Callable[[], None] | None = None):  # fmt: skip
     """``python -m ignite_ddl ARGS`` in a fresh interpreter, as a user would run it."""
-    return run([sys.executable, "-m", "ignite_ddl", *args], timeout=timeout, env=env, cwd=cwd)
+    return run([sys.executable, "-m", "ignite_ddl", *args], timeout=timeout, env=env, cwd=cwd, preexec_fn=preexec_fn)
 
 
 def run_script(name: str, *args: str, timeout: float = 180, env: dict | None = None):

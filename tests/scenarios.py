@@ -59,6 +59,15 @@ def slow_forward_on_rank1(run: TrainingRun) -> None:
         run.model.register_forward_pre_hook(lambda module, inputs: time.sleep(DELAY_S))
 
 
+def hang_on_rank1(run: TrainingRun) -> None:
+    """Rank 1 stops in the forward pass of iteration 6, as a rank stuck on a bad input or a dead device would."""
+    if idist.get_rank() == 1:
+        trainer = run.trainer
+        run.model.register_forward_pre_hook(
+            lambda module, inputs: time.sleep(600) if trainer.state.iteration == 6 else None
+        )
+
+
 def time_window_outside(run: TrainingRun) -> None:
     """Clock the recorder's measured window with handlers of our own: after warm-up to the last iteration."""
     marks = {}
@@ -136,6 +145,7 @@ SCENARIOS = {
     "slow-data": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 1024}, slow_data_on_rank1),
     "slow-forward": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 1024}, slow_forward_on_rank1),
     "slow-eval": ({"profiler": "timer", "epochs": 3, "train_size": 512}, slow_evaluation),
+    "hang": ({"backend": "gloo", "nproc_per_node": 2, "epochs": 5, "stall_timeout": 3.0}, hang_on_rank1),
     "listeners": ({"backend": "gloo", "nproc_per_node": 2, "train_size": 512}, list_listeners),
 }
 
@@ -143,6 +153,8 @@ if __name__ == "__main__":
     name, output_dir = sys.argv[1], sys.argv[2]
     os.environ["SCENARIO"] = name
     options, setup = SCENARIOS[name]
+    if "RANK" in os.environ:  # started by torchrun, which sets the process count
+        options = {k: v for k, v in options.items() if k != "nproc_per_node"}
     config = TrainConfig(**{**BASE, **options, "output_dir": output_dir})
     try:
         train(config, setup=setup)

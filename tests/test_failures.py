@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from conftest import run_script
+from conftest import run, run_script
+
+from ignite_ddl.launcher import free_port
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
@@ -24,6 +28,26 @@ def test_failure_on_rank1_ends_the_run(tmp_path, how):
     else:  # died without an exception: no traceback to point to
         assert "exited with status 3 without raising an exception" in message and "traceback in" not in message
     # rank 0 was blocked in a gradient all-reduce waiting for rank 1: it must be gone too
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_stuck_rank_ends_the_run_named(tmp_path, launcher):
+    # Rank 1 sleeps in forward at iteration 6; rank 0 waits for it in the gradient all-reduce. Without the watchdog
+    # both would wait for the collective timeout (5 minutes) and the error would come from rank 0, the victim.
+    out = tmp_path / "run"
+    cmd = [str(Path(__file__).with_name("scenarios.py")), "hang", str(out)]
+    if launcher == "torchrun":
+        cmd = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(free_port()), *cmd]  # fmt: skip
+    start = time.monotonic()
+    result = run([sys.executable, *cmd], timeout=120, env={"OMP_NUM_THREADS": "1"})
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1, result.stderr
+    assert elapsed < 60, f"took {elapsed:.0f} s"
+    assert "rank 1 failed: stuck in forward of iteration 6: no iteration completed for 3 s" in result.stderr
+    assert "rank 0 waits for it, in backward (the gradient all-reduce) of iteration 6" in result.stderr
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == []
 

@@ -8,6 +8,8 @@ import copy
 import json
 import os
 import random
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -344,3 +346,131 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     records = read_results(out / "results.jsonl")
     assert [(r["index"], r["status"]) for r in records] == [(0, "completed"), (1, "interrupted"), (1, "completed"),
                                                            (2, "completed")]
+
+
+# -- a full disk: one line naming the path, never a traceback, never a half-written record
+
+WRITE_FAILED = re.compile(r"cannot write (?P<path>\S+): (No space left on device|File too large)")
+
+
+@contextlib.contextmanager
+def small_filesystem(tmp_path: Path, how: str, tmpfs_kb: int, file_limit_kb: int):
+    """A folder that fills up: with ``how="tmpfs"`` a ``tmpfs_kb`` tmpfs where this test may mount one; otherwise an
+    ordinary folder where the processes started with the returned ``preexec_fn`` cannot write a file past
+    ``file_limit_kb`` (RLIMIT_FSIZE)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = how == "tmpfs" and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={tmpfs_kb}k", "tmpfs", str(folder)], capture_output=True
+    ).returncode == 0  # fmt: skip
+    if mounted:
+        try:
+            yield folder, None
+        finally:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+        return
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit_kb * 1024, file_limit_kb * 1024))
+
+    yield folder, limit_file_size
+
+
+def assert_one_line_write_error(result: subprocess.CompletedProcess, folder: Path) -> None:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    found = WRITE_FAILED.search(last)
+    assert last.startswith("ignite-ddl: error: ") and found, result.stderr
+    assert Path(found["path"]).is_relative_to(folder)
+
+
+FULL = ["tmpfs", "file-size-limit"]
+
+
+@pytest.mark.parametrize("how, procs", [("tmpfs", 1), ("tmpfs", 2), ("file-size-limit", 2)])
+def test_a_full_disk_ends_a_run_in_one_line(tmp_path, how, procs):
+    # The checkpoint (about 120 kB for the CNN) is the first file too large for what is left.
+    with small_filesystem(tmp_path, how, tmpfs_kb=300, file_limit_kb=64) as (folder, limit):
+        marker = f"full-disk-{os.getpid()}-{procs}"
+        result = run_cli("train", "--train-size", "512", "--val-size", "64", "--epochs", "2", "--no-progress",
+                         "--nproc-per-node", str(procs), "--backend", "gloo", "--output-dir", str(folder / "run"),
+                         preexec_fn=limit, env={"IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+        assert_one_line_write_error(result, folder / "run")
+        assert wait_gone(marker) == []
+
+
+@pytest.mark.parametrize("how", FULL)
+def test_a_full_disk_stops_a_sweep_in_one_line_with_whole_records(tmp_path, how):
+    with small_filesystem(tmp_path, how, tmpfs_kb=160, file_limit_kb=12) as (folder, limit):
+        out = folder / "sweep"
+        result = run_cli("sweep", "--grid", "seed=1,2,3,4,5,6,7,8", "--set", "train_size=256", "--set",
+                         "val_size=64", "--set", "epochs=1", "--repeats", "1", "--no-report", "--output-dir", str(out),
+                         preexec_fn=limit, timeout=600)  # fmt: skip
+        assert_one_line_write_error(result, out)
+        records, rejected = load_results(out / "results.jsonl")
+        assert rejected == []  # no half line: what is there is whole records
+        assert len(records) < 8
+
+
+@pytest.mark.parametrize("how", FULL)
+def test_a_report_on_a_full_disk_is_one_line(tmp_path, how):
+    with small_filesystem(tmp_path, how, tmpfs_kb=64, file_limit_kb=16) as (folder, limit):
+        for index in range(4):
+            for repeat in range(3):
+                append_record(folder / "results.jsonl", good_record(index, repeat, 1000 + 10 * index + repeat))
+        if limit is None:  # fill what is left of the tmpfs
+            with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        result = run_cli("report", str(folder), preexec_fn=limit)
+        assert_one_line_write_error(result, folder)
+
+
+# -- output folders: one run or one sweep at a time, never mixed with an earlier run
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
+    out = tmp_path / "sweep"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1},
+                                "grid": {"seed": [1, 2]}, "repeats": 1}))  # fmt: skip
+    marker = f"second-sweep-{os.getpid()}"
+    first = subprocess.Popen([sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+    try:
+        wait_for(out / "runs" / "cfg000-r0" / "logs" / "rank0.log", "rank 0/1")  # the first sweep is training
+        second = run_cli("sweep", str(spec), "--output-dir", str(out), "--resume")
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines() == [
+            f"ignite-ddl: error: {out} is in use by another sweep (process {first.pid}); "
+            "wait for it or choose another --output-dir"
+        ]
+    finally:
+        os.killpg(first.pid, signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert wait_gone(marker) == []
+    # the first sweep's interrupted run is there for --resume, recorded once
+    assert [r["status"] for r in read_results(out / "results.jsonl")] == ["interrupted"]
+
+
+def test_train_refuses_a_previous_run_unless_told(tmp_path, capsys):
+    out = tmp_path / "run"
+    quick = ["--train-size", "128", "--val-size", "64", "--epochs", "1", "--no-progress", "--output-dir", str(out)]
+    assert main(["train", *quick]) == 0
+    first = json.loads((out / "config.json").read_text())
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    err = refused(capsys, "train", *quick, "--seed", "7")
+    assert f"error: output directory '{out}' holds a previous run (best, checkpoints, config.json, ...)" in err
+    assert "pass --overwrite to replace it, --resume CHECKPOINT to continue it" in err
+    assert json.loads((out / "config.json").read_text()) == first  # refused before anything was written
+    assert main(["train", *quick, "--seed", "7", "--overwrite"]) == 0
+    # replaced: one run's files only (the previous best model is gone), and the user's own file kept
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 7
+    assert len(list((out / "best").iterdir())) == 1 and (out / "notes.txt").read_text() == "mine"
+    checkpoint = sorted((out / "checkpoints").iterdir())[-1]
+    assert main(["train", *quick, "--epochs", "2", "--resume", str(checkpoint)]) == 0  # continuing is allowed

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.outputs import quiet_writer_threads
 from ignite_ddl.report.analysis import Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
@@ -52,6 +53,7 @@ def write_hparams(analysis: Analysis, logdir: Path) -> None:
     """Write the sessions under ``logdir``: ``runs/<cfg>-r<repeat>[-a<attempt>]`` and ``configs/<cfg>``."""
     from torch.utils.tensorboard import SummaryWriter
 
+    quiet_writer_threads()  # a failed write comes back from the writer's next call, as one line
     verdicts = {v.workload: v for v in analysis.verdicts}
     for config in analysis.configs:
         common = {k: _hparam(v) for k, v in config.grid.items()}

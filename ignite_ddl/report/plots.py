@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.outputs import writing
 from ignite_ddl.report.analysis import LAYOUT_OPTIONS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
@@ -53,8 +54,11 @@ def make_plots(analysis: Analysis, out: Path) -> list[tuple[str, str]]:
     plt = _pyplot()
     made = []
     for name, fig in figures(analysis).items():
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
+        try:
+            with writing(out / name):
+                fig.savefig(out / name, dpi=110)
+        finally:
+            plt.close(fig)
         made.append((name, PLOTS[name]))
     return made
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.outputs import output_errors, write_bytes
 from ignite_ddl.profilers import format_profile
 from ignite_ddl.report.analysis import FLAG_MEANINGS, MIN_REPEATS, Analysis, ConfigResult, load, notes
 from ignite_ddl.report.hparams import write_hparams
@@ -364,15 +365,16 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
             doc.image(path, alt)
     _profiler_tables(doc, analysis)
     _environment(doc, analysis)
-    write_hparams(analysis, out / "tb_hparams")
+    with output_errors(out / "tb_hparams"):
+        write_hparams(analysis, out / "tb_hparams")
     doc.paragraph(
         "Browse every run and configuration in TensorBoard (HPARAMS tab): `tensorboard --logdir "
         "tb_hparams` in this directory."
     )
 
-    (out / "report.md").write_text(doc.markdown())
-    (out / "report.html").write_text(doc.html(title))
-    (out / "verdict.txt").write_text("\n".join(verdict_lines(analysis)) + "\n")
+    write_bytes(out / "report.md", doc.markdown().encode())
+    write_bytes(out / "report.html", doc.html(title).encode())
+    write_bytes(out / "verdict.txt", ("\n".join(verdict_lines(analysis)) + "\n").encode())
     return out / "report.md"
 
 
