@@ -41,6 +41,8 @@ def saved_objects(config: TrainConfig) -> list[str]:
         names.append("lr_scheduler")
     if config.amp == "fp16":
         names.append("scaler")
+    if config.early_stopping:
+        names.append("early_stopping")
     return names
 
 
@@ -103,7 +105,7 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
         held = ", ".join(sorted(map(str, state))) or "nothing"
         raise ConfigError(
             f"cannot resume from {path}: it lacks {', '.join(missing)} (it holds {held}); resume with the options "
-            "of the run that wrote it (--warmup-epochs, --amp) or start afresh"
+            "of the run that wrote it (--warmup-epochs, --amp, --early-stopping) or start afresh"
         )
     if not isinstance(state["model"], dict):
         raise ConfigError(f"cannot resume from {path}: its 'model' entry is not a state dict")

@@ -23,6 +23,7 @@ START_METHODS = ("auto", "fork", "spawn", "forkserver")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers")
+TRACKERS = ("none", "mlflow")
 PATH_OPTIONS = ("output_dir", "data_dir", "resume")  # an empty one would silently mean the working folder
 
 
@@ -80,9 +81,14 @@ class TrainConfig:
     checkpoint_every: int = _opt(0, "save a resumable checkpoint every N iterations (0: only at the end)")
     best_model: bool = _opt(True, "keep the model weights with the best validation accuracy in best/")
     eval_every: int = _opt(1, "evaluate every N epochs (0: only after the last epoch, which is always evaluated)")
+    early_stopping: int = _opt(0, "stop when validation accuracy has not improved for N evaluations (0: never)")
     resume: str | None = _opt(None, "checkpoint file to resume from")
     overwrite: bool = _opt(False, "replace a previous run in --output-dir (otherwise such a folder is refused)")
-    log_every: int = _opt(10, "log training loss to TensorBoard every N iterations")
+    log_every: int = _opt(10, "log training loss to TensorBoard (and the tracker) every N iterations")
+    tracker: str = _opt("none", "also log params and metrics to an experiment tracker: none | mlflow")
+    tracking_uri: str | None = _opt(
+        None, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db)"
+    )
     progress: bool = _opt(True, "show a progress bar on rank 0")
     # -- measurement
     record_steps: bool = _opt(True, "record per-step timings on every rank (steps_rank<r>.csv, summary 'steps')")
@@ -131,12 +137,13 @@ class TrainConfig:
         _choice("amp", self.amp, AMP_MODES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("profiler", self.profiler, PROFILERS)
+        _choice("tracker", self.tracker, TRACKERS)
         for name in ("batch_size", "epochs", "log_every"):
             _at_least(name, getattr(self, name), 1)
         for name in ("max_iters", "train_size", "val_size"):
             if getattr(self, name) is not None:
                 _at_least(name, getattr(self, name), 1)
-        for name in ("num_workers", "checkpoint_every", "warmup_iters", "eval_every"):
+        for name in ("num_workers", "checkpoint_every", "warmup_iters", "eval_every", "early_stopping"):
             _at_least(name, getattr(self, name), 0)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -146,6 +153,8 @@ class TrainConfig:
                 raise ConfigError(f"{f.name} must not be empty")
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)
+        if self.early_stopping and not self.eval_every:
+            raise ConfigError("early_stopping needs evaluations to compare: set eval_every to 1 or more")
         if self.stall_timeout is not None:
             _at_least("stall_timeout", self.stall_timeout, 0)
             if self.stall_timeout >= self.timeout:

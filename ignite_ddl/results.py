@@ -205,6 +205,14 @@ class Summary(TypedDict, total=False):
     val_accuracy: Annotated[float | None, "validation accuracy after the last epoch"]
     val_loss: Annotated[float | None, "validation loss after the last epoch"]
     best_val_accuracy: Annotated[float | None, "best validation accuracy over the evaluations"]
+    stopped_early_at_epoch: Annotated[
+        int | None, "the epoch after which early stopping ended the run (--early-stopping), else null"
+    ]
+    confusion_matrix: Annotated[
+        list[list[int]] | None,
+        "last evaluation, summed over all ranks: row = true class, column = predicted class (sums to the "
+        "validation set size)",
+    ]
     last_checkpoint: Annotated[str | None, "path of the final checkpoint (null with `--no-checkpoints`)"]
     resumed_from: Annotated[str | None, "the checkpoint this run resumed from"]
     history: Annotated[list[EpochRecord], "one record per epoch"]

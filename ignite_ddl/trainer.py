@@ -29,9 +29,9 @@ import ignite.distributed as idist
 import numpy as np
 import torch
 from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint, PiecewiseLinear, ProgressBar, global_step_from_engine
+from ignite.handlers import Checkpoint, EarlyStopping, PiecewiseLinear, ProgressBar, global_step_from_engine
 from ignite.handlers.tensorboard_logger import TensorboardLogger
-from ignite.metrics import Accuracy, Loss
+from ignite.metrics import Accuracy, ConfusionMatrix, Loss
 from ignite.utils import manual_seed
 from torch import nn
 
@@ -48,6 +48,7 @@ from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_th
 from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
 from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
+from ignite_ddl.tracking import MlflowTracker, check_tracker
 from ignite_ddl.watchdog import StallWatchdog
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -112,8 +113,11 @@ def create_trainer(
     return Engine(train_step)
 
 
-def create_evaluator(model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none") -> Engine:
-    """An engine computing accuracy and loss; Ignite's metrics sum their counts over all ranks."""
+def create_evaluator(
+    model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none", num_classes: int | None = None
+) -> Engine:
+    """An engine computing accuracy, loss and (given ``num_classes``) the confusion matrix; Ignite's metrics sum
+    their counts over all ranks, so every rank holds the same figures."""
     # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
     net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
@@ -128,7 +132,18 @@ def create_evaluator(model: nn.Module, criterion: nn.Module, device: torch.devic
     evaluator = Engine(eval_step)
     Accuracy().attach(evaluator, "accuracy")
     Loss(criterion).attach(evaluator, "loss")
+    if num_classes is not None:
+        ConfusionMatrix(num_classes).attach(evaluator, "confusion_matrix")
     return evaluator
+
+
+def attach_early_stopping(trainer: Engine, evaluator: Engine, patience: int) -> EarlyStopping:
+    """Ignite's ``EarlyStopping`` on validation accuracy: stop ``trainer`` after ``patience`` evaluations without
+    improvement. Every rank stops at the same epoch with no extra collective: the accuracy it compares is already
+    summed over all ranks, so every rank's handler sees the same scores and decides alike."""
+    early = EarlyStopping(patience, score_function=lambda engine: engine.state.metrics["accuracy"], trainer=trainer)
+    evaluator.add_event_handler(Events.COMPLETED, early)
+    return early
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -192,7 +207,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
     recorder = StepRecorder(config.warmup_iters, device) if config.record_steps else None
     trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
-    evaluator = create_evaluator(model, criterion, device, config.amp)
+    evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
     # Measuring handlers go first: nothing attached later counts as step time, and timers pause before evaluation.
     if recorder is not None:
         recorder.attach(trainer)
@@ -225,6 +240,9 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     epochs = EpochLog(loaders, evaluator, tb, log, recorder, config.eval_every)
     epochs.attach(trainer)
 
+    early = attach_early_stopping(trainer, evaluator, config.early_stopping) if config.early_stopping else None
+    if early is not None:
+        to_save["early_stopping"] = early  # a resumed run goes on counting evaluations without improvement
     checkpoint = attach_checkpoints(trainer, to_save, out, config.checkpoint_every) if config.checkpoints else None
     if config.best_model:
         attach_best_model(trainer, evaluator, model, out)
@@ -233,6 +251,10 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
 
     if tb is not None:
         _attach_tensorboard(tb, trainer, evaluator, optimizer, config.log_every)
+    tracker = None
+    if rank == 0 and config.tracker == "mlflow":
+        tracker = MlflowTracker(config, trainer, {"world_size": world, "backend": idist.backend() or "none"})
+        epochs.listeners.append(tracker.log_epoch)
     if rank == 0 and config.progress:
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
     if config.resume:
@@ -252,6 +274,10 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     start = time.perf_counter()
     try:
         trainer.run(loaders.train, max_epochs=config.epochs)
+    except BaseException:
+        if tracker is not None:
+            tracker.finish(None)
+        raise
     finally:
         if watchdog is not None:
             watchdog.stop()
@@ -267,9 +293,16 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
             tb.writer.add_scalar("global/samples_per_s", steps["global"]["samples_per_s"], trainer.state.iteration)
         tb.close()
 
+    stopped_early = trainer.state.epoch if early is not None and early.counter >= early.patience else None
+    if stopped_early is not None:
+        log.info(f"early stopping: no better validation accuracy for {early.patience} evaluations, "
+                 f"stopped after epoch {stopped_early}")  # fmt: skip
     summary = _summary(config, env, loaders, trainer, epochs, wall, checkpoint, steps, profile, foreign)
+    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=epochs.confusion_matrix)
     if rank == 0:
         write_json(out / "summary.json", summary)
+        if tracker is not None:
+            tracker.finish(summary)
         if steps is not None:
             log.info("\n" + format_steps(steps))
         if summary["diverged"]:
@@ -323,6 +356,8 @@ class EpochLog:
         self.history: list[dict[str, Any]] = []
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
         self.initial_losses: list[float] = []
+        self.confusion_matrix: list[list[int]] | None = None  # of the last evaluation
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each epoch's record
 
     def attach(self, trainer: Engine) -> None:
         trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
@@ -357,6 +392,8 @@ class EpochLog:
         self.evaluator.run(self.loaders.val)
         metrics = self.evaluator.state.metrics
         record.update(val_accuracy=float(metrics["accuracy"]), val_loss=float(metrics["loss"]))
+        if "confusion_matrix" in metrics:
+            self.confusion_matrix = metrics["confusion_matrix"].long().tolist()
 
     def _close(self, engine: Engine, final: bool) -> None:
         if self.history and self.history[-1]["iteration"] == engine.state.iteration:
@@ -394,6 +431,8 @@ class EpochLog:
             f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, {validation}"
             f"{record['samples_per_s']:.0f} samples/s (all ranks)"
         )
+        for listener in self.listeners:
+            listener(record)
 
 
 EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iteration's (and 0.5 above it) has exploded
@@ -522,6 +561,7 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     creates the output directory last."""
     check_dataset(config)
     check_model(config.model)
+    check_tracker(config)
     if config.resume is not None:
         check_checkpoint(config.resume, config)
     if config.batch_size < plan.world_size:
