@@ -12,6 +12,8 @@ import nbformat
 import pytest
 from conftest import load_summary
 
+from ignite_ddl.colab import COLAB_URL, INSTALL_CELL
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 QUICK_EXAMPLE = NOTEBOOKS / "01_quick_example.ipynb"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -50,10 +52,12 @@ def stream_text(nb: nbformat.NotebookNode) -> str:
     return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
 
 
+NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
 def test_notebooks_are_stored_clean():
-    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
-    assert QUICK_EXAMPLE in paths
-    for path in paths:
+    assert QUICK_EXAMPLE in NOTEBOOK_PATHS
+    for path in NOTEBOOK_PATHS:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
         assert nb.metadata.kernelspec.name == "python3", path.name
@@ -62,10 +66,36 @@ def test_notebooks_are_stored_clean():
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} is stored with outputs"
 
 
+@pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=lambda p: p.stem)
+def test_notebooks_share_one_layout(path: Path):
+    """Title and Colab link; the one install cell, word for word; a parameters cell at CI size; a self-check last."""
+    nb = nbformat.read(path, as_version=4)
+    first, install, parameters = nb.cells[:3]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert f"[Open in Colab]({COLAB_URL}{path.name})" in first.source
+    assert install.cell_type == "code" and install.source == INSTALL_CELL
+    assert parameters.metadata.get("tags") == ["parameters"] and 'SIZE = "ci"' in parameters.source
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code[-1].metadata.get("tags") == ["self-check"] and "assert" in code[-1].source
+    # A thin caller: training and measuring happen in ignite_ddl, never in a notebook cell.
+    forbidden_calls = ("loss.backward(", "optimizer.step(", "Engine(", "init_process_group(",
+                       "DistributedDataParallel(")  # fmt: skip
+    for cell in code:
+        for forbidden in forbidden_calls:
+            assert forbidden not in cell.source, f"{path.name} re-implements what the library does: {forbidden}"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOK_PATHS if p != QUICK_EXAMPLE], ids=lambda p: p.stem)
+def test_notebook_runs_and_checks_its_claim(path: Path, tmp_path: Path, python3_kernel: str):
+    nb = execute(path, tmp_path, python3_kernel)  # a failing assert in the self-check cell fails here
+    assert "self-check passed" in stream_text(nb)
+
+
 def test_quick_example(tmp_path: Path, python3_kernel: str):
     workdir = tmp_path / "work"
     workdir.mkdir()
     nb = execute(QUICK_EXAMPLE, workdir, python3_kernel)
+    assert "self-check passed" in stream_text(nb)
 
     # The notebook's run: 2 gloo processes, one history record per configured epoch, and the model learned.
     out = workdir / "runs" / "01_quick_example"

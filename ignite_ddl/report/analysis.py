@@ -151,6 +151,7 @@ class ConfigResult:
     measured_iterations: int | None = None
     global_batch: int | None = None
     profiler: dict[str, Any] | None = None
+    confusion_matrix: list[list[int]] | None = None  # validation, summed over the runs used
 
     @property
     def name(self) -> str:
@@ -438,6 +439,20 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     iterations = [min(r.get("iterations", 0) for r in s["ranks"]) for s in steps if s["ranks"]]
     config.measured_iterations = min(iterations) if iterations else None
     config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
+    config.confusion_matrix = _summed_matrix([s.get("confusion_matrix") for s in summaries])
+
+
+def _summed_matrix(matrices: list[Any]) -> list[list[int]] | None:
+    """The element-wise sum of the well-formed square matrices of one shape (None if there is none)."""
+    square = [
+        m for m in matrices
+        if isinstance(m, list) and m and all(isinstance(row, list) and len(row) == len(m) for row in m)
+        and all(isinstance(v, int) and not isinstance(v, bool) for row in m for v in row)
+    ]  # fmt: skip
+    square = [m for m in square if len(m) == len(square[0])] if square else []
+    if not square:
+        return None
+    return [[sum(m[i][j] for m in square) for j in range(len(square[0]))] for i in range(len(square[0]))]
 
 
 def _kind(config: ConfigResult) -> tuple:

@@ -20,7 +20,7 @@ from ignite_ddl.outputs import writing
 from ignite_ddl.report.analysis import LAYOUT_OPTIONS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["PLOTS", "figures", "make_plots"]
+__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots"]
 
 PLOTS = {
     "throughput.png": "global throughput per configuration with its confidence interval, by workload",
@@ -28,6 +28,7 @@ PLOTS = {
     "throughput_vs_batch.png": "global throughput vs global batch size",
     "step_breakdown.png": "where each step's time goes, per configuration",
     "rank_step_times.png": "step-time distribution per rank",
+    "confusion.png": "validation confusion matrix of each workload's most accurate configuration",
 }
 MAX_PANELS = 32
 PANEL_COLUMNS = 4  # rank panels per row
@@ -73,6 +74,7 @@ def figures(analysis: Analysis) -> dict[str, Any]:
         ("throughput_vs_batch.png", _batch),
         ("step_breakdown.png", _breakdown),
         ("rank_step_times.png", _ranks),
+        ("confusion.png", _confusion),
     ):
         fig = draw(analysis, plt)
         if fig is not None:
@@ -385,4 +387,64 @@ def _ranks(analysis: Analysis, plt: Any) -> Any:
     more = f"; first {MAX_PANELS} of {len(panels)}" if len(panels) > MAX_PANELS else ""
     title = f"Per-rank step time (measured iterations of one repeat{more})"
     fig.suptitle(_wrap(title, int(width * 10)), fontsize=TITLE_FONT)
+    return fig
+
+
+def confusion_heatmap(
+    matrix: list[list[int]], ax: Any = None, classes: list[str] | None = None, title: str | None = None
+) -> Any:
+    """Draw a confusion matrix (rows: true class, columns: predicted) as a heatmap of each row's shares (per-class
+    recall on the diagonal), with the counts written in the cells up to 12 classes; returns the axes.
+
+    Example:
+        >>> ax = confusion_heatmap([[8, 2], [1, 9]], classes=["cat", "dog"])
+        >>> ax.get_xlabel(), round(float(ax.images[0].get_array()[0][0]), 2)
+        ('predicted', 0.8)
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    counts = np.asarray(matrix, dtype=float)
+    if ax is None:
+        size = min(9.0, 2.5 + 0.35 * len(counts))
+        _, ax = plt.subplots(figsize=(size, size))
+    totals = counts.sum(axis=1, keepdims=True)
+    shares = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+    ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)
+    labels = classes or [str(i) for i in range(len(counts))]
+    ticks = range(len(counts))
+    ax.set_xticks(ticks, labels, fontsize=FONT, rotation=90 if max(map(len, labels)) > 3 else 0)
+    ax.set_yticks(ticks, labels, fontsize=FONT)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    if title:
+        ax.set_title(_wrap(title), fontsize=FONT + 1)
+    if len(counts) <= 12:
+        for i in ticks:
+            for j in ticks:
+                color = "white" if shares[i, j] > 0.6 else "black"
+                ax.text(j, i, f"{int(counts[i, j])}", ha="center", va="center", fontsize=FONT - 1, color=color)
+    return ax
+
+
+def _confusion(analysis: Analysis, plt: Any) -> Any:
+    chosen = []
+    for workload, configs in _workloads(analysis, analysis.configs):
+        with_matrix = [c for c in configs if c.confusion_matrix]
+        if with_matrix:
+            best = max(with_matrix, key=lambda c: c.val_accuracy if c.val_accuracy is not None else -1.0)
+            chosen.append((workload, best))
+    if not chosen:
+        return None
+    chosen = chosen[:MAX_PANELS]
+    columns = min(len(chosen), LINE_COLUMNS)
+    rows = -(-len(chosen) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 4.2 * rows), squeeze=False)
+    for ax, (workload, config) in zip(axes.flat, chosen):
+        accuracy = f", accuracy {config.val_accuracy:.3f}" if config.val_accuracy is not None else ""
+        confusion_heatmap(config.confusion_matrix, ax=ax, title=f"{workload or config.name}: {config.name}{accuracy}")
+    for ax in list(axes.flat)[len(chosen):]:
+        ax.set_visible(False)
+    fig.suptitle("Validation confusion matrix (row shares; counts summed over the runs)", fontsize=TITLE_FONT)
+    fig.tight_layout()
     return fig
