@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 from unittest import mock
 
@@ -96,6 +97,7 @@ def sweep(tmp_path: Path, n_axes: int, repeats: int = 3, seed: int = 0) -> list[
                 "device": {"type": "cpu", "name": "cpu"},
                 "batch": {"requested_global": batch, "per_rank": batch // procs, "global": batch},
                 "val_accuracy": 0.5, "diverged": None,
+                "confusion_matrix": [[rng.randrange(1, 20) for _ in range(10)] for _ in range(10)],
                 "contention": {"foreign_cpu_share": 0.01, "foreign_gpu_share": None, "nodes": []},
                 "steps": {
                     "warmup_iterations": 5, "ranks": ranks,
@@ -230,9 +232,26 @@ def check_throughput_is_honest(analysis, fig) -> None:
     assert sorted(shown) == sorted(c.name for c in analysis.configs)
 
 
+def check_confusion_sums_the_runs(analysis, records, fig) -> None:
+    """One heatmap per workload (its most accurate configuration), showing the runs' matrices summed, by row share."""
+    shown = [ax for ax in fig.axes if ax.get_visible() and ax.images]
+    assert len(shown) == min(len(analysis.verdicts), 32)
+    for ax in shown:
+        name = re.search(r"cfg\d{3}", ax.get_title())[0]
+        config = analysis.config(name)
+        used = {r.run_dir for r in config.used_runs}
+        matrices = [r["summary"]["confusion_matrix"] for r in records if r["run_dir"] in used]
+        assert matrices
+        counts = [[int(t.get_text()) for t in ax.texts][i * 10 : (i + 1) * 10] for i in range(10)]
+        assert counts == [[sum(m[i][j] for m in matrices) for j in range(10)] for i in range(10)]
+        shares = ax.images[0].get_array()
+        assert float(shares[0][0]) == pytest.approx(counts[0][0] / sum(counts[0]))
+
+
 @pytest.mark.parametrize(("n_axes", "n_configs"), [(1, 2), (5, 32), (6, 64)])
 def test_plots_are_readable(tmp_path, n_axes, n_configs):
-    analysis = analyze(sweep(tmp_path, n_axes), {})
+    records = sweep(tmp_path, n_axes)
+    analysis = analyze(records, {})
     assert len(analysis.configs) == n_configs
     made = figures(analysis)
     try:
@@ -241,6 +260,7 @@ def test_plots_are_readable(tmp_path, n_axes, n_configs):
         for plot, fig in made.items():
             check(fig, plot)
         check_throughput_is_honest(analysis, made["throughput.png"])
+        check_confusion_sums_the_runs(analysis, records, made["confusion.png"])
     finally:
         for fig in made.values():
             plt.close(fig)

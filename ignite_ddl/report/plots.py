@@ -445,6 +445,6 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
         confusion_heatmap(config.confusion_matrix, ax=ax, title=f"{workload or config.name}: {config.name}{accuracy}")
     for ax in list(axes.flat)[len(chosen):]:
         ax.set_visible(False)
-    fig.suptitle("Validation confusion matrix (row shares; counts summed over the runs)", fontsize=TITLE_FONT)
+    fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
     fig.tight_layout()
     return fig
