@@ -49,6 +49,8 @@ def saved_objects(config: TrainConfig) -> list[str]:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``); :class:`ConfigError` with one line if it cannot be."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"checkpoint to resume from is a folder: {path} (pass one of the files in checkpoints/)")
     if not path.is_file():
         raise ConfigError(f"checkpoint to resume from not found: {path}")
     if path.stat().st_size == 0:

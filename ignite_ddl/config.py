@@ -24,7 +24,7 @@ AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers")
 TRACKERS = ("none", "mlflow")
-PATH_OPTIONS = ("output_dir", "data_dir", "resume")  # an empty one would silently mean the working folder
+PATH_OPTIONS = ("output_dir", "data_dir", "resume", "tracking_uri")  # empty: silently the working folder
 
 
 class ConfigError(ValueError):

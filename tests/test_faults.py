@@ -147,6 +147,12 @@ def refused(capsys, *argv: str) -> str:
         (["--output-dir", ""], "output_dir must not be empty"),
         (["--resume", ""], "resume must not be empty"),
         (["--data-dir", " "], "data_dir must not be empty"),
+        (["--tracking-uri", ""], "tracking_uri must not be empty"),
+        (["--resume", "."], "checkpoint to resume from is a folder: . (pass one of the files in checkpoints/)"),
+        (["--timeout", "0"], "timeout must be a positive number of seconds, got 0.0"),
+        (["--stall-timeout", "-1"], "stall_timeout must be >= 0, got -1.0"),
+        (["--stall-timeout", "400"], "stall_timeout (400 s) must be shorter than timeout (300 s)"),
+        (["--early-stopping", "2", "--eval-every", "0"], "early_stopping needs evaluations to compare"),
     ],
 )
 def test_bad_values_are_refused(tmp_path, capsys, args, message):
