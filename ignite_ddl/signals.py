@@ -18,12 +18,15 @@ Example:
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Interrupted", "interruptible"]
+__all__ = ["Interrupted", "end_with", "interruptible", "sigterm_with_parent"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -59,3 +62,42 @@ def interruptible(stop: Callable[[], None] | None = None) -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def end_with(pid: int) -> None:
+    """SIGTERM this process when process ``pid`` ends, however it ends: a sweep killed with SIGKILL has no chance to
+    stop its run, so the run watches the sweep (and then stops its ranks as on any SIGTERM). Waits on a pidfd
+    where the kernel has them, else checks once a second."""
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            while _alive(pid):
+                time.sleep(1.0)
+        else:
+            select.select([fd], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name=f"end-with-{pid}", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sigterm_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent ends (Linux ``prctl(PR_SET_PDEATHSIG)``; a
+    no-op elsewhere). Meant as a ``preexec_fn``: it applies to the child about to ``exec``."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

@@ -73,7 +73,7 @@ from ignite_ddl.results import (
     repair_results,
     write_json,
 )
-from ignite_ddl.signals import interruptible
+from ignite_ddl.signals import end_with, interruptible, sigterm_with_parent
 
 __all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
            "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
@@ -276,13 +276,18 @@ class _Started:
         if start == "preloaded":
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(list(PRELOAD))
-            self.process: Any = ctx.Process(target=_preloaded_main, args=(argv, str(console)), daemon=False)
+            self.process: Any = ctx.Process(
+                target=_preloaded_main, args=(argv, str(console), os.getpid()), daemon=False
+            )
             self.process.start()
             self.pid = self.process.pid
         else:
             with open(console, "w") as out:
                 cmd = [sys.executable, "-m", "ignite_ddl", *argv]
-                self.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                # The run gets SIGTERM when the sweep ends, however it ends (SIGKILL included).
+                self.process = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=sigterm_with_parent
+                )
             self.pid = self.process.pid
 
     def wait(self, timeout: float | None) -> int | None:
@@ -309,9 +314,11 @@ class _Started:
                 return
 
 
-def _preloaded_main(argv: list[str], console: str) -> None:
-    """A run started by the fork server: its own session (so it can be killed as a group), output to console."""
+def _preloaded_main(argv: list[str], console: str, sweep_pid: int) -> None:
+    """A run started by the fork server: its own session (so it can be killed as a group), output to console,
+    and it ends when the sweep does (the fork server, its parent, outlives a sweep killed with SIGKILL)."""
     os.setsid()
+    end_with(sweep_pid)
     fd = os.open(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

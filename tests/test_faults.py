@@ -354,6 +354,30 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
                                                            (2, "completed")]
 
 
+
+@pytest.mark.parametrize("start", ["preloaded", "fresh"])
+def test_a_sweep_killed_outright_leaves_no_run_behind(tmp_path, start):
+    # SIGKILL leaves the sweep no chance to stop its run: the run itself notices the sweep is gone (a pidfd watch
+    # when preloaded from the fork server, the parent-death signal when started fresh) and stops its ranks.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1, "nproc_per_node": 2,
+                                         "backend": "gloo"}, "grid": {"seed": [1]}, "repeats": 1, "start": start}))
+    out = tmp_path / "out"
+    marker = f"sweep-kill-{os.getpid()}-{start}"
+    proc = subprocess.Popen([sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+    try:
+        wait_for(out / "runs" / "cfg000-r0" / "logs" / "rank1.log", "rank 1/2")  # both ranks are training
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert wait_gone(marker, seconds=20) == []
+    finally:
+        for pid in processes_marked(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 # -- a full disk: one line naming the path, never a traceback, never a half-written record
 
 WRITE_FAILED = re.compile(r"cannot write (?P<path>\S+): (No space left on device|File too large)")
