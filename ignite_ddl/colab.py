@@ -41,9 +41,7 @@ IGNITE_DDL_SOURCE = "git+https://github.com/ignite-ddl/ignite-ddl.git"  # or you
 if importlib.util.find_spec("ignite_ddl") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", IGNITE_DDL_SOURCE], check=True)
 
-from ignite_ddl.colab import prepare_runtime
-
-runtime = prepare_runtime()"""
+runtime = importlib.import_module("ignite_ddl.colab").prepare_runtime()"""
 
 # One release of each, known to work together on Colab's TPU runtime.
 TPU_PACKAGES = ("torch==2.9.0", "torch_xla[tpu]==2.9.0", "torchvision==0.24.0")
@@ -94,12 +92,24 @@ def prepare_runtime(install: bool = True, show: bool = True) -> Runtime:
 
     from ignite_ddl.environment import cpu_cores
 
-    gpus = torch.cuda.device_count()
+    gpus = torch.cuda.device_count()  # does not initialise CUDA: the kernel can still fork ranks afterwards
     tpu = tpu_attached() and importlib.util.find_spec("torch_xla") is not None
     runtime = Runtime(
-        colab=on_colab(), cpu_cores=cpu_cores(), gpus=gpus, gpu_name=torch.cuda.get_device_name(0) if gpus else None,
+        colab=on_colab(), cpu_cores=cpu_cores(), gpus=gpus, gpu_name=_gpu_name() if gpus else None,
         tpu=tpu, torch=torch.__version__, ignite=ignite.__version__,
     )  # fmt: skip
     if show:
         print(runtime.describe())
     return runtime
+
+
+def _gpu_name() -> str | None:
+    """The first GPU's name from nvidia-smi: asking torch would initialise CUDA in the kernel, after which no run
+    started from it may fork its ranks."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.strip().splitlines()
+    return names[0].strip() if done.returncode == 0 and names else None
