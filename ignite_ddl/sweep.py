@@ -380,8 +380,13 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
 
 
 def _last_error(console: Path) -> str | None:
-    """The one-line error the run printed last (or its last line)."""
-    lines = [line.strip() for line in console.read_text(errors="replace").splitlines() if line.strip()]
+    """The one-line error the run printed last (or its last line; None if it printed nothing, or died before it
+    opened its console file)."""
+    try:
+        text = console.read_text(errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("ignite-ddl: error: ")]
     if errors:
         return errors[-1].removeprefix("ignite-ddl: error: ")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import sys
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,7 +46,10 @@ MARKERS = "osD^vPX*"
 def _pyplot() -> Any:
     import matplotlib
 
-    matplotlib.use("Agg")
+    # Headless by default, but never switch a backend someone chose: a notebook's inline backend (MPLBACKEND, or
+    # pyplot already imported) keeps showing its own figures after a report was written.
+    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
