@@ -37,6 +37,7 @@ import logging
 import math
 import multiprocessing as mp
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -340,7 +341,7 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
 def _drain(receiver: Any, results: list[Any]) -> None:
     try:
         while True:
-            results.append(receiver.recv())
+            results.append(pickle.loads(receiver.recv_bytes()))
     except (EOFError, OSError):
         pass
 
@@ -548,7 +549,9 @@ def _rank_main(local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, arg
 def _call_and_send(fn: Callable, sender: Any, *args: Any, **kwargs: Any) -> Any:
     result = fn(*args, **kwargs)
     if sender is not None:
-        sender.send(result)
+        # Plain pickle, by value: the pipe's own pickler passes tensors as shared memory that the receiver fetches
+        # from this process, which may have exited by then.
+        sender.send_bytes(pickle.dumps(result))
     return result
 
 

@@ -258,7 +258,15 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if rank == 0 and config.progress:
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
     if config.resume:
+        planned = (list(scheduler.milestones), list(scheduler.values)) if "lr_scheduler" in to_save else None
         Checkpoint.load_objects(to_load=to_save, checkpoint=load_checkpoint(config.resume))
+        if planned is not None and (list(scheduler.milestones), list(scheduler.values)) != planned:
+            # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
+            raise ConfigError(
+                f"cannot resume from {config.resume}: its learning-rate schedule ends at iteration "
+                f"{scheduler.milestones[-1]}, this run's at {planned[0][-1]}; resume with the --epochs, "
+                "--warmup-epochs and --lr of the run that wrote it"
+            )
         log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
     if setup is not None:
         setup(TrainingRun(config, trainer, evaluator, model, optimizer, loaders))

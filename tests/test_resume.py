@@ -34,3 +34,17 @@ def test_resume_mid_epoch_matches_uninterrupted_run(tmp_path):
     # the interrupted run really was behind: its weights differ from the final ones
     stopped = weights(checkpoint)
     assert max((stopped[n] - expected[n]).abs().max().item() for n in expected) > 1e-4
+
+
+def test_resuming_with_another_schedule_is_refused(tmp_path):
+    # Ignite restores the saved warm-up schedule: more epochs would silently train at learning rate 0.
+    part = tmp_path / "part"
+    check_ok(run_cli("train", *RUN, "--max-iters", "5", "--checkpoint-every", "5", "--output-dir", str(part)))
+    more = [*RUN, "--epochs", "3"]  # the later --epochs wins
+    result = run_cli("train", *more, "--resume", str(part / "checkpoints" / "checkpoint_5.pt"),
+                     "--output-dir", str(tmp_path / "resumed"))  # fmt: skip
+    assert result.returncode == 1
+    assert (
+        "its learning-rate schedule ends at iteration 16, this run's at 24; resume with the --epochs, "
+        "--warmup-epochs and --lr of the run that wrote it" in result.stderr.strip().splitlines()[-1]
+    )

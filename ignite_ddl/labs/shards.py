@@ -117,11 +117,11 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
     """Each rank's first batch as an 8 x 8 grid of images, labelled with the sample indices (a PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed: write the file only
-    import matplotlib.pyplot as plt
     from torchvision.utils import make_grid
+
+    from ignite_ddl.report.plots import pyplot
+
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 4.4), squeeze=False)
     for ax, row in zip(axes[0], rows):

@@ -22,7 +22,7 @@ from ignite_ddl.outputs import writing
 from ignite_ddl.report.analysis import LAYOUT_OPTIONS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots"]
+__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots", "pyplot"]
 
 PLOTS = {
     "throughput.png": "global throughput per configuration with its confidence interval, by workload",
@@ -43,7 +43,8 @@ TITLE_FONT = 11
 MARKERS = "osD^vPX*"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot``, headless unless a backend was chosen (see below)."""
     import matplotlib
 
     # Headless by default, but never switch a backend someone chose: a notebook's inline backend (MPLBACKEND, or
@@ -57,7 +58,7 @@ def _pyplot() -> Any:
 
 def make_plots(analysis: Analysis, out: Path) -> list[tuple[str, str]]:
     """Write the plots that apply into ``out``; (file name, description) of each one written."""
-    plt = _pyplot()
+    plt = pyplot()
     made = []
     for name, fig in figures(analysis).items():
         try:
@@ -71,7 +72,7 @@ def make_plots(analysis: Analysis, out: Path) -> list[tuple[str, str]]:
 
 def figures(analysis: Analysis) -> dict[str, Any]:
     """The plots that apply to this sweep, as open matplotlib figures (close them when done)."""
-    plt = _pyplot()
+    plt = pyplot()
     made = {}
     for name, draw in (
         ("throughput.png", _throughput),
@@ -408,7 +409,7 @@ def confusion_heatmap(
     """
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     counts = np.asarray(matrix, dtype=float)
     if ax is None:
         size = min(9.0, 2.5 + 0.35 * len(counts))
