@@ -14,10 +14,21 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NoReturn
 
-from ignite_ddl.config import ConfigError, TrainConfig, option_flag
+from ignite_ddl import __version__
+from ignite_ddl.config import (
+    AMP_MODES,
+    BACKENDS,
+    OPTIMIZERS,
+    PROFILERS,
+    START_METHODS,
+    TRACKERS,
+    ConfigError,
+    TrainConfig,
+    option_flag,
+)
 from ignite_ddl.contention import CONTENTION_THRESHOLD
-from ignite_ddl.labs import claims_hold, lab_modules
-from ignite_ddl.launcher import LaunchFailed, RunFailed
+from ignite_ddl.errors import LaunchFailed, RunFailed
+from ignite_ddl.labs import claims_hold, lab_index, load_lab
 from ignite_ddl.outputs import OutputError, as_output_error
 from ignite_ddl.results import write_json
 
@@ -30,21 +41,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message}\n")
 
 
+# Options with a fixed set of values: help shows them as {a,b,c}; TrainConfig.check refuses the rest in one line.
+CHOICES = {"backend": BACKENDS, "start_method": START_METHODS, "amp": AMP_MODES, "optimizer": OPTIMIZERS,
+           "profiler": PROFILERS, "tracker": TRACKERS}  # fmt: skip
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     types = {"int": int, "float": float, "str": str}
     for f in dataclasses.fields(TrainConfig):
         flag = option_flag(f.name)
         kind = f.type.replace("| None", "").strip()
+        shown = f" (default: {f.default})" if f.default is not None and kind != "bool" else ""
         if kind == "bool":
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
         else:
-            parser.add_argument(
-                flag, type=types[kind], default=f.default, metavar=kind.upper(), help=f.metadata["help"]
-            )
+            metavar = "{" + ",".join(CHOICES[f.name]) + "}" if f.name in CHOICES else kind.upper()
+            parser.add_argument(flag, type=types[kind], default=f.default, metavar=metavar,
+                                help=f.metadata["help"] + shown)  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``ignite-ddl`` parser. Nothing here imports torch: a lab's options (its module imports torch) are added
+    only when ``command`` is that lab, so ``--help`` and ``train --help`` stay fast."""
     parser = _Parser(prog=PROG, description="Run, measure and compare data-parallel training with PyTorch-Ignite.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     train = commands.add_parser("train", help="train one configuration (serial, spawned, torchrun or SLURM)")
     _add_config_options(train)
@@ -87,11 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="let contended runs count in the verdict (they are flagged either way)")
     report.set_defaults(handler=_report)
 
-    for lab in lab_modules():
-        sub = commands.add_parser(lab.NAME, help=lab.HELP, description=lab.HELP)
-        lab.add_arguments(sub)
-        sub.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
-        sub.set_defaults(handler=_lab(lab))
+    for name, (_, help_text) in lab_index().items():
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            lab = load_lab(name)
+            lab.add_arguments(sub)
+            sub.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
+            sub.set_defaults(handler=_lab(lab))
     return parser
 
 
@@ -134,6 +156,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.report import write_report
     from ignite_ddl.sweep import load_spec, parse_spec, sweep, sweep_dir
 
+    if not args.spec and not args.grid:
+        raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")
     spec = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
@@ -190,7 +214,8 @@ def _print_verdicts(results_dir: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command=next((a for a in argv if not a.startswith("-")), None))
     args: Any = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -89,7 +89,7 @@ class TrainConfig:
     tracking_uri: str | None = _opt(
         None, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<output_dir>/mlflow.db)"
     )
-    progress: bool = _opt(True, "show a progress bar on rank 0")
+    progress: bool = _opt(True, "show a progress bar on rank 0 (in a terminal or notebook; never in piped output)")
     # -- measurement
     record_steps: bool = _opt(True, "record per-step timings on every rank (steps_rank<r>.csv, summary 'steps')")
     warmup_iters: int = _opt(5, "iterations left out of step statistics (recorded, flagged as warm-up)")

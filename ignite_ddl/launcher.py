@@ -61,6 +61,7 @@ from ignite_ddl import xla
 from ignite_ddl.config import BACKENDS, START_METHODS, ConfigError
 from ignite_ddl.contention import process_tree_pids
 from ignite_ddl.environment import cpu_cores
+from ignite_ddl.errors import LaunchFailed, RunFailed
 from ignite_ddl.signals import Interrupted, interruptible
 from ignite_ddl.watchdog import clear_stall, read_stall
 
@@ -70,19 +71,6 @@ __all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_po
 DEFAULT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
 _KEYS = "ignite_ddl/"  # our keys in the rendezvous store (torch's own live under a prefix of their own)
-
-
-class RunFailed(RuntimeError):
-    """A launched run ended with an error on one rank."""
-
-    def __init__(self, rank: int, message: str, log_file: str | None = None):
-        self.rank, self.message, self.log_file = rank, message, log_file
-        detail = f" (traceback in {log_file})" if log_file else ""
-        super().__init__(f"rank {rank} failed: {message}{detail}")
-
-
-class LaunchFailed(RuntimeError):
-    """The ranks could not all be brought together: a node that never joined, a rendezvous that cannot be reached."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +271,8 @@ def _run_env(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
     # idist.Parallel would initialise without a timeout (torch's default: 30 minutes); initialise here instead.
     idist.initialize(plan.backend, timeout=datetime.timedelta(seconds=plan.timeout))
     try:
-        return _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
+        result = _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
+        return result if idist.get_rank() == 0 else None  # as in a spawned run: what rank 0 returned, once
     finally:
         # Destroy the group while the interpreter is fully alive. Engines hold the DDP model (which holds the group)
         # in reference cycles that only the garbage collector frees; left to interpreter shutdown, a gloo worker

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -255,7 +256,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if rank == 0 and config.tracker == "mlflow":
         tracker = MlflowTracker(config, trainer, {"world_size": world, "backend": idist.backend() or "none"})
         epochs.listeners.append(tracker.log_epoch)
-    if rank == 0 and config.progress:
+    if rank == 0 and config.progress and _interactive():
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
     if config.resume:
         planned = (list(scheduler.milestones), list(scheduler.values)) if "lr_scheduler" in to_save else None
@@ -482,6 +483,11 @@ def _attach_tensorboard(
         evaluator, Events.COMPLETED, tag="val", metric_names=["accuracy", "loss"],
         global_step_transform=global_step_from_engine(trainer, Events.EPOCH_COMPLETED),
     )  # fmt: skip
+
+
+def _interactive() -> bool:
+    """A terminal or a notebook is watching: piped or redirected output gets no progress-bar redraws."""
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
 
 
 def _launch_facts(plan: LaunchPlan | None) -> dict[str, Any]:

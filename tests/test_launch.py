@@ -43,6 +43,9 @@ def test_torchrun(tmp_path):
     check_ok(result)
     summary = load_summary(out, world_size=2)
     assert summary["launch_mode"] == "env" and summary["backend"] == "gloo"
+    # one final line for the run, not one per rank; and no progress-bar redraws in piped output
+    assert [line for line in result.stdout.splitlines() if "samples/s, val accuracy" in line][1:] == []
+    assert "\r" not in result.stderr and "it/s]" not in result.stderr
 
 
 def test_two_nodes_on_loopback(tmp_path):

@@ -15,6 +15,7 @@ The CLI prints the result, writes it as JSON with ``--json PATH``, and exits wit
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 from pathlib import Path
@@ -63,5 +64,33 @@ def parse_lab_args(lab: ModuleType, *argv: str) -> argparse.Namespace:
 
 def lab_modules() -> list[ModuleType]:
     """Every lab module of this package, in name order (modules named ``_*`` hold shared helpers, not labs)."""
-    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+    return [importlib.import_module(f"{__name__}.{module}") for module in _lab_module_names()]
+
+
+def _lab_module_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def lab_index() -> dict[str, tuple[str, str]]:
+    """``{command: (module name, one-line help)}`` of every lab, read from the modules' ``NAME`` and ``HELP``
+    constants without importing them (they import torch): the CLI lists the labs at the cost of reading a few files.
+
+    Example:
+        >>> lab_index()["collectives"][0]
+        'collectives'
+    """
+    index = {}
+    for module in _lab_module_names():
+        tree = ast.parse(Path(__path__[0], f"{module}.py").read_text())
+        constants = {
+            target.id: node.value.value
+            for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets if isinstance(target, ast.Name)
+        }  # fmt: skip
+        index[constants["NAME"]] = (module, constants["HELP"])
+    return index
+
+
+def load_lab(command: str) -> ModuleType:
+    """The lab module behind ``ignite-ddl <command>``."""
+    return importlib.import_module(f"{__name__}.{lab_index()[command][0]}")
