@@ -36,6 +36,7 @@ import ipaddress
 import logging
 import math
 import multiprocessing as mp
+import multiprocessing.util as mp_util
 import os
 import pickle
 import shutil
@@ -364,6 +365,9 @@ def _wait_children(seconds: float) -> None:
 def _private_tempdir() -> Iterator[None]:
     """torch's spawn writes a temporary error file per process and leaves it behind when a rank fails: give it
     a folder of its own and remove it afterwards."""
+    # multiprocessing's own temporary folder lives until this process exits and removes itself then: create it
+    # now, in the usual place, not in the folder we remove when the launch ends.
+    mp_util.get_temp_dir()
     folder = tempfile.mkdtemp(prefix="ignite-ddl-")
     previous, tempfile.tempdir = tempfile.tempdir, folder
     try:
@@ -506,9 +510,10 @@ def _await_store(address: str, port: int, timeout: float) -> None:
 
 def _rank_main(local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, args: tuple, kwargs: dict) -> Any:
     _quiet_ignite_loggers()
-    if plan.mode == "spawn":
+    if plan.mode == "spawn" and threading.current_thread() is threading.main_thread():
         # Ctrl-C in a terminal reaches every process of the group: only the launcher decides what to stop, and
         # when it stops a rank with SIGTERM the rank just ends (a forked rank inherited the launcher's handler).
+        # (PJRT runs XLA replicas in threads of one process, where the process's handlers already apply.)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rank = idist.get_rank()
