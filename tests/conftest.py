@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +63,28 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict
 def run_script(name: str, *args: str, timeout: float = 180, env: dict | None = None):
     """``python tests/NAME ARGS``: one of the helper scripts beside the tests."""
     return run([sys.executable, str(Path(__file__).with_name(name)), *args], timeout=timeout, env=env)
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes whose environment holds ``IGNITE_DDL_TEST_MARK=<marker>`` (every descendant inherits it,
+    however it was started: fork server, forked ranks, DataLoader workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"IGNITE_DDL_TEST_MARK={marker}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_gone(marker: str, seconds: float = 15.0) -> list[int]:
+    """The processes marked ``marker`` still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while processes_marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_marked(marker)
 
 
 def check_ok(result: subprocess.CompletedProcess) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,10 @@ from ignite_ddl.launcher import free_port
 
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failure_on_rank1_ends_the_run(tmp_path, how):
-    start = time.monotonic()
+    # The deadline is the check that the run ended promptly: rank 0, blocked in an all-reduce, would otherwise wait
+    # for the collective timeout (5 minutes) and run() would raise TimeoutExpired.
     result = run_script("scenarios.py", f"fail-{how}", str(tmp_path / "run"), timeout=60)
-    elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stderr
-    assert elapsed < 30, f"took {elapsed:.0f} s"
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("error: rank 1 failed:"), result.stderr
     if how == "raise":
@@ -41,11 +39,9 @@ def test_a_stuck_rank_ends_the_run_named(tmp_path, launcher):
     if launcher == "torchrun":
         cmd = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
                "--master_port", str(free_port()), *cmd]  # fmt: skip
-    start = time.monotonic()
+    # The deadline (well under the 5-minute collective timeout) is the check that the watchdog ended the run.
     result = run([sys.executable, *cmd], timeout=120, env={"OMP_NUM_THREADS": "1"})
-    elapsed = time.monotonic() - start
     assert result.returncode == 1, result.stderr
-    assert elapsed < 60, f"took {elapsed:.0f} s"
     assert "rank 1 failed: stuck in forward of iteration 6: no iteration completed for 3 s" in result.stderr
     assert "rank 0 waits for it, in backward (the gradient all-reduce) of iteration 6" in result.stderr
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()

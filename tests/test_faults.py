@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_ok, run_cli, run_script
+from conftest import check_ok, processes_marked, run_cli, run_script, wait_gone
 
 from ignite_ddl.cli import main
 from ignite_ddl.launcher import free_port
@@ -259,26 +259,6 @@ def test_node_0_must_listen_on_its_own_address(capsys, tmp_path):
     err = refused(capsys, "train", "--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1",
                   "--master-port", "29500", "--output-dir", str(tmp_path / "out"))
     assert "cannot listen on 192.0.2.1:29500" in err and "must be an address of this machine" in err
-
-
-def processes_marked(marker: str) -> list[int]:
-    """Live processes whose environment holds IGNITE_DDL_TEST_MARK=<marker> (every descendant inherits it)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if f"IGNITE_DDL_TEST_MARK={marker}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def wait_gone(marker: str, seconds: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while processes_marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return processes_marked(marker)
 
 
 def wait_for(path: Path, text: str, seconds: float = 120.0) -> None:

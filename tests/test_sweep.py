@@ -9,11 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import run_cli, wait_gone
 
 from ignite_ddl.cli import main
 from ignite_ddl.sweep import expand, parse_spec, read_results
@@ -93,20 +92,6 @@ def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
     assert f"resuming: {len(before)} of 4 runs already recorded" in result.stdout
 
 
-def processes_marked(marker: str) -> list[int]:
-    """Live processes whose environment holds ``IGNITE_DDL_TEST_MARK=<marker>`` (every descendant inherits it,
-    however it was started: fork server, forked ranks, DataLoader workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if f"IGNITE_DDL_TEST_MARK={marker}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.mark.parametrize("start", ["preloaded", "fresh"])
 def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     # The second configuration trains long enough to be under way whenever the signal comes.
@@ -130,10 +115,8 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     records = read_results(out / "results.jsonl")
     # The finished run is kept; the one under way is recorded as interrupted, so --resume runs it again.
     assert [(r["grid"]["train_size"], r["status"]) for r in records] == [(256, "completed"), (60000, "interrupted")]
-    deadline = time.monotonic() + 10  # the fork server notices its parent is gone and exits
-    while processes_marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes_marked(marker) == []  # the interrupted run's processes were stopped, and nothing else is left
+    # the interrupted run's processes were stopped, and the fork server noticed its parent is gone: nothing is left
+    assert wait_gone(marker, seconds=10) == []
 
 
 def test_existing_results_need_resume(tmp_path):
