@@ -276,3 +276,21 @@ def test_make_plots_writes_pngs(tmp_path):
         assert description == PLOTS[name]
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.get_fignums(), "make_plots leaves figures open"
+
+
+def test_a_report_made_from_another_folder_finds_the_runs(tmp_path):
+    # A sweep records run_dir relative to the folder it was started in; the report may be made from anywhere.
+    from ignite_ddl.report import load
+    from ignite_ddl.results import append_record
+
+    out = tmp_path / "sweep"
+    (out / "runs").mkdir(parents=True)
+    for record in sweep(out / "runs", 2):
+        record["run_dir"] = f"started/elsewhere/runs/{Path(record['run_dir']).name}"
+        append_record(out / "results.jsonl", record)
+    made = figures(load(out))
+    try:
+        assert "rank_step_times.png" in made
+    finally:
+        for fig in made.values():
+            plt.close(fig)

@@ -258,12 +258,23 @@ RULE = (
 )
 
 
+def _locate_run(record: dict[str, Any], out: Path) -> dict[str, Any]:
+    """A record whose ``run_dir`` (written relative to where the sweep was started) is found from here: a report made
+    from another folder looks for the run in the sweep's own ``runs/``."""
+    run_dir = record.get("run_dir")
+    if isinstance(run_dir, str) and run_dir and not Path(run_dir).is_dir():
+        beside = out / "runs" / Path(run_dir).name
+        if beside.is_dir():
+            return {**record, "run_dir": str(beside)}
+    return record
+
+
 def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
     """Analyse a sweep's directory (``results.jsonl`` and ``sweep.json``); lines of the results that are not run
     records are skipped and flagged, never the records around them."""
     out = Path(results_dir)
     loaded, rejected = load_results(out / "results.jsonl")
-    records = [record for record, _ in loaded]
+    records = [_locate_run(record, out) for record, _ in loaded]
     if not records:
         skipped = f" ({len(rejected)} line(s) that are not run records)" if rejected else ""
         raise FileNotFoundError(f"no results in {out / 'results.jsonl'}{skipped}")

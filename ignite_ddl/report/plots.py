@@ -448,7 +448,8 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
     fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 4.2 * rows), squeeze=False)
     for ax, (workload, config) in zip(axes.flat, chosen):
         accuracy = f", accuracy {config.val_accuracy:.3f}" if config.val_accuracy is not None else ""
-        confusion_heatmap(config.confusion_matrix, ax=ax, title=f"{workload or config.name}: {config.name}{accuracy}")
+        shown = f"{workload}: {config.name}" if workload else f"{config.name}: {config.label}"
+        confusion_heatmap(config.confusion_matrix, ax=ax, title=f"{shown}{accuracy}")
     for ax in list(axes.flat)[len(chosen):]:
         ax.set_visible(False)
     fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
