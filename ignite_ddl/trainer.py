@@ -7,7 +7,7 @@ engines on their own, for notebooks that want to attach handlers of their own.
 Example:
     >>> from ignite_ddl import TrainConfig
     >>> from ignite_ddl.trainer import train
-    >>> summary = train(TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run"))
+    >>> summary = train(TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run", overwrite=True))
     >>> summary["world_size"]
     2
 """

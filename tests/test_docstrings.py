@@ -25,6 +25,15 @@ import pytest
         "labs.collectives",
         "labs.shards",
         "labs.speedup",
+        "labs",
+        "folders",
+        "outputs",
+        "watchdog",
+        "signals",
+        "errors",
+        "colab",
+        "checkpoint",
+        "report.plots",
     ],
 )
 def test_docstring_examples(module):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -71,6 +72,7 @@ def _lab_module_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
+@functools.cache
 def lab_index() -> dict[str, tuple[str, str]]:
     """``{command: (module name, one-line help)}`` of every lab, read from the modules' ``NAME`` and ``HELP``
     constants without importing them (they import torch): the CLI lists the labs at the cost of reading a few files.
