@@ -406,6 +406,7 @@ def confusion_heatmap(
         >>> ax = confusion_heatmap([[8, 2], [1, 9]], classes=["cat", "dog"])
         >>> ax.get_xlabel(), round(float(ax.images[0].get_array()[0][0]), 2)
         ('predicted', 0.8)
+        >>> pyplot().close(ax.figure)
     """
     import numpy as np
 
