@@ -22,7 +22,7 @@ BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
-PROFILERS = ("none", "timer", "basic", "handlers")
+PROFILERS = ("none", "timer", "basic", "handlers", "torch")
 TRACKERS = ("none", "mlflow")
 PATH_OPTIONS = ("output_dir", "data_dir", "resume", "tracking_uri")  # empty: silently the working folder
 
@@ -71,6 +71,8 @@ class TrainConfig:
     weight_decay: float = _opt(0.0, "weight decay")
     warmup_epochs: float = _opt(0.0, "linear LR warm-up epochs, then linear decay to 0 (0: constant LR)")
     sync_bn: bool = _opt(False, "convert BatchNorm layers to SyncBatchNorm")
+    bucket_cap_mb: float = _opt(25.0, "DDP gradient bucket size in MiB: the all-reduce of a bucket starts when all "
+                                "its gradients are ready (smaller: earlier start, more calls)")
     amp: str = _opt("none", "mixed precision: none | bf16 (CPU or CUDA) | fp16 (CUDA, with GradScaler)")
     # -- run
     epochs: int = _opt(3, "training epochs")
@@ -93,7 +95,14 @@ class TrainConfig:
     # -- measurement
     record_steps: bool = _opt(True, "record per-step timings on every rank (steps_rank<r>.csv, summary 'steps')")
     warmup_iters: int = _opt(5, "iterations left out of step statistics (recorded, flagged as warm-up)")
-    profiler: str = _opt("none", "also attach an Ignite profiler: none | timer | basic | handlers")
+    comm_timing: bool = _opt(True, "time each gradient bucket's all-reduce on every rank (a DDP communication "
+                             "hook doing DDP's own all-reduce): communication, exposed communication, overlap")
+    measure_flops: bool = _opt(True, "count the model's FLOPs per sample and measure this machine's matmul rate "
+                               "(a short GEMM benchmark before training): achieved FLOP/s and utilisation")
+    profiler: str = _opt(
+        "none", "also attach a profiler: none | timer | basic | handlers (Ignite's) | torch (torch.profiler, a "
+        "Chrome trace per rank in profile/)"
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -153,6 +162,8 @@ class TrainConfig:
                 raise ConfigError(f"{f.name} must not be empty")
         for name in ("lr", "momentum", "weight_decay", "warmup_epochs"):
             _at_least(name, getattr(self, name), 0)
+        if self.bucket_cap_mb <= 0:
+            raise ConfigError(f"bucket_cap_mb must be > 0, got {self.bucket_cap_mb}")
         if self.early_stopping and not self.eval_every:
             raise ConfigError("early_stopping needs evaluations to compare: set eval_every to 1 or more")
         if self.stall_timeout is not None:

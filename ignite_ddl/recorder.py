@@ -43,10 +43,16 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ignite_ddl.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
 from ignite_ddl.outputs import writing
+from ignite_ddl.text import format_table
 
 PHASES = ("forward", "backward", "optimizer")
-COLUMNS = ("iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples")
+COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
+COLUMNS = (
+    "iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples",
+    *COMM_COLUMNS, "handlers_s",
+)  # fmt: skip
 
 
 def device_synchronizer(device: torch.device, launch: bool = False) -> Callable[[], None] | None:
@@ -78,6 +84,7 @@ class StepRecorder:
         warmup: int = 5,
         device: torch.device | None = None,
         samples: Callable[[Engine], int] = batch_samples,
+        comm: CommTimer | None = None,
     ):
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
@@ -85,8 +92,11 @@ class StepRecorder:
         device = device if device is not None else idist.device()
         self._sync, self._sync_end = device_synchronizer(device), device_synchronizer(device, launch=True)
         self._samples = samples
+        self.comm = comm
         self.rows: list[tuple] = []
         self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
+        self._last_end: tuple[int, float] | None = None  # (epoch, time) the previous iteration ended
+        self._gap = math.nan
         self._phases: dict[str, float] = {}
 
     def attach(self, engine: Engine) -> StepRecorder:
@@ -115,8 +125,12 @@ class StepRecorder:
             sync()
         return time.perf_counter()
 
-    def _on_batch_started(self) -> None:
+    def _on_batch_started(self, engine: Engine) -> None:
         self._batch_start = time.perf_counter()
+        # The handlers of the previous iteration ran since it ended; across an epoch boundary the gap also holds
+        # evaluation and checkpoints, which are not per-step costs.
+        last = self._last_end
+        self._gap = self._batch_start - last[1] if last is not None and last[0] == engine.state.epoch else math.nan
 
     def _on_batch_completed(self) -> None:
         self._batch_end = time.perf_counter()
@@ -130,10 +144,18 @@ class StepRecorder:
         state = engine.state
         phases = tuple(self._phases.get(p, math.nan) for p in PHASES)
         warmup = int(len(self.rows) < self.warmup)
+        step = end - self._step_start
+        comm = self.comm.take() if self.comm is not None else NO_COMM
+        # Time in the iteration that is neither data, nor a phase: handlers (of ITERATION_STARTED inside the step,
+        # of ITERATION_COMPLETED in the gap before the next batch).
+        inside = step - sum(phases) if not any(math.isnan(p) for p in phases) else 0.0
+        handlers = inside + (0.0 if math.isnan(self._gap) else self._gap)
         self.rows.append(
-            (state.iteration, state.epoch, warmup, self._batch_end - self._batch_start, end - self._step_start,
-             *phases, end - self._batch_start, self._samples(engine))
+            (state.iteration, state.epoch, warmup, self._batch_end - self._batch_start, step, *phases,
+             end - self._batch_start, self._samples(engine), comm.comm_s, comm.exposed_s, comm.bytes, comm.buckets,
+             handlers)
         )  # fmt: skip
+        self._last_end = (state.epoch, time.perf_counter())
 
     def measured(self, since_iteration: int = 0) -> list[dict[str, Any]]:
         """Rows after warm-up (and after ``since_iteration``), as dicts keyed by :data:`COLUMNS`."""
@@ -141,7 +163,7 @@ class StepRecorder:
 
     def local_stats(self, since_iteration: int = 0) -> dict[str, Any]:
         """Statistics of this rank's measured iterations."""
-        return rank_stats(self.measured(since_iteration), idist.get_rank())
+        return rank_stats(self.measured(since_iteration), idist.get_rank(), idist.get_world_size())
 
     def gather(self, since_iteration: int = 0) -> dict[str, Any]:
         """Collective: every rank's statistics, global throughput and the straggler, on every rank."""
@@ -181,7 +203,7 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def rank_stats(rows: list[dict[str, Any]], rank: int) -> dict[str, Any]:
+def rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> dict[str, Any]:
     """One rank's statistics over its measured rows (times in seconds, NaN where not measured)."""
     steps = [r["step_s"] for r in rows]
     p50, p90, p99 = _quantiles(steps, (0.5, 0.9, 0.99))
@@ -209,7 +231,27 @@ def rank_stats(rows: list[dict[str, Any]], rank: int) -> dict[str, Any]:
         "data_share": data / window if window > 0 else math.nan,
         **phases,
         "own_s_mean": own,
+        **comm_stats(rows, phases["backward_s_mean"], world_size),
+        "handlers_s_mean": _mean([r.get("handlers_s", math.nan) for r in rows]),
         "step_times": steps,
+    }
+
+
+def comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> dict[str, Any]:
+    """Gradient communication over a rank's measured rows (see :mod:`ignite_ddl.comm`); NaN where not timed."""
+    timed = [r for r in rows if not math.isnan(r.get("comm_s", math.nan))]
+    comm, exposed = sum(r["comm_s"] for r in timed), sum(r["exposed_comm_s"] for r in timed)
+    nbytes = sum(r["comm_bytes"] for r in timed)
+    exposed_mean = exposed / len(timed) if timed else math.nan
+    return {
+        "comm_s_mean": comm / len(timed) if timed else math.nan,
+        "exposed_comm_s_mean": exposed_mean,
+        # Backward minus the all-reduce no gradient compute hid: the gradient compute (and its overlapped part).
+        "backward_compute_s_mean": backward_s_mean - exposed_mean if timed else math.nan,
+        "overlap": 1 - exposed / comm if comm > 0 else math.nan,
+        "comm_bytes_per_step": nbytes / len(timed) if timed else math.nan,
+        "buckets_per_step": _mean([r["buckets"] for r in timed]),
+        "busbw_Bps": nbytes / comm * allreduce_bus_factor(world_size) if comm > 0 else math.nan,
     }
 
 
@@ -239,23 +281,31 @@ def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "step_s_p90": p90,
             "step_s_p99": p99,
             "data_share": _mean([r["data_share"] for r in ranks]),
+            "comm_s_mean": _mean([r.get("comm_s_mean", math.nan) for r in ranks]),
+            "exposed_comm_s_mean": _mean([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
+            "overlap": _mean([r.get("overlap", math.nan) for r in ranks]),
+            "busbw_Bps": _mean([r.get("busbw_Bps", math.nan) for r in ranks]),
         },
         "straggler": straggler,
+        # Who waits for whom inside the all-reduce: the fast ranks' extra exposed communication (ignite_ddl.comm).
+        "comm_wait": waits([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
     }
 
 
 def format_steps(steps: dict[str, Any]) -> str:
     """The gathered step statistics as a table with a row per rank, then the global figures."""
+    timed = any(not math.isnan(r.get("comm_s_mean", math.nan)) for r in steps["ranks"])
     header = ("rank", "iters", "samples/s", "step p50 ms", "p90 ms", "data %", "fwd ms", "bwd ms", "opt ms", "own ms")
-    rows = [
-        (r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", _ms(r["step_s_p50"]), _ms(r["step_s_p90"]),
-         f"{100 * r['data_share']:.1f}", _ms(r["forward_s_mean"]), _ms(r["backward_s_mean"]),
-         _ms(r["optimizer_s_mean"]), _ms(r["own_s_mean"]))
-        for r in steps["ranks"]
-    ]  # fmt: skip
-    cells = [header] + [tuple(map(str, row)) for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    comm_header = ("comm ms", "exposed ms", "overlap %", "busbw GB/s")
+    rows = []
+    for r in steps["ranks"]:
+        row = [r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", _ms(r["step_s_p50"]), _ms(r["step_s_p90"]),
+               f"{100 * r['data_share']:.1f}", _ms(r["forward_s_mean"]), _ms(r["backward_s_mean"]),
+               _ms(r["optimizer_s_mean"]), _ms(r["own_s_mean"])]  # fmt: skip
+        if timed:
+            row += [_ms(r["comm_s_mean"]), _ms(r["exposed_comm_s_mean"]), _pct(r["overlap"]), _gb(r["busbw_Bps"])]
+        rows.append(row)
+    lines = format_table(header + comm_header if timed else header, rows).splitlines()
     g, straggler = steps["global"], steps["straggler"]
     lines.append(
         f"global: {g['samples_per_s']:.0f} samples/s over {g['window_s']:.2f} s "
@@ -263,7 +313,25 @@ def format_steps(steps: dict[str, Any]) -> str:
     )
     if straggler is not None:
         lines.append(f"straggler: rank {straggler['rank']}, own time {straggler['ratio']:.2f}x the median rank's")
+    wait = steps.get("comm_wait")
+    if wait is not None:
+        lines.append(wait_sentence(wait))
     return "\n".join(lines)
+
+
+def wait_sentence(wait: dict[str, Any]) -> str:
+    """``comm_wait`` in words: who waits how long per step, for which rank, inside the all-reduce."""
+    others = [r for r in range(len(wait["wait_s"])) if r != wait["rank"]]
+    who = f"rank {others[0]} waits" if len(others) == 1 else f"the other {len(others)} ranks wait a median"
+    return f"{who} {_ms(wait['median_wait_s'])} ms per step for rank {wait['rank']} in the gradient all-reduce"
+
+
+def _pct(share: float) -> str:
+    return "-" if math.isnan(share) else f"{100 * share:.0f}"
+
+
+def _gb(bytes_per_s: float) -> str:
+    return "-" if math.isnan(bytes_per_s) else f"{bytes_per_s / 1e9:.3f}"
 
 
 def _ms(seconds: float | None) -> str:

@@ -29,9 +29,13 @@ from ignite_ddl.outputs import write_bytes, writing
 __all__ = [
     "SCHEMA_VERSION",
     "BatchInfo",
+    "CommReference",
+    "CommWait",
     "Contention",
     "DeviceInfo",
     "EpochRecord",
+    "Flops",
+    "FlopsRank",
     "GlobalStats",
     "NodeContention",
     "ProfilerResult",
@@ -101,6 +105,25 @@ class RankStats(TypedDict):
     backward_s_mean: Annotated[float | None, "mean backward time (includes DDP's gradient all-reduce)"]
     optimizer_s_mean: Annotated[float | None, "mean optimizer-step time"]
     own_s_mean: Annotated[float, "data + forward + optimizer: what the rank spends without waiting for others"]
+    comm_s_mean: Annotated[
+        float | None, "mean gradient communication per step: time at least one bucket's all-reduce was in flight "
+        "(null: not timed: one process, `--no-comm-timing`, or no DDP)"
+    ]
+    exposed_comm_s_mean: Annotated[
+        float | None, "mean exposed communication: last gradient ready -> last all-reduce done, the part of backward "
+        "no compute hides (a fast rank's wait for a slow one shows here)"
+    ]
+    backward_compute_s_mean: Annotated[float | None, "`backward_s_mean - exposed_comm_s_mean`"]
+    overlap: Annotated[float | None, "`1 - exposed / communication` over the measured steps (0-1)"]
+    comm_bytes_per_step: Annotated[float | None, "gradient bytes all-reduced per step"]
+    buckets_per_step: Annotated[float | None, "DDP gradient buckets per step"]
+    busbw_Bps: Annotated[
+        float | None, "achieved all-reduce bus bandwidth, bytes/s: bytes / communication time x 2(N-1)/N"
+    ]
+    handlers_s_mean: Annotated[
+        float | None, "mean time per iteration in other handlers (inside the step but outside its phases, and "
+        "between one iteration's end and the next batch; epoch boundaries excluded)"
+    ]
 
 
 class GlobalStats(TypedDict):
@@ -111,6 +134,10 @@ class GlobalStats(TypedDict):
     step_s_p90: Annotated[float, "90th percentile, every rank's iterations"]
     step_s_p99: Annotated[float, "99th percentile, every rank's iterations"]
     data_share: Annotated[float, "mean data-wait share over ranks"]
+    comm_s_mean: Annotated[float | None, "mean over ranks of `comm_s_mean`"]
+    exposed_comm_s_mean: Annotated[float | None, "mean over ranks of `exposed_comm_s_mean`"]
+    overlap: Annotated[float | None, "mean over ranks of `overlap`"]
+    busbw_Bps: Annotated[float | None, "mean over ranks of `busbw_Bps`"]
 
 
 class Straggler(TypedDict):
@@ -120,6 +147,18 @@ class Straggler(TypedDict):
     ratio: Annotated[float | None, "`own_s_mean / median_own_s_mean`"]
 
 
+class CommWait(TypedDict):
+    rank: Annotated[int, "the rank the others wait for in the all-reduce: the least exposed communication"]
+    wait_s: Annotated[list[float], "per rank, exposed communication beyond that rank's (0 for it)"]
+    median_wait_s: Annotated[float, "the median wait of the other ranks"]
+
+
+class CommReference(TypedDict):
+    message_bytes: Annotated[int, "the run's mean bucket size"]
+    seconds: Annotated[float, "median time of one all-reduce of that size after a barrier, on the run's ranks"]
+    busbw_Bps: Annotated[float, "its bus bandwidth: what the run's `busbw_Bps` is compared with"]
+
+
 StepStats = TypedDict(
     "StepStats",
     {
@@ -127,6 +166,10 @@ StepStats = TypedDict(
         "ranks": Annotated[list[RankStats], "one record per rank"],
         "global": Annotated[GlobalStats, "figures over all ranks"],
         "straggler": Annotated[Straggler | None, "with 2 or more ranks, the rank doing the most on its own"],
+        "comm_wait": Annotated[CommWait | None, "with timed communication: who waits for whom in the all-reduce"],
+        "comm_reference": Annotated[
+            CommReference | None, "an isolated all-reduce of the run's bucket size (absent when not timed)"
+        ],
     },
 )
 
@@ -151,8 +194,37 @@ class Contention(TypedDict):
 
 
 class ProfilerResult(TypedDict):
-    kind: Annotated[str, "`timer`, `basic` or `handlers`"]
+    kind: Annotated[
+        str,
+        "`timer`, `basic` or `handlers` (Ignite's) or `torch` (`torch.profiler`: each rank's `trace`, a Chrome trace "
+        "relative to the run folder, `active_iterations` and `top_ops`)",
+    ]
     ranks: Annotated[list[Any], "each rank's results, in rank order"]
+
+
+class FlopsRank(TypedDict):
+    rank: Annotated[int, "the rank"]
+    achieved_flops_per_s: Annotated[float | None, "model FLOPs per sample x the rank's measured samples/s"]
+    attainable_flops_per_s: Annotated[float | None, "the matmul rate the rank measured before training"]
+    utilisation_attainable: Annotated[float | None, "achieved / attainable"]
+    utilisation_peak: Annotated[float | None, "achieved / the datasheet peak (null: no datasheet for the device)"]
+
+
+class Flops(TypedDict):
+    per_sample: Annotated[
+        dict[str, float],
+        "model FLOPs per sample (`forward`, `backward`, `total`), counted with FlopCounterMode: matmuls and "
+        "convolutions only",
+    ]
+    precision: Annotated[str, "the precision the matmuls run in: `fp32`, `tf32`, `bf16` or `fp16`"]
+    datasheet_peak: Annotated[
+        dict[str, Any] | None, "the GPU's dense datasheet peak: `family`, `precision`, `flops_per_s`, `source`"
+    ]
+    matmul_size: Annotated[int | None, "side of the square matmuls of the rate measurement"]
+    ranks: Annotated[list[FlopsRank], "one record per rank"]
+    achieved_flops_per_s: Annotated[float | None, "mean over ranks"]
+    utilisation_attainable: Annotated[float | None, "mean over ranks"]
+    utilisation_peak: Annotated[float | None, "mean over ranks"]
 
 
 class RunConfig(TypedDict, total=False):
@@ -219,6 +291,7 @@ class Summary(TypedDict, total=False):
     steps: Annotated[StepStats | None, "the step recorder's gathered statistics (null with `--no-record-steps`)"]
     contention: Annotated[Contention | None, "what other processes used while the run measured"]
     profiler: Annotated[ProfilerResult | None, "with `--profiler`: every rank's profiler results"]
+    flops: Annotated[Flops | None, "model FLOPs and utilisation (null with `--no-measure-flops` or on XLA)"]
 
 
 class RunRecord(TypedDict):
@@ -296,9 +369,13 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (RankStats, "each entry of `steps.ranks`"),
     (GlobalStats, "`steps.global`"),  # type: ignore[list-item]
     (Straggler, "`steps.straggler`"),
+    (CommWait, "`steps.comm_wait`"),
+    (CommReference, "`steps.comm_reference`"),
     (Contention, "`contention`"),
     (NodeContention, "each entry of `contention.nodes`"),
     (ProfilerResult, "`profiler`"),
+    (Flops, "`flops`"),
+    (FlopsRank, "each entry of `flops.ranks`"),
     (RunRecord, "each line of a sweep's `results.jsonl`"),
     (SweepMeta, "a sweep's `sweep.json`"),
     (SweepSession, "each entry of `sessions`"),

@@ -38,10 +38,22 @@ from torch import nn
 
 from ignite_ddl import launcher
 from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
+from ignite_ddl.comm import CommTimer, allreduce_bus_factor, time_allreduce
 from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.contention import ContentionMonitor
 from ignite_ddl.data import Loaders, build_loaders, check_dataset
 from ignite_ddl.environment import cpu_cores, device_info, host, versions
+from ignite_ddl.flops import (
+    FlopCount,
+    MatmulRate,
+    Peak,
+    attainable_matmul_rate,
+    count_flops,
+    datasheet_peak,
+    format_flops,
+    matmul_precision,
+    utilisation_record,
+)
 from ignite_ddl.folders import claim_run_folder, lock
 from ignite_ddl.launcher import LaunchPlan
 from ignite_ddl.models import build_model, check_model
@@ -156,12 +168,13 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
     )  # fmt: skip
 
 
-def place_model(model: nn.Module, sync_bn: bool = False) -> nn.Module:
+def place_model(model: nn.Module, sync_bn: bool = False, bucket_cap_mb: float | None = None) -> nn.Module:
     """``auto_model``, except with a single process: there it would wrap DataParallel when several GPUs are
-    visible (ignite#2447), which is not what a one-process run asked for."""
+    visible (ignite#2447), which is not what a one-process run asked for. ``bucket_cap_mb`` goes to DDP."""
     if idist.get_world_size() == 1:
         return model.to(idist.device())
-    return idist.auto_model(model, sync_bn=sync_bn)
+    ddp_options = {} if bucket_cap_mb is None or idist.backend() == "xla-tpu" else {"bucket_cap_mb": bucket_cap_mb}
+    return idist.auto_model(model, sync_bn=sync_bn, **ddp_options)
 
 
 @dataclass(frozen=True)
@@ -202,18 +215,25 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
 
     loaders = build_loaders(config)
     info = loaders.info
-    model = place_model(build_model(config.model, info.in_channels, info.image_size, info.num_classes), config.sync_bn)
+    model = place_model(
+        build_model(config.model, info.in_channels, info.image_size, info.num_classes), config.sync_bn,
+        config.bucket_cap_mb,
+    )  # fmt: skip
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
-    recorder = StepRecorder(config.warmup_iters, device) if config.record_steps else None
+    comm = None
+    if config.record_steps and config.comm_timing and isinstance(model, nn.parallel.DistributedDataParallel):
+        comm = CommTimer(device).attach(model)
+    recorder = StepRecorder(config.warmup_iters, device, comm=comm) if config.record_steps else None
     trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
     evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
     # Measuring handlers go first: nothing attached later counts as step time, and timers pause before evaluation.
     if recorder is not None:
         recorder.attach(trainer)
     contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
-    profiler = attach_profiler(config.profiler, trainer)
+    profiler = attach_profiler(config.profiler, trainer, output_dir=out, rank=rank, warmup=config.warmup_iters,
+                               max_iters=config.max_iters)  # fmt: skip
     watchdog = None
     if world > 1 and config.stall_seconds() > 0:
         # A spawned rank leaves the report to its launcher; under torchrun / SLURM the rank reports it itself.
@@ -280,6 +300,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     log.info(f"rank {rank}/{world} on {env['device']['name']}, {torch.get_num_threads()} threads, "
              f"batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
 
+    probe = FlopsProbe.measure(model, criterion, loaders, device, config.amp) if config.measure_flops else None
     start = time.perf_counter()
     try:
         trainer.run(loaders.train, max_epochs=config.epochs)
@@ -295,7 +316,10 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if recorder is not None:
         recorder.write_csv(out / f"steps_rank{rank}.csv")
         steps = recorder.gather()
+        if comm is not None:
+            steps["comm_reference"] = reference_allreduce(steps, model, device)
     profile = _finish_profiler(profiler, out, rank, log) if profiler is not None else None
+    flops = probe.record(steps, world) if probe is not None else None
     foreign = contention.gather()
     if tb is not None:
         if steps is not None:
@@ -307,17 +331,67 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
         log.info(f"early stopping: no better validation accuracy for {early.patience} evaluations, "
                  f"stopped after epoch {stopped_early}")  # fmt: skip
     summary = _summary(config, env, loaders, trainer, epochs, wall, checkpoint, steps, profile, foreign)
-    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=epochs.confusion_matrix)
+    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=epochs.confusion_matrix, flops=flops)
     if rank == 0:
         write_json(out / "summary.json", summary)
         if tracker is not None:
             tracker.finish(summary)
         if steps is not None:
             log.info("\n" + format_steps(steps))
+        if flops is not None and flops["achieved_flops_per_s"] is not None:
+            log.info(format_flops(flops))
         if summary["diverged"]:
             log.warning(f"the run diverged: {summary['diverged']}")
     log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
     return summary
+
+
+@dataclass(frozen=True)
+class FlopsProbe:
+    """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.flops`): the model's
+    FLOPs per sample and the matmul rate this rank attains."""
+
+    count: FlopCount
+    precision: str
+    peak: Peak | None
+    rate: MatmulRate | None
+
+    @classmethod
+    def measure(cls, model: nn.Module, criterion: nn.Module, loaders: Loaders, device: torch.device, amp: str
+                ) -> FlopsProbe | None:  # fmt: skip
+        """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone."""
+        if device.type == "xla":
+            return None
+        info = loaders.info
+        inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
+        count = count_flops(model, inputs, torch.zeros(2, dtype=torch.long), criterion)
+        precision = matmul_precision(device, amp)
+        idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
+        rate = attainable_matmul_rate(device, precision)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+        return cls(count, precision, datasheet_peak(name, precision), rate)
+
+    def record(self, steps: dict[str, Any] | None, world: int) -> dict[str, Any]:
+        """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
+        rates = gather_objects(self.rate)
+        if steps is not None:
+            per_rank = [r["samples_per_s"] for r in steps["ranks"]]
+        else:
+            per_rank = [math.nan] * world
+        return utilisation_record(self.count, self.precision, self.peak, rates, per_rank)
+
+
+def reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
+    """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
+    (:func:`~ignite_ddl.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
+    timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank
+    if not timed:
+        return None
+    nbytes = round(timed[0]["comm_bytes_per_step"] / timed[0]["buckets_per_step"])
+    dtype = next(p.dtype for p in model.parameters() if p.requires_grad)
+    seconds = time_allreduce(nbytes, dtype, device)
+    busbw = nbytes / seconds * allreduce_bus_factor(idist.get_world_size()) if seconds > 0 else math.nan
+    return {"message_bytes": nbytes, "seconds": seconds, "busbw_Bps": busbw}
 
 
 def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
@@ -468,6 +542,10 @@ def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) 
             tb.writer.add_scalar(f"rank{r['rank']}/step_time_s", r["step_s_mean"], epoch)
             tb.writer.add_scalar(f"rank{r['rank']}/samples_per_s", r["samples_per_s"], epoch)
             tb.writer.add_scalar(f"rank{r['rank']}/data_wait_share", r["data_share"], epoch)
+            if not math.isnan(r.get("comm_s_mean", math.nan)):
+                tb.writer.add_scalar(f"rank{r['rank']}/comm_time_s", r["comm_s_mean"], epoch)
+                tb.writer.add_scalar(f"rank{r['rank']}/exposed_comm_time_s", r["exposed_comm_s_mean"], epoch)
+                tb.writer.add_scalar(f"rank{r['rank']}/comm_overlap", r["overlap"], epoch)
     if steps["global"]["samples"]:
         tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
 

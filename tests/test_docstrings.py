@@ -34,6 +34,8 @@ import pytest
         "colab",
         "checkpoint",
         "report.plots",
+        "flops",
+        "comm",
     ],
 )
 def test_docstring_examples(module):

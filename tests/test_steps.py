@@ -13,7 +13,7 @@ from conftest import QUICK, check_ok, run_cli, run_script
 from ignite.engine import Engine
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ignite_ddl.recorder import COLUMNS, StepRecorder
+from ignite_ddl.recorder import COLUMNS, StepRecorder, wait_sentence
 
 
 def scenario(name: str, out: Path, **env: str) -> dict:
@@ -78,6 +78,12 @@ def test_slow_rank_is_named_straggler(tmp_path, where):
         assert rank1["forward_s_mean"] > rank0["forward_s_mean"] + 0.02
     # DDP's all-reduce evens out step time: the fast rank waits in backward for the slow one
     assert rank0["backward_s_mean"] > rank1["backward_s_mean"]
+    # ... and the communication timing hook shows that wait as rank 0's communication, naming rank 1
+    assert rank0["comm_s_mean"] > rank1["comm_s_mean"] + 0.02
+    assert rank0["exposed_comm_s_mean"] > rank1["exposed_comm_s_mean"] + 0.02
+    wait = steps["comm_wait"]
+    assert wait["rank"] == 1 and wait["wait_s"][1] == 0 and wait["median_wait_s"] > 0.02
+    assert "rank 0 waits" in wait_sentence(wait) and "for rank 1" in wait_sentence(wait)
 
 
 def test_timer_profiler_excludes_validation(tmp_path):
@@ -118,7 +124,8 @@ def test_step_csv_and_tensorboard_per_rank(spawn_run):
     events = EventAccumulator(str(spawn_run / "tb"))
     events.Reload()
     scalars = events.Tags()["scalars"]
-    for tag in ("step_time_s", "samples_per_s", "data_wait_share"):
+    tags = ("step_time_s", "samples_per_s", "data_wait_share", "comm_time_s", "exposed_comm_time_s", "comm_overlap")
+    for tag in tags:
         for rank in (0, 1):
             assert f"rank{rank}/{tag}" in scalars
     assert "global/samples_per_s" in scalars and "global/epoch_samples_per_s" in scalars

@@ -69,6 +69,10 @@ CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / me
 FEW_ITERATIONS = 20  # measured iterations per rank below this make a short, transient-dominated window
 DATA_WAIT_HIGH = 0.25
 STRAGGLER_HIGH = 1.2
+EXPOSED_COMM_HIGH = 0.25  # exposed communication above this share of the step is worth acting on
+COMM_WAIT_HIGH = 0.10  # a rank waiting in the all-reduce more than this share of its step for another one
+# Where a step's time goes, in the order it is spent; "handlers" is what other handlers add to each iteration.
+STEP_PARTS = ("data", "forward", "backward_compute", "exposed_comm", "optimizer", "handlers")
 EFFICIENCY_LOW = 0.7
 
 FLAG_MEANINGS = {
@@ -142,7 +146,18 @@ class ConfigResult:
     step_p50_s: float | None = None
     step_p90_s: float | None = None
     data_share: float | None = None
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # STEP_PARTS in seconds, mean over ranks and runs
+    rank_phases: list[dict[str, float]] = field(default_factory=list)  # the same per rank
+    comm_timed: bool = False  # exposed communication measured (else backward_compute includes the all-reduce)
+    overlap: float | None = None  # share of the gradient communication hidden behind backward compute
+    exposed_share: float | None = None  # exposed communication / iteration time
+    busbw_Bps: float | None = None  # achieved all-reduce bus bandwidth during training
+    reference_busbw_Bps: float | None = None  # an isolated all-reduce of the same message size, same ranks
+    comm_wait: dict[str, Any] | None = None  # {"rank": waited for, "waiting": rank, "wait_s", "share"}
+    flops_per_sample: float | None = None  # model FLOPs, forward + backward
+    achieved_flops_per_s: float | None = None  # per rank, mean over ranks and runs
+    utilisation_attainable: float | None = None  # of the matmul rate measured on the machine
+    utilisation_peak: float | None = None  # of the GPU's datasheet peak (None where no datasheet applies)
     straggler: dict[str, Any] | None = None
     val_accuracy: float | None = None
     threads_per_process: int | None = None
@@ -433,10 +448,7 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     config.step_p50_s = _mean([s["global"].get("step_s_p50") for s in steps])
     config.step_p90_s = _mean([s["global"].get("step_s_p90") for s in steps])
     config.data_share = _mean([s["global"].get("data_share") for s in steps])
-    config.phases = {
-        phase: _mean([r.get(f"{phase}_s_mean") for s in steps for r in s["ranks"]]) or 0.0
-        for phase in ("data", "forward", "backward", "optimizer")
-    }
+    _describe_steps(config, steps)
     stragglers = [
         s["straggler"] for s in steps if isinstance(s.get("straggler"), dict) and _number(s["straggler"].get("ratio"))
     ]
@@ -451,6 +463,49 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     config.measured_iterations = min(iterations) if iterations else None
     config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
     config.confusion_matrix = _summed_matrix([s.get("confusion_matrix") for s in summaries])
+    flops = [_dict(s.get("flops")) for s in summaries]
+    config.flops_per_sample = _mean([_dict(f.get("per_sample")).get("total") for f in flops])
+    for key in ("achieved_flops_per_s", "utilisation_attainable", "utilisation_peak"):
+        setattr(config, key, _mean([f.get(key) for f in flops]))
+
+
+def _step_parts(rank: dict[str, Any]) -> dict[str, float | None]:
+    """One rank's mean step split into :data:`STEP_PARTS` (seconds); without communication timing, backward
+    compute holds the whole backward, all-reduce included."""
+    exposed = _float(rank.get("exposed_comm_s_mean"))
+    backward = _float(rank.get("backward_s_mean"))
+    return {
+        "data": _float(rank.get("data_s_mean")),
+        "forward": _float(rank.get("forward_s_mean")),
+        "backward_compute": backward if exposed is None or backward is None else backward - exposed,
+        "exposed_comm": exposed,
+        "optimizer": _float(rank.get("optimizer_s_mean")),
+        "handlers": _float(rank.get("handlers_s_mean")),
+    }
+
+
+def _describe_steps(config: ConfigResult, steps: list[dict[str, Any]]) -> None:
+    """The step breakdown per rank and the communication figures, averaged over the runs used."""
+    if not steps:
+        return
+    world = min(len(s["ranks"]) for s in steps)
+    per_rank = [[_step_parts(s["ranks"][r]) for s in steps] for r in range(world)]
+    config.rank_phases = [{p: _mean([run[p] for run in runs]) or 0.0 for p in STEP_PARTS} for runs in per_rank]
+    config.phases = {p: _mean([r[p] for r in config.rank_phases]) or 0.0 for p in STEP_PARTS}
+    config.comm_timed = any(_number(r.get("exposed_comm_s_mean")) for s in steps for r in s["ranks"])
+    config.overlap = _mean([s["global"].get("overlap") for s in steps])
+    config.busbw_Bps = _mean([s["global"].get("busbw_Bps") for s in steps])
+    config.reference_busbw_Bps = _mean([_dict(s.get("comm_reference")).get("busbw_Bps") for s in steps])
+    iteration = sum(config.phases.values())
+    if config.comm_timed and iteration > 0:
+        config.exposed_share = config.phases["exposed_comm"] / iteration
+    waits = [s["comm_wait"] for s in steps if isinstance(s.get("comm_wait"), dict) and _number(
+        s["comm_wait"].get("median_wait_s"))]  # fmt: skip
+    if waits and iteration > 0:
+        worst = max(waits, key=lambda w: w["median_wait_s"])
+        wait_s = _mean([w["median_wait_s"] for w in waits]) or 0.0
+        others = [r for r in range(len(worst.get("wait_s") or [])) if r != worst.get("rank")]
+        config.comm_wait = {"rank": worst.get("rank"), "waiting": others, "wait_s": wait_s, "share": wait_s / iteration}
 
 
 def _summed_matrix(matrices: list[Any]) -> list[list[int]] | None:
@@ -593,6 +648,22 @@ def notes(analysis: Analysis) -> list[str]:
             found.append(
                 f"{config.name}: data wait {100 * config.data_share:.0f}% of each iteration -> raise "
                 f"num_workers (now {config.config.get('num_workers', 0)}) or make loading cheaper"
+            )
+        if config.exposed_share is not None and config.exposed_share > EXPOSED_COMM_HIGH:
+            overlap = f", {100 * config.overlap:.0f} % of it overlapped" if config.overlap is not None else ""
+            found.append(
+                f"{config.name}: exposed communication is {100 * config.exposed_share:.0f} % of the step{overlap} "
+                f"-> larger buckets (--bucket-cap-mb, now {config.config.get('bucket_cap_mb', 25.0):g}), "
+                "gradient accumulation, or a larger batch per rank so that compute hides the all-reduce"
+            )
+        wait = config.comm_wait
+        if wait and wait["share"] > COMM_WAIT_HIGH:
+            waiting = wait["waiting"]
+            who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {', '.join(map(str, waiting))} wait"
+            found.append(
+                f"{config.name}: {who} {1e3 * wait['wait_s']:.1f} ms per step for rank {wait['rank']} in the "
+                f"all-reduce ({100 * wait['share']:.0f} % of the step) -> look at what rank {wait['rank']} does "
+                "differently before backward (its data, its device, other work on its cores)"
             )
         straggler = config.straggler
         if straggler and straggler["ratio"] > STRAGGLER_HIGH:

@@ -45,6 +45,11 @@ def config_metrics(config: ConfigResult, best: bool, tied: bool) -> dict[str, fl
         "hparam/best": 1.0 if best else (0.5 if tied else 0.0),
         "hparam/step_p50_ms": None if config.step_p50_s is None else 1e3 * config.step_p50_s,
         "hparam/val_accuracy": config.val_accuracy,
+        "hparam/comm_overlap": config.overlap,
+        "hparam/exposed_comm_share": config.exposed_share,
+        "hparam/busbw_GBps": None if config.busbw_Bps is None else config.busbw_Bps / 1e9,
+        "hparam/utilisation_attainable": config.utilisation_attainable,
+        "hparam/utilisation_peak": config.utilisation_peak,
     }
     return _finite(metrics)
 

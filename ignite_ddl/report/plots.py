@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.outputs import writing
-from ignite_ddl.report.analysis import LAYOUT_OPTIONS, Analysis, ConfigResult
+from ignite_ddl.report.analysis import LAYOUT_OPTIONS, STEP_PARTS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
 __all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots", "pyplot"]
@@ -28,7 +28,8 @@ PLOTS = {
     "throughput.png": "global throughput per configuration with its confidence interval, by workload",
     "throughput_vs_processes.png": "global throughput vs processes, with ideal scaling",
     "throughput_vs_batch.png": "global throughput vs global batch size",
-    "step_breakdown.png": "where each step's time goes, per configuration",
+    "step_breakdown.png": "where each step's time goes per rank: data, forward, backward compute, exposed "
+    "communication, optimizer, handlers; with the communication overlap",
     "rank_step_times.png": "step-time distribution per rank",
     "confusion.png": "validation confusion matrix of each workload's most accurate configuration",
 }
@@ -161,26 +162,46 @@ def _figure(plt: Any, width: float, height: float, legend: bool) -> tuple[Any, A
 
 
 def _bar_panels(
-    plt: Any, groups: list[tuple[str | None, list[ConfigResult]]], title: str, xlabel: str, legend: bool = False
-) -> tuple[Any, list[tuple[Any, list[ConfigResult]]], Callable[..., None] | None]:
-    """A stack of horizontal-bar panels, one per group, each as tall as its bars and their labels need."""
-    keys = [_varying(rows, set()) for _, rows in groups]
-    labels = [[_wrap(_named(c, k), BAR_LABEL_WRAP) for c in rows] for k, (_, rows) in zip(keys, groups)]
+    plt: Any,
+    groups: list[tuple[str | None, list[ConfigResult]]],
+    title: str,
+    xlabel: str,
+    legend: bool = False,
+    per_rank: bool = False,
+) -> tuple[Any, list[tuple[Any, list[Any]]], Callable[..., None] | None]:
+    """A stack of horizontal-bar panels, one per group, each as tall as its bars and their labels need. A panel's
+    rows are its configurations, or with ``per_rank`` a ``(configuration, rank)`` row per rank of each."""
+    keys = [_varying(configs, set()) for _, configs in groups]
+    rows: list[list[Any]] = [
+        [(c, r) for c in configs for r in range(len(c.rank_phases))] if per_rank else list(configs)
+        for _, configs in groups
+    ]
+    labels = [
+        [_row_label(row, k) for row in panel_rows] for k, panel_rows in zip(keys, rows)
+    ]
     heights = [sum(0.17 + 0.14 * (label.count("\n") + 1) for label in panel) + 0.2 for panel in labels]
     overhead = 0.55 * len(groups) + (0.2 if groups[0][0] else 0.0)
     fig, body, add_legend = _figure(plt, BAR_WIDTH_IN, sum(heights) + overhead + 0.8, legend)
     axes = body.subplots(len(groups), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     panels = []
-    for ax, (name, rows), names in zip(axes, groups, labels):
-        ax.set_yticks(range(len(rows)), names, fontsize=FONT)
-        ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+    for ax, (name, _), panel_rows, names in zip(axes, groups, rows, labels):
+        ax.set_yticks(range(len(panel_rows)), names, fontsize=FONT)
+        ax.set_ylim(len(panel_rows) - 0.5, -0.5)  # first row on top
         ax.tick_params(axis="x", labelsize=FONT)
         if name:
             ax.set_title(name, fontsize=9, loc="left")
-        panels.append((ax, rows))
+        panels.append((ax, panel_rows))
     fig.suptitle(title, fontsize=TITLE_FONT)
-    body.supxlabel(xlabel, fontsize=9)
+    body.supxlabel(_wrap(xlabel, 110), fontsize=9)
     return fig, panels, add_legend
+
+
+def _row_label(row: Any, keys: list[str]) -> str:
+    """A bar's label: the configuration (named on its first rank's row only), then the rank."""
+    if isinstance(row, ConfigResult):
+        return _wrap(_named(row, keys), BAR_LABEL_WRAP)
+    config, rank = row
+    return (_wrap(_named(config, keys), BAR_LABEL_WRAP) + "  " if rank == 0 else "") + f"r{rank}"
 
 
 def _throughput(analysis: Analysis, plt: Any) -> Any:
@@ -324,24 +345,41 @@ def _batch(analysis: Analysis, plt: Any) -> Any:
     return fig
 
 
+PART_LABELS = {
+    "data": "data wait",
+    "forward": "forward",
+    "backward_compute": "backward compute",
+    "exposed_comm": "exposed communication",
+    "optimizer": "optimizer",
+    "handlers": "handlers",
+}
+
+
 def _breakdown(analysis: Analysis, plt: Any) -> Any:
-    measured = [c for c in analysis.configs if c.phases]
+    measured = [c for c in analysis.configs if c.rank_phases]
     if not measured:
         return None
+    untimed = [c.name for c in measured if not c.comm_timed and c.world_size > 1]
+    note = f"; {', '.join(untimed)}: all-reduce not timed, inside backward" if untimed else ""
     fig, panels, add_legend = _bar_panels(
         plt,
         _workloads(analysis, measured),
-        "Step-time breakdown",
-        "ms per iteration, mean over ranks and repeats (backward includes the gradient all-reduce)",
+        "Step-time breakdown per rank",
+        f"ms per iteration, mean over repeats; overlap = communication hidden behind backward compute{note}",
         legend=True,
+        per_rank=True,
     )
     for ax, rows in panels:
         y = list(range(len(rows)))
         left = [0.0] * len(rows)
-        for i, phase in enumerate(("data", "forward", "backward", "optimizer")):
-            widths = [1e3 * c.phases.get(phase, 0.0) for c in rows]
-            ax.barh(y, widths, left=left, label=phase, color=f"C{i}")
+        for i, part in enumerate(STEP_PARTS):
+            widths = [1e3 * config.rank_phases[rank].get(part, 0.0) for config, rank in rows]
+            ax.barh(y, widths, left=left, label=PART_LABELS[part], color=f"C{i}")
             left = [a + b for a, b in zip(left, widths)]
+        for row, ((config, rank), end) in enumerate(zip(rows, left)):
+            if rank == 0 and config.overlap is not None:  # once per configuration, on its first rank's bar
+                ax.text(end, row, f" overlap {100 * config.overlap:.0f} %", va="center", fontsize=FONT - 1)
+        ax.set_xlim(0, max(left, default=1.0) * 1.25)  # room for the overlap figure
     assert add_legend is not None
     add_legend(*panels[0][0].get_legend_handles_labels())
     return fig

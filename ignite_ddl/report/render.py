@@ -265,6 +265,13 @@ def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
         "step p50 ms",
         "step p90 ms",
         "data wait %",
+        "overlap %",
+        "exposed comm %",
+        "busbw GB/s",
+        "isolated GB/s",
+        "GFLOP/s per rank",
+        "% of matmul rate",
+        "% of datasheet peak",
         "straggler",
         "speedup",
         "efficiency",
@@ -288,12 +295,25 @@ def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
                 None if c.step_p50_s is None else 1e3 * c.step_p50_s,
                 None if c.step_p90_s is None else 1e3 * c.step_p90_s,
                 None if c.data_share is None else 100 * c.data_share,
+                None if c.overlap is None else 100 * c.overlap,
+                None if c.exposed_share is None else 100 * c.exposed_share,
+                None if c.busbw_Bps is None else c.busbw_Bps / 1e9,
+                None if c.reference_busbw_Bps is None else c.reference_busbw_Bps / 1e9,
+                None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
+                None if c.utilisation_attainable is None else 100 * c.utilisation_attainable,
+                None if c.utilisation_peak is None else 100 * c.utilisation_peak,
                 f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
                 _ratio(c.speedup),
                 _ratio(c.efficiency),
                 c.val_accuracy,
             ]
         )
+    # Figures no configuration has (one process: no communication; a CPU: no datasheet peak) take no column.
+    optional = ("overlap %", "exposed comm %", "busbw GB/s", "isolated GB/s", "GFLOP/s per rank", "% of matmul rate",
+                "% of datasheet peak")  # fmt: skip
+    empty = {i for i, h in enumerate(header) if h in optional and all(row[i] is None for row in rows)}
+    header = [h for i, h in enumerate(header) if i not in empty]
+    rows = [[v for i, v in enumerate(row) if i not in empty] for row in rows]
     return header, rows
 
 
@@ -386,5 +406,17 @@ def _profiler_tables(doc: Document, analysis: Analysis) -> None:
     for config in profiled:
         profile = config.profiler
         assert profile is not None
-        doc.paragraph(f"{config.name} ({_options(config.grid)}): Ignite {profile['kind']} profiler, every rank")
+        if profile["kind"] != "torch":
+            doc.paragraph(f"{config.name} ({_options(config.grid)}): Ignite {profile['kind']} profiler, every rank")
+        else:
+            traces = [r["trace"] for r in profile["ranks"] if r.get("trace")]
+            runs = config.used_runs or [r for r in config.runs if r.status == "completed"]  # where the table comes from
+            where = f" in `{runs[0].run_dir}`" if runs and runs[0].run_dir else ""
+            iterations = sorted({r["active_iterations"] for r in profile["ranks"]})
+            doc.paragraph(
+                f"{config.name} ({_options(config.grid)}): torch.profiler, every rank, over "
+                f"{'/'.join(map(str, iterations))} recorded iterations: the operators with the most self time "
+                f"(device time where the device was profiled). Chrome traces (Perfetto, chrome://tracing)"
+                f"{where}: " + (", ".join(f"`{t}`" for t in traces) or "none written")
+            )
         doc.code(format_profile(profile["kind"], profile["ranks"]))

@@ -1,0 +1,247 @@
+"""Model FLOPs counted exactly, datasheet peaks found by device name, and a real matmul benchmark on the CPU."""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ignite_ddl.flops import (
+    PEAKS,
+    FlopCount,
+    achieved_flops,
+    attainable_matmul_rate,
+    count_flops,
+    datasheet_peak,
+    matmul_precision,
+    utilisation,
+)
+
+
+def _batch(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(n, *shape, generator=generator), torch.randint(0, classes, (n,), generator=generator)
+
+
+def test_mlp_flops_are_exact():
+    sizes = [(7, 5), (5, 3)]
+    model = nn.Sequential(nn.Linear(7, 5), nn.ReLU(), nn.Linear(5, 3))
+    inputs, targets = _batch(4, (7,), 3)
+    flops = count_flops(model, inputs, targets, nn.CrossEntropyLoss())
+    forward = sum(2 * i * o for i, o in sizes)
+    weight_grads = sum(2 * i * o for i, o in sizes)
+    input_grads = sum(2 * i * o for i, o in sizes[1:])  # the first layer's input is the data: no gradient
+    assert flops == FlopCount(forward=forward, backward=weight_grads + input_grads)
+    assert flops.total == forward + weight_grads + input_grads == 50 * 2 + 50 * 2 + 30
+    assert flops.to_dict() == {"forward": 100.0, "backward": 130.0, "total": 230.0}
+
+
+def test_flops_are_per_sample():
+    model = nn.Sequential(nn.Linear(7, 5), nn.ReLU(), nn.Linear(5, 3))
+    one = count_flops(model, *_batch(1, (7,), 3), nn.CrossEntropyLoss())
+    many = count_flops(model, *_batch(32, (7,), 3), nn.CrossEntropyLoss())
+    assert one == many
+
+
+def test_conv_flops_are_exact():
+    # 8x8 -> conv 3x3 -> 6x6 -> conv 3x3 -> 4x4; Conv2d forward = 2 * out_c * out_h * out_w * in_c * kh * kw
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 3), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+    inputs, targets = _batch(2, (3, 8, 8), 3)
+    conv1 = 2 * 4 * 6 * 6 * 3 * 3 * 3
+    conv2 = 2 * 2 * 4 * 4 * 4 * 3 * 3
+    linear = 2 * 32 * 3
+    flops = count_flops(model, inputs, targets, nn.CrossEntropyLoss())
+    assert flops.forward == conv1 + conv2 + linear == 10272
+    assert flops.backward == conv1 + 2 * conv2 + 2 * linear == 12768  # conv1: weight gradient only
+
+
+def test_normalisation_activations_and_loss_count_nothing():
+    plain = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+    extra = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.GELU(), nn.Dropout(0.5), nn.Linear(8, 2))
+    batch = _batch(8, (6,), 2)
+    assert count_flops(extra, *batch, nn.CrossEntropyLoss()) == count_flops(plain, *batch, nn.NLLLoss())
+
+
+def test_count_flops_leaves_the_model_and_the_random_stream_untouched():
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 2)).eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    count_flops(model, *_batch(8, (6,), 2), nn.CrossEntropyLoss())
+    after = model.state_dict()
+    assert all(torch.equal(state[k], after[k]) for k in state)  # weights, running mean/var, num_batches_tracked
+    assert all(p.grad is None for p in model.parameters())
+    assert not model.training  # the count ran in train mode on a copy
+    assert torch.equal(torch.get_rng_state(), rng)  # dropout drew from a forked generator
+
+
+def test_count_flops_unwraps_data_parallel_wrappers(tmp_path):
+    model = nn.Sequential(nn.Linear(7, 5), nn.ReLU(), nn.Linear(5, 3))
+    batch = _batch(4, (7,), 3)
+    expected = count_flops(model, *batch, nn.CrossEntropyLoss())
+    # a copy: with a GPU present DataParallel moves its module there
+    assert count_flops(nn.DataParallel(copy.deepcopy(model)), *batch, nn.CrossEntropyLoss()) == expected
+    if dist.is_initialized() or not dist.is_gloo_available():
+        pytest.skip("needs a fresh gloo process group")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(model)
+        assert count_flops(ddp, *batch, nn.CrossEntropyLoss()) == expected
+        assert all(p.grad is None for p in ddp.parameters())
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "name, precision, family, tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", "H100 SXM", 989.4),
+        ("NVIDIA H100 80GB HBM3", "fp32", "H100 SXM", 67.0),
+        ("NVIDIA H100 PCIe", "tf32", "H100 PCIe", 378.0),
+        ("NVIDIA H100 PCIe", "fp16", "H100 PCIe", 756.5),
+        ("NVIDIA H100 NVL", "bf16", "H100 NVL", 835.5),
+        ("NVIDIA H200", "tf32", "H200 SXM", 494.7),
+        ("NVIDIA H200 NVL", "fp32", "H200 NVL", 60.0),
+        ("NVIDIA A100-SXM4-80GB", "bf16", "A100", 312.0),
+        ("NVIDIA A100-PCIE-40GB", "tf32", "A100", 156.0),
+        ("NVIDIA A100 80GB PCIe", "fp32", "A100", 19.5),
+        ("NVIDIA L4", "fp16", "L4", 121.0),
+        ("Tesla T4", "fp16", "T4", 65.0),
+        ("Tesla T4", "fp32", "T4", 8.1),
+    ],
+)
+def test_datasheet_peak_by_device_name(name, precision, family, tflops):
+    peak = datasheet_peak(name, precision)
+    assert (peak.family, peak.precision) == (family, precision)
+    assert peak.flops_per_s == pytest.approx(tflops * 1e12)
+    assert peak.source.startswith("https://www.nvidia.com/") and peak.source == PEAKS[family]["source"]
+
+
+@pytest.mark.parametrize(
+    "name, precision",
+    [
+        ("Intel(R) Xeon(R) CPU", "fp32"),
+        ("Tesla T4", "bf16"),
+        ("Tesla T4", "tf32"),
+        ("NVIDIA L40S", "bf16"),  # not an L4
+        ("NVIDIA GH200 480GB", "bf16"),  # not an H200
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "bf16"),  # a slice of the GPU
+    ],
+)
+def test_datasheet_peak_is_none_where_unknown(name, precision):
+    assert datasheet_peak(name, precision) is None
+
+
+def test_datasheet_peaks_are_dense_and_consistent():
+    with pytest.raises(ValueError, match="precision"):
+        datasheet_peak("NVIDIA L4", "fp8")
+    for family, entry in PEAKS.items():
+        tflops = entry["tflops"]
+        assert set(tflops) <= {"fp32", "tf32", "bf16", "fp16"}, family
+        if "tf32" in tflops:  # tensor cores: tf32 at half the 16-bit rate, all above plain fp32
+            assert tflops["bf16"] == tflops["fp16"] == pytest.approx(2 * tflops["tf32"], rel=0.01), family
+            assert tflops["tf32"] > tflops["fp32"], family
+
+
+def test_matmul_precision():
+    cpu = torch.device("cpu")
+    assert matmul_precision(cpu, "none") == "fp32"
+    assert matmul_precision(cpu, "bf16") == "bf16"
+    assert matmul_precision(torch.device("cuda", 0), "fp16") == "fp16"
+    expected = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32"
+    assert matmul_precision(torch.device("cuda"), "none") == expected
+    with pytest.raises(ValueError, match="amp"):
+        matmul_precision(cpu, "fp8")
+
+
+# The TF32 switch is process-wide state with two APIs that torch >= 2.9 refuses to read once they disagree, so each
+# starting state is set up in a child forked from an interpreter that has not touched them; no GPU is needed.
+_TF32_SCRIPT = """
+import os, sys, traceback
+import torch
+from ignite_ddl.flops import _cuda_tf32, matmul_precision
+
+matmul = torch.backends.cuda.matmul
+
+def state():
+    readers = {"allow_tf32": lambda: matmul.allow_tf32, "legacy": torch.get_float32_matmul_precision,
+               "new": lambda: getattr(matmul, "fp32_precision", None)}
+    out = {}
+    for name, read in readers.items():
+        try:
+            out[name] = read()
+        except RuntimeError:
+            out[name] = "refused"
+    return out
+
+def check(setup):
+    exec(setup)
+    before = state()
+    for enabled in (True, False):
+        with _cuda_tf32(enabled):
+            assert matmul_precision(torch.device("cuda"), "none") == ("tf32" if enabled else "fp32"), enabled
+        assert state() == before, (enabled, before, state())
+
+failed = 0
+for setup in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            check(setup)
+        except BaseException:
+            print(setup, traceback.format_exc(), file=sys.stderr)
+            os._exit(1)
+        os._exit(0)
+    failed += os.waitpid(pid, 0)[1] != 0
+print("failed", failed)
+"""
+
+_TF32_SETUPS = [
+    "pass",
+    "torch.set_float32_matmul_precision('high')",
+    "torch.set_float32_matmul_precision('medium')",
+    "matmul.fp32_precision = 'tf32'",  # the newer API alone: the legacy flag can no longer be read
+    "matmul.fp32_precision = 'ieee'",
+    "torch.set_float32_matmul_precision('high'); matmul.fp32_precision = 'ieee'",
+]
+
+
+def test_tf32_switch_is_restored():
+    setups = _TF32_SETUPS
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch < 2.9 has the legacy API only
+        setups = [s for s in setups if "fp32_precision" not in s]
+    result = subprocess.run([sys.executable, "-c", _TF32_SCRIPT, *setups], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "failed 0", result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", "float32"), ("bf16", "bfloat16")])
+def test_attainable_matmul_rate_on_cpu(precision, dtype):
+    rng = torch.get_rng_state()
+    rate = attainable_matmul_rate(torch.device("cpu"), precision, size=128, seconds=0.05)
+    assert (rate.precision, rate.size, rate.dtype) == (precision, 128, dtype)
+    assert rate.repetitions >= 3
+    assert math.isfinite(rate.flops_per_s) and rate.flops_per_s > 0
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_attainable_matmul_rate_refusals():
+    assert attainable_matmul_rate(torch.device("xla"), "bf16") is None
+    with pytest.raises(ValueError, match="precision"):
+        attainable_matmul_rate(torch.device("cpu"), "int8", size=8)
+    with pytest.raises(ValueError, match="meta"):
+        attainable_matmul_rate(torch.device("meta"), "fp32", size=8)
+
+
+def test_achieved_flops_and_utilisation():
+    assert achieved_flops(6e9, 50_000) == 3e14
+    assert utilisation(6e9, 50_000, 1e15) == pytest.approx(0.3)
+    assert utilisation(6e9, 50_000, None) is None
+    peak = datasheet_peak("NVIDIA A100-SXM4-80GB", "bf16")
+    assert utilisation(156e9, 1000, peak.flops_per_s) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        utilisation(1.0, 1.0, 0.0)
