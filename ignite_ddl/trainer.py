@@ -367,7 +367,7 @@ class FlopsProbe:
         count = count_flops(model, inputs, torch.zeros(2, dtype=torch.long), criterion)
         precision = matmul_precision(device, amp)
         idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
-        rate = attainable_matmul_rate(device, precision)
+        rate = attainable_matmul_rate(device, precision, seconds=0.1)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return cls(count, precision, datasheet_peak(name, precision), rate)
 

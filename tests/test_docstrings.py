@@ -25,6 +25,7 @@ import pytest
         "labs.collectives",
         "labs.shards",
         "labs.speedup",
+        "labs.buckets",
         "labs",
         "folders",
         "outputs",

@@ -1,0 +1,124 @@
+"""Bucket size: how DDP's gradient buckets decide how much of the all-reduce hides behind backward compute.
+
+What it teaches: DDP does not wait for the whole backward pass to reduce gradients. It packs them into buckets of
+about ``--bucket-cap-mb`` MiB (in reverse layer order, the order backward produces them) and starts a bucket's
+all-reduce as soon as its last gradient is ready, while backward goes on computing the earlier layers' gradients.
+With one big bucket nothing can start before the last gradient exists: all communication is *exposed* (overlap 0).
+A bucket closes once it holds at least the cap, and a tensor is never split: a model whose gradients sit mostly in
+one big tensor (the ``mlp``: 3 MB of its 3.3 MB in the first layer) stays one bucket at any cap below that tensor's
+size, which is why the default workload is the ``cnn``, whose gradients are spread over its layers.
+Smaller buckets start earlier and overlap more, but each is one more collective call with its own latency, and on
+a CPU the all-reduce competes with backward for the same cores. The lab trains the same workload with several
+bucket sizes through the real trainer and reads the communication timing hook's figures (:mod:`ignite_ddl.comm`):
+buckets per step, bytes per step, communication, exposed communication, overlap and step time.
+
+The checked claims are the ones that must hold on any machine: the bytes per step are the model's gradient bytes
+whatever the bucket size, smaller buckets mean more all-reduce calls, a single bucket overlaps nothing, and several
+buckets overlap some. Which size is *fastest* depends on the machine: see the table (and sweep ``bucket_cap_mb``
+with repeats for a verdict with confidence intervals).
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_arguments(parser)
+    >>> parser.parse_args(["--caps", "25,0.01"]).caps
+    [0.01, 25.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.text import format_table
+
+NAME = "bucket-size"
+HELP = "train one workload with several DDP bucket sizes: buckets, exposed communication and overlap per size"
+
+
+def _caps(text: str) -> list[float]:
+    try:
+        caps = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of sizes in MiB: {text!r} (example: 0.25,1,25)") from None
+    if not caps or any(not math.isfinite(c) or c <= 0 for c in caps):
+        raise argparse.ArgumentTypeError(f"bucket sizes must be positive MiB: {text!r}")
+    return sorted(set(caps))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_launch_arguments(parser)
+    parser.add_argument("--caps", type=_caps, default=[0.01, 0.04, 25.0],
+                        help="bucket sizes in MiB to compare (default 0.01,0.04,25)")  # fmt: skip
+    parser.add_argument("--model", default="cnn",
+                        help="model to train (default cnn: 119 kB of gradients in 6 tensors)")  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=128, help="global batch (default 128)")
+    parser.add_argument("--train-size", type=int, default=4096, help="synthetic training samples (default 4096)")
+
+
+def _train(args: argparse.Namespace, cap: float) -> dict[str, Any]:
+    from ignite_ddl.trainer import train  # imports torch and the trainer: only when the lab runs
+
+    config = TrainConfig(
+        backend=args.backend, nproc_per_node=args.nproc_per_node, model=args.model, batch_size=args.batch_size,
+        train_size=args.train_size, val_size=128, epochs=1, bucket_cap_mb=cap, checkpoints=False, best_model=False,
+        progress=False, measure_flops=False, output_dir=str(Path(args.output_dir) / f"bucket_{cap:g}MiB"),
+        overwrite=True,
+    )  # fmt: skip
+    steps = train(config)["steps"]
+    ranks = steps["ranks"]
+
+    def mean(key: str) -> float:
+        return sum(r[key] for r in ranks) / len(ranks)
+
+    return {
+        "cap_mb": cap,
+        "buckets_per_step": mean("buckets_per_step"),
+        "bytes_per_step": ranks[0]["comm_bytes_per_step"],
+        "comm_ms": 1e3 * mean("comm_s_mean"),
+        "exposed_ms": 1e3 * mean("exposed_comm_s_mean"),
+        "overlap": steps["global"]["overlap"],
+        "step_ms": 1e3 * steps["global"]["step_s_p50"],
+        "samples_per_s": steps["global"]["samples_per_s"],
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.nproc_per_node < 2:
+        raise ConfigError("bucket-size needs at least 2 processes: one process has no gradients to all-reduce")
+    if args.backend == "xla-tpu":
+        raise ConfigError("bucket-size measures DDP's buckets; on XLA gradients are reduced by the compiled graph")
+    rows = [_train(args, cap) for cap in args.caps]
+    fewest, most = rows[-1], rows[0]
+    same_bytes = len({r["bytes_per_step"] for r in rows}) == 1
+    checks = [
+        check("every bucket size all-reduces the same bytes per step (the model's gradients)", same_bytes,
+              ", ".join(f"{r['cap_mb']:g} MiB: {r['bytes_per_step'] / 1e6:.3f} MB" for r in rows)),
+        check("smaller buckets mean more all-reduce calls per step",
+              all(a["buckets_per_step"] >= b["buckets_per_step"] for a, b in zip(rows, rows[1:]))
+              and most["buckets_per_step"] > fewest["buckets_per_step"],
+              ", ".join(f"{r['cap_mb']:g} MiB: {r['buckets_per_step']:.0f}" for r in rows)),
+        check("with a single bucket nothing overlaps: its all-reduce starts when the last gradient is ready",
+              fewest["buckets_per_step"] != 1 or fewest["overlap"] == 0,
+              f"{fewest['cap_mb']:g} MiB: {fewest['buckets_per_step']:.0f} bucket(s), overlap "
+              f"{100 * fewest['overlap']:.0f} %"),
+        check("with several buckets part of the communication overlaps backward compute",
+              most["buckets_per_step"] < 2 or most["overlap"] > 0,
+              f"{most['cap_mb']:g} MiB: {most['buckets_per_step']:.0f} buckets, overlap {100 * most['overlap']:.0f} %"),
+    ]  # fmt: skip
+    return {"model": args.model, "world_size": args.nproc_per_node, "rows": rows, "checks": checks}
+
+
+def format_result(result: dict[str, Any]) -> str:
+    header = ("bucket MiB", "buckets", "MB/step", "comm ms", "exposed ms", "overlap %", "step p50 ms", "samples/s")
+    rows = [
+        (f"{r['cap_mb']:g}", f"{r['buckets_per_step']:.0f}", f"{r['bytes_per_step'] / 1e6:.3f}", f"{r['comm_ms']:.2f}",
+         f"{r['exposed_ms']:.2f}", f"{100 * r['overlap']:.0f}", f"{r['step_ms']:.2f}", f"{r['samples_per_s']:.0f}")
+        for r in result["rows"]
+    ]  # fmt: skip
+    title = f"DDP bucket size, {result['model']} on {result['world_size']} processes (one run per size)"
+    return f"{title}\n{format_table(header, rows)}\n{format_checks(result)}"
