@@ -232,3 +232,47 @@ def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
 def test_report_of_an_empty_directory_is_refused(tmp_path):
     result = run_cli("report", str(tmp_path), timeout=60)
     assert result.returncode == 2 and "no results" in result.stderr
+
+
+def _rank(rank: int, exposed: float | None, comm: float | None) -> dict:
+    """One rank's step statistics (seconds): 2 ms data, 10 forward, 20 backward, 1 optimizer, 0.5 handlers."""
+    return {"rank": rank, "iterations": 40, "data_s_mean": 0.002, "forward_s_mean": 0.010, "backward_s_mean": 0.020,
+            "optimizer_s_mean": 0.001, "handlers_s_mean": 0.0005, "exposed_comm_s_mean": exposed,
+            "comm_s_mean": comm, "buckets_per_step": 2.0}  # fmt: skip
+
+
+def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_path):
+    """Rank 0 waits 8 ms per step in the all-reduce for rank 1: exposed communication is large, and named."""
+    steps = {
+        "ranks": [_rank(0, 0.010, 0.012), _rank(1, 0.002, 0.004)],
+        "straggler": None,
+        "global": {"window_s": 3.0, "step_s_p50": 0.034, "step_s_p90": 0.035, "data_share": 0.06, "overlap": 0.4,
+                   "busbw_Bps": 2e8},
+        "comm_wait": {"rank": 1, "wait_s": [0.008, 0.0], "median_wait_s": 0.008},
+        "comm_reference": {"message_bytes": 60000, "seconds": 0.0003, "busbw_Bps": 4e8},
+    }  # fmt: skip
+    flops = {"per_sample": {"total": 3e7}, "achieved_flops_per_s": 2.5e10, "utilisation_attainable": 0.2,
+             "utilisation_peak": None}  # fmt: skip
+    summary = {"steps": steps, "flops": flops}
+    records = [record(0, r, v, procs=2, summary=summary) for r, v in enumerate([150, 152, 148])]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    config = analyze(records).configs[0]
+    assert config.comm_timed and config.overlap == pytest.approx(0.4)
+    # per rank: backward compute = backward - exposed; the parts add up to the iteration
+    assert config.rank_phases[0]["backward_compute"] == pytest.approx(0.010)
+    assert config.rank_phases[1]["exposed_comm"] == pytest.approx(0.002)
+    iteration = 0.002 + 0.010 + 0.020 + 0.001 + 0.0005
+    assert sum(config.phases.values()) == pytest.approx(iteration)
+    assert config.exposed_share == pytest.approx(0.006 / iteration)
+    assert config.comm_wait == {"rank": 1, "waiting": [0], "wait_s": pytest.approx(0.008),
+                                "share": pytest.approx(0.008 / iteration)}  # fmt: skip
+    report = write_report(tmp_path).read_text()
+    assert "rank 0 waits 8.0 ms per step for rank 1 in the all-reduce" in report
+    assert "| overlap % | exposed comm % | busbw GB/s | isolated GB/s | GFLOP/s per rank | % of matmul rate |" in report
+    assert "% of datasheet peak" not in report  # no configuration has one: no empty column
+    events = EventAccumulator(str(tmp_path / "tb_hparams" / "configs" / "cfg000"))
+    events.Reload()
+    assert events.Scalars("hparam/comm_overlap")[0].value == pytest.approx(0.4)
+    assert events.Scalars("hparam/busbw_GBps")[0].value == pytest.approx(0.2)
+    assert events.Scalars("hparam/utilisation_attainable")[0].value == pytest.approx(0.2)

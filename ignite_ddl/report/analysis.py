@@ -150,6 +150,7 @@ class ConfigResult:
     rank_phases: list[dict[str, float]] = field(default_factory=list)  # the same per rank
     comm_timed: bool = False  # exposed communication measured (else backward_compute includes the all-reduce)
     overlap: float | None = None  # share of the gradient communication hidden behind backward compute
+    buckets_per_step: float | None = None  # DDP gradient buckets (all-reduce calls) per step
     exposed_share: float | None = None  # exposed communication / iteration time
     busbw_Bps: float | None = None  # achieved all-reduce bus bandwidth during training
     reference_busbw_Bps: float | None = None  # an isolated all-reduce of the same message size, same ranks
@@ -494,6 +495,7 @@ def _describe_steps(config: ConfigResult, steps: list[dict[str, Any]]) -> None:
     config.phases = {p: _mean([r[p] for r in config.rank_phases]) or 0.0 for p in STEP_PARTS}
     config.comm_timed = any(_number(r.get("exposed_comm_s_mean")) for s in steps for r in s["ranks"])
     config.overlap = _mean([s["global"].get("overlap") for s in steps])
+    config.buckets_per_step = _mean([r.get("buckets_per_step") for s in steps for r in s["ranks"]])
     config.busbw_Bps = _mean([s["global"].get("busbw_Bps") for s in steps])
     config.reference_busbw_Bps = _mean([_dict(s.get("comm_reference")).get("busbw_Bps") for s in steps])
     iteration = sum(config.phases.values())

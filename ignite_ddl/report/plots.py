@@ -378,8 +378,9 @@ def _breakdown(analysis: Analysis, plt: Any) -> Any:
             left = [a + b for a, b in zip(left, widths)]
         for row, ((config, rank), end) in enumerate(zip(rows, left)):
             if rank == 0 and config.overlap is not None:  # once per configuration, on its first rank's bar
-                ax.text(end, row, f" overlap {100 * config.overlap:.0f} %", va="center", fontsize=FONT - 1)
-        ax.set_xlim(0, max(left, default=1.0) * 1.25)  # room for the overlap figure
+                buckets = f", {config.buckets_per_step:.0f} bucket(s)" if config.buckets_per_step else ""
+                ax.text(end, row, f" overlap {100 * config.overlap:.0f} %{buckets}", va="center", fontsize=FONT - 1)
+        ax.set_xlim(0, max(left, default=1.0) * 1.35)  # room for the overlap figure
     assert add_legend is not None
     add_legend(*panels[0][0].get_legend_handles_labels())
     return fig
