@@ -9,7 +9,7 @@ processes, backend, start method and intra-op threads per process:
   ``idist.broadcast``.
 * **raw**: no Ignite: ``torch.multiprocessing.start_processes``, ``dist.init_process_group``, then
   ``dist.all_reduce(t)``, ``dist.all_gather(outputs, t)`` into preallocated outputs, ``dist.broadcast(t, 0)``.
-  Forked ranks run in a fresh thread, as the launcher's do (GNU OpenMP does not survive fork).
+  Forked ranks run in a fresh thread, as the launcher's do (see ``launcher.in_fresh_thread``).
 
 Both sides run the lab's timing loop (``collectives.time_collectives``: warm-up calls, barrier, back-to-back timed
 calls, device synchronised before each clock reading) and its figures (``collectives.bandwidth_rows``: time = mean

@@ -36,9 +36,9 @@ from torch import nn
 
 from ignite_ddl.comm import CommTimer
 from ignite_ddl.contention import ForeignLoad
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.models import build_model
-from ignite_ddl.recorder import gather_objects
 from ignite_ddl.report.stats import mean_interval
 
 VARIANTS = {"ddp-default": False, "timing-hook": True}

@@ -188,10 +188,9 @@ def raw_worker(
 def raw_rank(rank: int, *args: Any) -> None:
     """``start_processes`` target: :func:`raw_worker` in a fresh thread of the forked process.
 
-    GNU OpenMP does not survive fork: this parent has already run multi-threaded ops (the one-process runs), and a
-    forked child's main thread would hang at its first parallel region. ignite_ddl's launcher runs forked ranks in a
-    fresh thread for the same reason (``launcher.in_fresh_thread``, plain threading: no Ignite involved), so doing
-    it here also keeps the two sides alike.
+    This parent has already run multi-threaded ops (the one-process runs), so a forked child's main thread must not
+    run torch ops (see ``launcher.in_fresh_thread``, plain threading: no Ignite involved); ignite_ddl's launcher
+    does the same, so doing it here also keeps the two sides alike.
     """
     threads = args[2]  # raw_worker's arguments: config, world, threads, port, window, run_dir
     in_fresh_thread(threads, raw_worker, rank, *args)

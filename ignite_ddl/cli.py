@@ -24,6 +24,7 @@ from ignite_ddl.config import (
     TRACKERS,
     ConfigError,
     TrainConfig,
+    field_types,
     option_flag,
 )
 from ignite_ddl.contention import CONTENTION_THRESHOLD
@@ -47,16 +48,15 @@ CHOICES = {"backend": BACKENDS, "start_method": START_METHODS, "amp": AMP_MODES,
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    types = {"int": int, "float": float, "str": str}
     for f in dataclasses.fields(TrainConfig):
         flag = option_flag(f.name)
-        kind = f.type.replace("| None", "").strip()
-        shown = f" (default: {f.default})" if f.default is not None and kind != "bool" else ""
-        if kind == "bool":
+        kind, _ = field_types()[f.name]
+        shown = f" (default: {f.default})" if f.default is not None and kind is not bool else ""
+        if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
         else:
-            metavar = "{" + ",".join(CHOICES[f.name]) + "}" if f.name in CHOICES else kind.upper()
-            parser.add_argument(flag, type=types[kind], default=f.default, metavar=metavar,
+            metavar = "{" + ",".join(CHOICES[f.name]) + "}" if f.name in CHOICES else kind.__name__.upper()
+            parser.add_argument(flag, type=kind, default=f.default, metavar=metavar,
                                 help=f.metadata["help"] + shown)  # fmt: skip
 
 

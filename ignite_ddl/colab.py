@@ -22,9 +22,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["COLAB_URL", "INSTALL_CELL", "TPU_PACKAGES", "Runtime", "on_colab", "prepare_runtime", "tpu_attached"]
+from ignite_ddl.tpu import tpu_attached, tpu_available
+
+__all__ = ["COLAB_URL", "INSTALL_CELL", "TPU_PACKAGES", "Runtime", "on_colab", "prepare_runtime"]
 
 # Where Colab opens the notebooks from (a fork replaces the owner and name).
 COLAB_URL = "https://colab.research.google.com/github/ignite-ddl/ignite-ddl/blob/main/notebooks/"
@@ -55,7 +56,7 @@ class Runtime:
     cpu_cores: int
     gpus: int
     gpu_name: str | None
-    tpu: bool  # a TPU is attached and torch_xla can drive it
+    tpu: bool  # torch_xla can drive a TPU here (tpu.tpu_available: what --backend auto runs on)
     torch: str
     ignite: str
 
@@ -73,11 +74,6 @@ def on_colab() -> bool:
     return "google.colab" in sys.modules
 
 
-def tpu_attached() -> bool:
-    """A TPU device node is present (TPU VMs: /dev/accel*, newer ones: /dev/vfio/<n>)."""
-    return Path("/dev/accel0").exists() or any(Path("/dev/vfio").glob("[0-9]*"))
-
-
 def prepare_runtime(install: bool = True, show: bool = True) -> Runtime:
     """Install what a Colab TPU runtime lacks (with ``install``), then describe the kernel's devices."""
     if on_colab() and tpu_attached():
@@ -93,10 +89,9 @@ def prepare_runtime(install: bool = True, show: bool = True) -> Runtime:
     from ignite_ddl.environment import cpu_cores
 
     gpus = torch.cuda.device_count()  # does not initialise CUDA: the kernel can still fork ranks afterwards
-    tpu = tpu_attached() and importlib.util.find_spec("torch_xla") is not None
     runtime = Runtime(
         colab=on_colab(), cpu_cores=cpu_cores(), gpus=gpus, gpu_name=_gpu_name() if gpus else None,
-        tpu=tpu, torch=torch.__version__, ignite=ignite.__version__,
+        tpu=tpu_available(), torch=torch.__version__, ignite=ignite.__version__,
     )  # fmt: skip
     if show:
         print(runtime.describe())

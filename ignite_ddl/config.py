@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,7 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown option(s): {', '.join(unknown)}")
         for name, value in values.items():
-            _check_type(name, value, known[name].type)
+            _check_type(name, value)
         return cls(**values)
 
     def launch_settings(self) -> Any:
@@ -194,14 +195,28 @@ def _at_least(name: str, value: float, low: float) -> None:
         raise ConfigError(f"{name} must be >= {low}, got {value}")
 
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+_TYPE_NAMES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
 
-def _check_type(name: str, value: Any, annotation: str) -> None:
-    optional = annotation.endswith("| None")
-    base = annotation.replace("| None", "").strip()
+@functools.cache
+def field_types() -> dict[str, tuple[type, bool]]:
+    """Each ``TrainConfig`` field's base type and whether it may be None, read once from its annotation (a string
+    under postponed evaluation: ``"int | None"``). The CLI and :meth:`TrainConfig.from_dict` both use it.
+
+    >>> field_types()["nproc_per_node"], field_types()["lr"]
+    ((<class 'int'>, True), (<class 'float'>, False))
+    """
+    types = {}
+    for f in dataclasses.fields(TrainConfig):
+        annotation = str(f.type)
+        types[f.name] = (_TYPE_NAMES[annotation.replace("| None", "").strip()], annotation.endswith("| None"))
+    return types
+
+
+def _check_type(name: str, value: Any) -> None:
+    base, optional = field_types()[name]
     if value is None and optional:
         return
-    allowed = _TYPES[base]
-    if isinstance(value, bool) and base != "bool" or not isinstance(value, allowed):
-        raise ConfigError(f"option {name} expects {base}{' or null' if optional else ''}, got {value!r}")
+    allowed = (int, float) if base is float else (base,)  # an int is a fine float
+    if isinstance(value, bool) and base is not bool or not isinstance(value, allowed):
+        raise ConfigError(f"option {name} expects {base.__name__}{' or null' if optional else ''}, got {value!r}")

@@ -256,7 +256,7 @@ class ContentionMonitor:
 
     def gather(self) -> dict[str, Any] | None:
         """Collective: the run's contention over all ranks and nodes."""
-        from ignite_ddl.recorder import gather_objects
+        from ignite_ddl.gather import gather_objects
 
         parts = gather_objects(self.part())
         if all(p["busy_cpu_s"] is None for p in parts) and all(p["gpu_share"] is None for p in parts):

@@ -60,6 +60,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from ignite_ddl.models import unwrap
+
 __all__ = [
     "PEAKS",
     "FlopCount",
@@ -163,8 +165,7 @@ def count_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, c
     were, and so is the global CPU random number generator that dropout would draw from. The copy costs the model's
     size once more in host memory (briefly on the GPU as well, where ``copy.deepcopy`` copies a CUDA model).
     """
-    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-        model = model.module  # the wrapper's forward would communicate; the FLOPs are the module's
+    model = unwrap(model)  # the wrapper's forward would communicate; the FLOPs are the module's
     batch = len(inputs)
     if batch == 0:
         raise ValueError("count_flops needs a non-empty batch")

@@ -64,6 +64,7 @@ from ignite_ddl.contention import process_tree_pids
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.errors import LaunchFailed, RunFailed
 from ignite_ddl.signals import Interrupted, interruptible
+from ignite_ddl.tpu import tpu_available
 from ignite_ddl.watchdog import clear_stall, read_stall
 
 __all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_port", "in_fresh_thread", "launch",
@@ -145,14 +146,6 @@ def launched_externally(environ: Mapping[str, str] = os.environ) -> str | None:
     if "SLURM_JOB_ID" in environ and "SLURM_PROCID" in environ and int(environ.get("SLURM_NTASKS", "1")) > 1:
         return "slurm"
     return None
-
-
-def tpu_available(environ: Mapping[str, str] = os.environ) -> bool:
-    if importlib.util.find_spec("torch_xla") is None:
-        return False
-    # TPU v2-v4 show as /dev/accel*, v5e and later as VFIO devices.
-    on_tpu = Path("/dev/accel0").exists() or any(Path("/dev/vfio").glob("[0-9]*"))
-    return environ.get("PJRT_DEVICE") == "TPU" or on_tpu or "COLAB_TPU_ADDR" in environ
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -10,6 +10,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from torchvision import models as tv_models
@@ -32,15 +34,16 @@ class ToyModel(nn.Module):
         return self.net2(self.relu(self.net1(x.flatten(1))))
 
 
-def mlp(in_features: int, num_classes: int) -> nn.Module:
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(in_features, 256),
-        nn.ReLU(),
-        nn.Linear(256, 128),
-        nn.ReLU(),
-        nn.Linear(128, num_classes),
-    )
+def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (256, 128)) -> nn.Sequential:
+    """Linear layers ``hidden`` wide with a ReLU after each, then a linear head, on flattened inputs.
+
+    ``--model mlp`` is the default ``(256, 128)``; the labs vary width and depth through ``hidden``.
+    """
+    sizes = [in_features, *hidden, num_classes]
+    layers: list[nn.Module] = [nn.Flatten()]
+    for fan_in, fan_out in zip(sizes, sizes[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])  # no ReLU after the head
 
 
 def small_cnn(in_channels: int, num_classes: int) -> nn.Module:
@@ -65,6 +68,18 @@ class _RepeatChannels(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.expand(-1, 3, -1, -1)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DistributedDataParallel or DataParallel wrapper (the model itself otherwise): the one to
+    call where the wrapper's forward would communicate, and whose parameter names have no ``module.`` prefix.
+
+    Example:
+        >>> net = nn.Linear(2, 1)
+        >>> unwrap(nn.DataParallel(net)) is net and unwrap(net) is net
+        True
+    """
+    return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
 
 
 def torchvision_models() -> list[str]:

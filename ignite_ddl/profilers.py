@@ -49,7 +49,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from ignite_ddl.config import PROFILERS
 from ignite_ddl.outputs import writing
-from ignite_ddl.text import format_table
+from ignite_ddl.text import format_table, milliseconds
 
 TOP_OPS_COLUMNS = ("name", "calls", "cpu_ms", "self_cpu_ms", "device_ms", "self_device_ms")
 
@@ -320,11 +320,11 @@ def format_profile(kind: str, ranks: list[Any]) -> str:
     """A table with a row per rank of what profiler ``kind`` measured (times in milliseconds)."""
     if kind == "timer":
         header = ("rank", "iteration ms", "epoch s")
-        rows = [(i, f"{1e3 * r['iteration_mean_s']:.2f}", f"{r['epoch_mean_s']:.3f}") for i, r in enumerate(ranks)]
+        rows = [(i, milliseconds(r["iteration_mean_s"]), f"{r['epoch_mean_s']:.3f}") for i, r in enumerate(ranks)]
     elif kind == "basic":
         header = ("rank", "processing ms", "dataflow ms", "handlers total s")
         rows = [
-            (i, _ms(r["processing_stats"].get("mean")), _ms(r["dataflow_stats"].get("mean")),
+            (i, milliseconds(r["processing_stats"].get("mean"), 3), milliseconds(r["dataflow_stats"].get("mean"), 3),
              f"{r['event_handlers_stats']['total_time']:.3f}")
             for i, r in enumerate(ranks)
         ]  # fmt: skip
@@ -339,13 +339,9 @@ def format_profile(kind: str, ranks: list[Any]) -> str:
     else:
         header = ("rank", "handler", "event", "total s", "mean ms")
         rows = [
-            (i, row["handler"], row["event"], row["total_s"], _ms(row["mean_s"]))
+            (i, row["handler"], row["event"], row["total_s"], milliseconds(row["mean_s"], 3))
             for i, r in enumerate(ranks)
             for row in r
             if isinstance(row["total_s"], float) and row["handler"] != "Total"
         ]
     return format_table(header, rows)
-
-
-def _ms(seconds: Any) -> str:
-    return f"{1e3 * seconds:.3f}" if isinstance(seconds, (int, float)) else str(seconds)

@@ -43,9 +43,11 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.outputs import writing
-from ignite_ddl.text import format_table
+from ignite_ddl.text import format_table, milliseconds
 
 PHASES = ("forward", "backward", "optimizer")
 COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
@@ -53,21 +55,6 @@ COLUMNS = (
     "iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples",
     *COMM_COLUMNS, "handlers_s",
 )  # fmt: skip
-
-
-def device_synchronizer(device: torch.device, launch: bool = False) -> Callable[[], None] | None:
-    """What makes the host wait until ``device`` has finished the work queued so far (None: nothing to wait for).
-
-    On XLA, work is queued when its lazy graph is launched: ``launch`` launches the pending one first (which ends
-    the graph there, so only where a step ends).
-    """
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    if device.type == "xla":
-        from ignite_ddl import xla
-
-        return lambda: xla.wait(device, launch=launch)
-    return None
 
 
 def batch_samples(engine: Engine) -> int:
@@ -185,13 +172,6 @@ class StepRecorder:
                 writer.writerows(blank_nan)
 
 
-def gather_objects(obj: Any) -> list[Any]:
-    """Collective: ``obj`` of every rank, in rank order (``idist.all_gather`` for any picklable object)."""
-    if idist.get_world_size() == 1:
-        return [obj]
-    return idist.all_gather(obj)
-
-
 def _quantiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     if not values:
         return [math.nan] * len(qs)
@@ -299,17 +279,18 @@ def format_steps(steps: dict[str, Any]) -> str:
     comm_header = ("comm ms", "exposed ms", "overlap %", "busbw GB/s")
     rows = []
     for r in steps["ranks"]:
-        row = [r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", _ms(r["step_s_p50"]), _ms(r["step_s_p90"]),
-               f"{100 * r['data_share']:.1f}", _ms(r["forward_s_mean"]), _ms(r["backward_s_mean"]),
-               _ms(r["optimizer_s_mean"]), _ms(r["own_s_mean"])]  # fmt: skip
+        phases_ms = [milliseconds(r[f"{phase}_s_mean"]) for phase in (*PHASES, "own")]
+        row = [r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", milliseconds(r["step_s_p50"]),
+               milliseconds(r["step_s_p90"]), f"{100 * r['data_share']:.1f}", *phases_ms]  # fmt: skip
         if timed:
-            row += [_ms(r["comm_s_mean"]), _ms(r["exposed_comm_s_mean"]), _pct(r["overlap"]), _gb(r["busbw_Bps"])]
+            row += [milliseconds(r["comm_s_mean"]), milliseconds(r["exposed_comm_s_mean"]), _pct(r["overlap"]),
+                    _gb(r["busbw_Bps"])]  # fmt: skip
         rows.append(row)
     lines = format_table(header + comm_header if timed else header, rows).splitlines()
     g, straggler = steps["global"], steps["straggler"]
     lines.append(
         f"global: {g['samples_per_s']:.0f} samples/s over {g['window_s']:.2f} s "
-        f"(warm-up of {steps['warmup_iterations']} iterations excluded), step p50 {_ms(g['step_s_p50'])} ms"
+        f"(warm-up of {steps['warmup_iterations']} iterations excluded), step p50 {milliseconds(g['step_s_p50'])} ms"
     )
     if straggler is not None:
         lines.append(f"straggler: rank {straggler['rank']}, own time {straggler['ratio']:.2f}x the median rank's")
@@ -323,7 +304,8 @@ def wait_sentence(wait: dict[str, Any]) -> str:
     """``comm_wait`` in words: who waits how long per step, for which rank, inside the all-reduce."""
     others = [r for r in range(len(wait["wait_s"])) if r != wait["rank"]]
     who = f"rank {others[0]} waits" if len(others) == 1 else f"the other {len(others)} ranks wait a median"
-    return f"{who} {_ms(wait['median_wait_s'])} ms per step for rank {wait['rank']} in the gradient all-reduce"
+    wait_ms = milliseconds(wait["median_wait_s"])
+    return f"{who} {wait_ms} ms per step for rank {wait['rank']} in the gradient all-reduce"
 
 
 def _pct(share: float) -> str:
@@ -332,7 +314,3 @@ def _pct(share: float) -> str:
 
 def _gb(bytes_per_s: float) -> str:
     return "-" if math.isnan(bytes_per_s) else f"{bytes_per_s / 1e9:.3f}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None or math.isnan(seconds) else f"{1e3 * seconds:.2f}"

@@ -27,7 +27,7 @@ over the configurations instead of landing on one. ``shuffled`` draws each round
 checkpoints and no best model and evaluate once, after the last epoch (:data:`SWEEP_DEFAULTS`). Runs are started
 from a fork server that has already imported torch, Ignite and the trainer (``start: preloaded``), which removes the
 seconds of imports every fresh interpreter pays; ``start: fresh`` runs a new interpreter per run instead. The fork
-server never runs a torch operation, so no OpenMP state is inherited across the fork.
+server never runs a torch operation, so its forks are safe (see ``launcher.in_fresh_thread``).
 
 **Contention.** Each run records how much of the machine other processes used while it measured
 (:mod:`ignite_ddl.contention`); a run above ``contention_threshold`` is recorded as contended, and with

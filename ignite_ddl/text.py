@@ -1,16 +1,21 @@
-"""Plain-text tables for the console: what ranks, profilers and labs print.
+"""Text for the console: tables, and the durations and sizes in their cells, as ranks, profilers and labs print them.
 
 Example:
-    >>> print(format_table(["rank", "ms"], [[0, "1.50"], [1, "12.25"]]))
+    >>> print(format_table(["rank", "ms"], [[0, milliseconds(0.0015)], [1, milliseconds(0.01225)]]))
     rank     ms
        0   1.50
        1  12.25
+    >>> milliseconds(float("nan")), milliseconds("not triggered"), kib(27688)
+    ('-', 'not triggered', '27.0 KiB')
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+
+__all__ = ["format_table", "kib", "milliseconds"]
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -18,3 +23,21 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+
+
+def milliseconds(seconds: Any, decimals: int = 2) -> str:
+    """``seconds`` in milliseconds with ``decimals`` decimals, without a unit (the column header says ``ms``).
+
+    ``-`` where nothing was measured (None, NaN); any other value that is not a number (Ignite's profilers report
+    ``"not triggered"``) is shown as it is.
+    """
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    if isinstance(seconds, (int, float)):
+        return f"{1e3 * seconds:.{decimals}f}"
+    return str(seconds)
+
+
+def kib(nbytes: float) -> str:
+    """Bytes as KiB with one decimal, e.g. ``kib(27688)`` is ``'27.0 KiB'``."""
+    return f"{nbytes / 1024:.1f} KiB"

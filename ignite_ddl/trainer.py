@@ -38,28 +38,18 @@ from torch import nn
 
 from ignite_ddl import launcher
 from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
-from ignite_ddl.comm import CommTimer, allreduce_bus_factor, time_allreduce
+from ignite_ddl.comm import CommTimer
 from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.contention import ContentionMonitor
 from ignite_ddl.data import Loaders, build_loaders, check_dataset
 from ignite_ddl.environment import cpu_cores, device_info, host, versions
-from ignite_ddl.flops import (
-    FlopCount,
-    MatmulRate,
-    Peak,
-    attainable_matmul_rate,
-    count_flops,
-    datasheet_peak,
-    format_flops,
-    matmul_precision,
-    utilisation_record,
-)
+from ignite_ddl.flops import format_flops
 from ignite_ddl.folders import claim_run_folder, lock
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.launcher import LaunchPlan
-from ignite_ddl.models import build_model, check_model
-from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_threads, writing
-from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
-from ignite_ddl.recorder import StepRecorder, format_steps, gather_objects
+from ignite_ddl.measuring import FlopsProbe, attach_measurement
+from ignite_ddl.models import build_model, check_model, unwrap
+from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_threads
+from ignite_ddl.recorder import StepRecorder, format_steps
 from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
 from ignite_ddl.tracking import MlflowTracker, check_tracker
 from ignite_ddl.watchdog import StallWatchdog
@@ -132,7 +122,7 @@ def create_evaluator(
     """An engine computing accuracy, loss and (given ``num_classes``) the confusion matrix; Ignite's metrics sum
     their counts over all ranks, so every rank holds the same figures."""
     # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
-    net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    net = unwrap(model)
 
     @torch.no_grad()
     def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,18 +197,53 @@ def training(
 
 
 def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[TrainingRun], None] | None) -> dict:
-    rank, world = idist.get_rank(), idist.get_world_size()
     out = Path(config.output_dir)
-    log = rank_logger(out, rank)
+    log = rank_logger(out, idist.get_rank())
     seed_everything(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
-    device = idist.device()
-
     loaders = build_loaders(config)
-    info = loaders.info
-    model = place_model(
-        build_model(config.model, info.in_channels, info.image_size, info.num_classes), config.sync_bn,
-        config.bucket_cap_mb,
-    )  # fmt: skip
+    parts = initialize(config, loaders)
+    measuring = attach_measurement(config, plan, parts.trainer, parts.evaluator, parts.recorder, parts.device, out)
+    handlers = attach_handlers(config, parts, loaders, measuring.recorder, out, log)
+    if config.resume:
+        resume(config, handlers, parts.trainer, log)
+    if setup is not None:
+        setup(TrainingRun(config, parts.trainer, parts.evaluator, parts.model, parts.optimizer, loaders))
+    env = _record_config(config, plan, parts.device, out)
+    log.info(f"rank {idist.get_rank()}/{env['world_size']} on {env['device']['name']}, {torch.get_num_threads()} "
+             f"threads, batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
+    probe = None
+    if config.measure_flops:
+        probe = FlopsProbe.measure(parts.model, parts.criterion, loaders.info, parts.device, config.amp)
+    wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
+    figures = measuring.gather(parts.model, parts.comm, probe, out, log)
+    if handlers.tb is not None:
+        _log_run_scalars(handlers.tb, figures, parts.trainer.state.iteration)
+        handlers.tb.close()
+    return _finish(config, env, loaders, parts.trainer, handlers, wall, figures, out, log)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What one rank trains with: the placed model, its optimizer, loss and gradient scaler, and the engines."""
+
+    device: torch.device
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    criterion: nn.Module
+    scaler: torch.amp.GradScaler | None
+    recorder: StepRecorder | None
+    comm: CommTimer | None
+    trainer: Engine
+    evaluator: Engine
+
+
+def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
+    """Model (placed with ``auto_model``), optimizer (``auto_optim``), loss, scaler and the two engines. The step
+    recorder is built here because the train step reports its phases to it; ``attach_measurement`` attaches it.
+    """
+    device, info = idist.device(), loaders.info
+    net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+    model = place_model(net, config.sync_bn, config.bucket_cap_mb)
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
@@ -228,31 +253,33 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     recorder = StepRecorder(config.warmup_iters, device, comm=comm) if config.record_steps else None
     trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
     evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
-    # Measuring handlers go first: nothing attached later counts as step time, and timers pause before evaluation.
-    if recorder is not None:
-        recorder.attach(trainer)
-    contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
-    profiler = attach_profiler(config.profiler, trainer, output_dir=out, rank=rank, warmup=config.warmup_iters,
-                               max_iters=config.max_iters)  # fmt: skip
-    watchdog = None
-    if world > 1 and config.stall_seconds() > 0:
-        # A spawned rank leaves the report to its launcher; under torchrun / SLURM the rank reports it itself.
-        spawned = plan is not None and plan.mode == "spawn"
-        log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
-        watchdog = StallWatchdog(config.stall_seconds(), log_dir, recorder, report=not spawned)
-        watchdog.attach(trainer, evaluator)
+    return Parts(device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator)
 
-    epoch_length = len(loaders.train)
-    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer}
-    if scaler is not None:
-        to_save["scaler"] = scaler
-    if config.warmup_epochs > 0:
-        total = config.epochs * epoch_length
-        warmup = min(total - 1, max(1, round(config.warmup_epochs * epoch_length)))
-        milestones = [(0, 0.0), (warmup, config.lr), (total, 0.0)]
-        to_save["lr_scheduler"] = scheduler = PiecewiseLinear(optimizer, "lr", milestones_values=milestones)
-        trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
 
+@dataclass(frozen=True)
+class Handlers:
+    """The training handlers of one rank: what is checkpointed, the schedule, the epoch log and evaluation, early
+    stopping, checkpoints, TensorBoard and the tracker (rank 0)."""
+
+    to_save: dict[str, Any]
+    scheduler: PiecewiseLinear | None
+    epochs: EpochLog
+    early: EarlyStopping | None
+    checkpoint: Checkpoint | None
+    tb: TensorboardLogger | None
+    tracker: MlflowTracker | None
+
+
+def attach_handlers(
+    config: TrainConfig, parts: Parts, loaders: Loaders, recorder: StepRecorder | None, out: Path, log: logging.Logger
+) -> Handlers:
+    trainer, evaluator, rank = parts.trainer, parts.evaluator, idist.get_rank()
+    to_save: dict[str, Any] = {"trainer": trainer, "model": parts.model, "optimizer": parts.optimizer}
+    if parts.scaler is not None:
+        to_save["scaler"] = parts.scaler
+    scheduler = attach_schedule(trainer, parts.optimizer, config, len(loaders.train))
+    if scheduler is not None:
+        to_save["lr_scheduler"] = scheduler
     trainer.add_event_handler(Events.EPOCH_STARTED, _start_epoch, loaders)
     tb = None
     if rank == 0:
@@ -260,50 +287,71 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
         tb = TensorboardLogger(log_dir=str(out / "tb"))
     epochs = EpochLog(loaders, evaluator, tb, log, recorder, config.eval_every)
     epochs.attach(trainer)
-
     early = attach_early_stopping(trainer, evaluator, config.early_stopping) if config.early_stopping else None
     if early is not None:
         to_save["early_stopping"] = early  # a resumed run goes on counting evaluations without improvement
     checkpoint = attach_checkpoints(trainer, to_save, out, config.checkpoint_every) if config.checkpoints else None
     if config.best_model:
-        attach_best_model(trainer, evaluator, model, out)
+        attach_best_model(trainer, evaluator, parts.model, out)
     if config.max_iters:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
-
     if tb is not None:
-        _attach_tensorboard(tb, trainer, evaluator, optimizer, config.log_every)
+        _attach_tensorboard(tb, trainer, evaluator, parts.optimizer, config.log_every)
     tracker = None
     if rank == 0 and config.tracker == "mlflow":
-        tracker = MlflowTracker(config, trainer, {"world_size": world, "backend": idist.backend() or "none"})
+        facts = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none"}
+        tracker = MlflowTracker(config, trainer, facts)
         epochs.listeners.append(tracker.log_epoch)
     if rank == 0 and config.progress and _interactive():
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
-    if config.resume:
-        planned = (list(scheduler.milestones), list(scheduler.values)) if "lr_scheduler" in to_save else None
-        Checkpoint.load_objects(to_load=to_save, checkpoint=load_checkpoint(config.resume))
-        if planned is not None and (list(scheduler.milestones), list(scheduler.values)) != planned:
-            # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
-            raise ConfigError(
-                f"cannot resume from {config.resume}: its learning-rate schedule ends at iteration "
-                f"{scheduler.milestones[-1]}, this run's at {planned[0][-1]}; resume with the --epochs, "
-                "--warmup-epochs and --lr of the run that wrote it"
-            )
-        log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
-    if setup is not None:
-        setup(TrainingRun(config, trainer, evaluator, model, optimizer, loaders))
+    return Handlers(to_save, scheduler, epochs, early, checkpoint, tb, tracker)
 
-    env = {"world_size": world, "backend": idist.backend() or "none", "device": device_info(device)}
+
+def attach_schedule(
+    trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig, epoch_length: int
+) -> PiecewiseLinear | None:
+    """Linear warm-up over ``warmup_epochs``, then linear decay to 0 at the last iteration (None: constant LR)."""
+    if config.warmup_epochs <= 0:
+        return None
+    total = config.epochs * epoch_length
+    warmup = min(total - 1, max(1, round(config.warmup_epochs * epoch_length)))
+    milestones = [(0, 0.0), (warmup, config.lr), (total, 0.0)]
+    scheduler = PiecewiseLinear(optimizer, "lr", milestones_values=milestones)
+    trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
+    return scheduler
+
+
+def resume(config: TrainConfig, handlers: Handlers, trainer: Engine, log: logging.Logger) -> None:
+    """Load ``config.resume`` into everything checkpointed; refuse a checkpoint whose LR schedule differs."""
+    scheduler = handlers.scheduler
+    planned = (list(scheduler.milestones), list(scheduler.values)) if scheduler is not None else None
+    Checkpoint.load_objects(to_load=handlers.to_save, checkpoint=load_checkpoint(config.resume))
+    if scheduler is not None and (list(scheduler.milestones), list(scheduler.values)) != planned:
+        # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
+        raise ConfigError(
+            f"cannot resume from {config.resume}: its learning-rate schedule ends at iteration "
+            f"{scheduler.milestones[-1]}, this run's at {planned[0][-1]}; resume with the --epochs, "
+            "--warmup-epochs and --lr of the run that wrote it"
+        )
+    log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
+
+
+def _record_config(config: TrainConfig, plan: LaunchPlan | None, device: torch.device, out: Path) -> dict[str, Any]:
+    """The run's facts (world, backend, device, launch); rank 0 writes them with the config to config.json."""
+    env = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none", "device": device_info(device)}
     env.update(_launch_facts(plan))
-    if rank == 0:
+    if idist.get_rank() == 0:
         record = {"schema_version": SCHEMA_VERSION, "config": config.to_dict(), **env}
         write_json(out / "config.json", {**record, "versions": versions(), "host": host()})
-    log.info(f"rank {rank}/{world} on {env['device']['name']}, {torch.get_num_threads()} threads, "
-             f"batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
+    return env
 
-    probe = FlopsProbe.measure(model, criterion, loaders, device, config.amp) if config.measure_flops else None
+
+def _run(trainer: Engine, loaders: Loaders, epochs: int, tracker: MlflowTracker | None,
+         watchdog: StallWatchdog | None) -> float:  # fmt: skip
+    """Run the trainer; the slowest rank's wall time. A failed run closes the tracker's run as failed."""
     start = time.perf_counter()
     try:
-        trainer.run(loaders.train, max_epochs=config.epochs)
+        trainer.run(loaders.train, max_epochs=epochs)
     except BaseException:
         if tracker is not None:
             tracker.finish(None)
@@ -311,31 +359,34 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     finally:
         if watchdog is not None:
             watchdog.stop()
-    wall = idist.all_reduce(time.perf_counter() - start, op="MAX")
-    steps = None
-    if recorder is not None:
-        recorder.write_csv(out / f"steps_rank{rank}.csv")
-        steps = recorder.gather()
-        if comm is not None:
-            steps["comm_reference"] = reference_allreduce(steps, model, device)
-    profile = _finish_profiler(profiler, out, rank, log) if profiler is not None else None
-    flops = probe.record(steps, world) if probe is not None else None
-    foreign = contention.gather()
-    if tb is not None:
-        if steps is not None:
-            tb.writer.add_scalar("global/samples_per_s", steps["global"]["samples_per_s"], trainer.state.iteration)
-        tb.close()
+    return idist.all_reduce(time.perf_counter() - start, op="MAX")
 
+
+def _finish(
+    config: TrainConfig,
+    env: dict[str, Any],
+    loaders: Loaders,
+    trainer: Engine,
+    handlers: Handlers,
+    wall: float,
+    figures: dict[str, Any],
+    out: Path,
+    log: logging.Logger,
+) -> dict:
+    """The summary, on every rank; rank 0 writes it, closes the tracker's run and prints the figures."""
+    early, steps, flops = handlers.early, figures["steps"], figures["flops"]
     stopped_early = trainer.state.epoch if early is not None and early.counter >= early.patience else None
     if stopped_early is not None:
         log.info(f"early stopping: no better validation accuracy for {early.patience} evaluations, "
                  f"stopped after epoch {stopped_early}")  # fmt: skip
-    summary = _summary(config, env, loaders, trainer, epochs, wall, checkpoint, steps, profile, foreign)
-    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=epochs.confusion_matrix, flops=flops)
-    if rank == 0:
+    summary = _summary(config, env, loaders, trainer, handlers.epochs, wall, handlers.checkpoint, steps,
+                       figures["profile"], figures["contention"])  # fmt: skip
+    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=handlers.epochs.confusion_matrix,
+                   flops=flops)  # fmt: skip
+    if idist.get_rank() == 0:
         write_json(out / "summary.json", summary)
-        if tracker is not None:
-            tracker.finish(summary)
+        if handlers.tracker is not None:
+            handlers.tracker.finish(summary)
         if steps is not None:
             log.info("\n" + format_steps(steps))
         if flops is not None and flops["achieved_flops_per_s"] is not None:
@@ -344,66 +395,6 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
             log.warning(f"the run diverged: {summary['diverged']}")
     log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
     return summary
-
-
-@dataclass(frozen=True)
-class FlopsProbe:
-    """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.flops`): the model's
-    FLOPs per sample and the matmul rate this rank attains."""
-
-    count: FlopCount
-    precision: str
-    peak: Peak | None
-    rate: MatmulRate | None
-
-    @classmethod
-    def measure(cls, model: nn.Module, criterion: nn.Module, loaders: Loaders, device: torch.device, amp: str
-                ) -> FlopsProbe | None:  # fmt: skip
-        """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone."""
-        if device.type == "xla":
-            return None
-        info = loaders.info
-        inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
-        count = count_flops(model, inputs, torch.zeros(2, dtype=torch.long), criterion)
-        precision = matmul_precision(device, amp)
-        idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
-        rate = attainable_matmul_rate(device, precision, seconds=0.1)
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-        return cls(count, precision, datasheet_peak(name, precision), rate)
-
-    def record(self, steps: dict[str, Any] | None, world: int) -> dict[str, Any]:
-        """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
-        rates = gather_objects(self.rate)
-        if steps is not None:
-            per_rank = [r["samples_per_s"] for r in steps["ranks"]]
-        else:
-            per_rank = [math.nan] * world
-        return utilisation_record(self.count, self.precision, self.peak, rates, per_rank)
-
-
-def reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
-    """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
-    (:func:`~ignite_ddl.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
-    timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank
-    if not timed:
-        return None
-    nbytes = round(timed[0]["comm_bytes_per_step"] / timed[0]["buckets_per_step"])
-    dtype = next(p.dtype for p in model.parameters() if p.requires_grad)
-    seconds = time_allreduce(nbytes, dtype, device)
-    busbw = nbytes / seconds * allreduce_bus_factor(idist.get_world_size()) if seconds > 0 else math.nan
-    return {"message_bytes": nbytes, "seconds": seconds, "busbw_Bps": busbw}
-
-
-def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
-    """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them."""
-    path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
-    with writing(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        profiler.write_csv(path)
-    ranks = gather_objects(profiler.results())
-    if rank == 0:
-        log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
-    return {"kind": profiler.kind, "ranks": ranks}
 
 
 def _start_epoch(engine: Engine, loaders: Loaders) -> None:
@@ -533,6 +524,15 @@ def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str
     if last > EXPLODING_FACTOR * initial_loss and last - initial_loss > 0.5:
         return f"the training loss grew from {initial_loss:.3g} (first iteration) to {last:.3g} (last epoch)"
     return None
+
+
+def _log_run_scalars(tb: TensorboardLogger, figures: dict[str, Any], iteration: int) -> None:
+    """The run's global throughput and, where measured, its utilisation of the matmul rate, at its last step."""
+    if figures["steps"] is not None:
+        tb.writer.add_scalar("global/samples_per_s", figures["steps"]["global"]["samples_per_s"], iteration)
+    flops = figures["flops"]
+    if flops is not None and flops["utilisation_attainable"] is not None:
+        tb.writer.add_scalar("global/utilisation_of_matmul_rate", flops["utilisation_attainable"], iteration)
 
 
 def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:

@@ -13,8 +13,8 @@ from conftest import QUICK, check_ok, run_cli
 from torch import nn
 
 from ignite_ddl.comm import CommTimer, summarize, waits
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.recorder import gather_objects
 from ignite_ddl.trainer import autocast
 
 STEPS = 4

@@ -26,6 +26,7 @@ import pytest
         "labs.shards",
         "labs.speedup",
         "labs.buckets",
+        "measuring",
         "labs",
         "folders",
         "outputs",
@@ -37,6 +38,12 @@ import pytest
         "report.plots",
         "flops",
         "comm",
+        "text",
+        "gather",
+        "clock",
+        "tpu",
+        "labs._steps",
+        "labs._weights",
     ],
 )
 def test_docstring_examples(module):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import pytest
@@ -10,7 +9,7 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import _sgd, claims_hold, ddp_sgd, parse_lab_args
+from ignite_ddl.labs import claims_hold, ddp_sgd, parse_lab_args
 
 
 def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
@@ -40,7 +39,3 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
 def test_refuses_a_batch_that_does_not_split(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot be split evenly over \[4\]"):
         ddp_sgd.run(parse_lab_args(ddp_sgd, "--procs", "4", "--batch-size", "30", "--output-dir", str(tmp_path)))
-
-
-def test_shared_helpers_docstring_examples():
-    assert doctest.testmod(_sgd).failed == 0

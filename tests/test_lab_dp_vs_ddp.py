@@ -7,7 +7,7 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.labs import claims_hold, dp_vs_ddp, parse_lab_args
-from ignite_ddl.labs._sgd import mlp
+from ignite_ddl.models import mlp
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 or more GPUs the lab measures them instead")
@@ -20,7 +20,7 @@ def test_without_gpus_it_says_so_and_shows_the_structure(tmp_path):
     assert len({r["pid"] for r in ranks}) == 3
     assert len({r["weights_before"] for r in ranks}) == 3 and len({r["weights_after"] for r in ranks}) == 1
     numels = ranks[0]["bucket_numels"]  # every gradient in exactly one bucket
-    assert len(numels) >= 2 and sum(numels) == sum(p.numel() for p in mlp(32, 256, 4).parameters())
+    assert len(numels) >= 2 and sum(numels) == sum(p.numel() for p in mlp(32, 10, hidden=(256, 256, 256)).parameters())
     assert result["structure"]["dataparallel"]["same_output"]
     assert "NOT MEASURED" in dp_vs_ddp.format_result(result)
 

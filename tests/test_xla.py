@@ -28,8 +28,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from ignite_ddl import ConfigError, LaunchSettings, RunFailed, launch, xla
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.launcher import plan_launch
-from ignite_ddl.recorder import StepRecorder, gather_objects
+from ignite_ddl.recorder import StepRecorder
 
 REPLICAS = 2
 XLA_ENV = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(REPLICAS)}

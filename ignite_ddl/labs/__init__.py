@@ -19,6 +19,7 @@ import ast
 import functools
 import importlib
 import pkgutil
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,16 +39,48 @@ def format_checks(result: dict[str, Any]) -> str:
                      for c in result["checks"])  # fmt: skip
 
 
-def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int = 2) -> None:
-    """Options every lab that starts processes shares."""
-    parser.add_argument("--backend", default="auto", help="gloo | nccl | xla-tpu | auto (default auto)")
-    parser.add_argument("--nproc-per-node", type=int, default=nproc, help=f"processes to start (default {nproc})")
+def add_launch_arguments(parser: argparse.ArgumentParser, nproc: int | None = 2) -> None:
+    """Options every lab that starts processes shares: ``--backend``, ``--output-dir`` and, unless ``nproc`` is
+    None (a lab whose process counts come from an option of its own), ``--nproc-per-node`` defaulting to ``nproc``."""
+    backends = "gloo | nccl | xla-tpu | auto (default auto: xla-tpu on a TPU, nccl on GPUs, else gloo)"
+    parser.add_argument("--backend", default="auto", help=backends)
+    if nproc is not None:
+        parser.add_argument("--nproc-per-node", type=int, default=nproc, help=f"processes to start (default {nproc})")
     parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
+
+
+def int_list(text: str) -> list[int]:
+    """``argparse`` type for comma-separated positive integers, such as a lab's list of process counts.
+
+    Example:
+        >>> int_list("1,2,4")
+        [1, 2, 4]
+    """
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
 
 
 def lab_logs(output_dir: str) -> str:
     """Where a lab's ranks append their tracebacks when they fail: ``<output_dir>/logs``."""
     return str(Path(output_dir) / "logs")
+
+
+def launch_lab(fn: Callable[..., Any], args: argparse.Namespace, nproc: int, *fn_args: Any) -> Any:
+    """``fn(local_rank, *fn_args)`` on ``nproc`` processes with the lab's ``--backend``; rank 0's return value.
+
+    One process runs here, without a process group: plain single-process training, the reference of the labs.
+    """
+    # Imported here: the launcher imports torch, and listing the labs (lab_index) must not.
+    from ignite_ddl.launcher import LaunchSettings, launch
+
+    backend = "none" if nproc == 1 else args.backend
+    settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=lab_logs(args.output_dir))
+    return launch(fn, settings, *fn_args)
 
 
 def parse_lab_args(lab: ModuleType, *argv: str) -> argparse.Namespace:

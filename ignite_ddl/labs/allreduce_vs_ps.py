@@ -31,21 +31,14 @@ from ignite.utils import manual_seed
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import check, format_checks
-from ignite_ddl.labs._sgd import (
-    add_backend_arguments,
-    batch_share,
-    int_list,
-    kib,
-    launch_lab,
-    median_step_s,
-    mlp,
-    now,
-)
-from ignite_ddl.recorder import gather_objects
-from ignite_ddl.text import format_table
+from ignite_ddl.gather import gather_objects
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, int_list, launch_lab
+from ignite_ddl.labs._steps import batch_share, median_step_s
+from ignite_ddl.models import mlp
+from ignite_ddl.text import format_table, kib
 
 NAME = "allreduce-vs-ps"
 HELP = "gradient all-reduce vs a parameter server: same SGD trajectory; step time and bytes through the busiest rank"
@@ -63,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split over the workers (64)")
     parser.add_argument("--lr", type=float, default=0.2, help="SGD learning rate (default 0.2)")
     parser.add_argument("--tolerance", type=float, default=1e-5, help="max |difference| of losses and weights")
-    add_backend_arguments(parser)
+    add_launch_arguments(parser, nproc=None)  # process counts: --workers
 
 
 class Traffic:
@@ -105,7 +98,7 @@ class Replica:
     def __init__(self, width: int, steps: int, batch_size: int, lr: float):
         self.device = idist.device()
         manual_seed(SEED)  # the same initial weights on every rank
-        self.model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], width, 3).to(self.device)
+        self.model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], 10, hidden=(width, width)).to(self.device)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.SGD(self.params, lr=lr)
         self.data = synthetic_images(steps * batch_size, 10, SHAPE, SEED).tensors

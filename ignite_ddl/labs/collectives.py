@@ -31,10 +31,11 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
+from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.config import ConfigError
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
 from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.recorder import device_synchronizer, gather_objects
 from ignite_ddl.text import format_table
 
 NAME = "collectives"

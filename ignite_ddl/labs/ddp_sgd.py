@@ -30,15 +30,8 @@ from torch import nn
 
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import check, format_checks
-from ignite_ddl.labs._sgd import (
-    add_backend_arguments,
-    first_sentence,
-    int_list,
-    launch_lab,
-    max_abs_diff,
-    weights,
-)
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, int_list, launch_lab
+from ignite_ddl.labs._weights import max_abs_diff, weights
 from ignite_ddl.models import small_cnn
 from ignite_ddl.text import format_table
 from ignite_ddl.trainer import create_trainer, place_model
@@ -56,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="GLOBAL batch, divisible by every count")
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     parser.add_argument("--tolerance", type=float, default=1e-5, help="max |weight difference| allowed (1e-5)")
-    add_backend_arguments(parser)
+    add_launch_arguments(parser, nproc=None)  # process counts: --procs
 
 
 class _SumOverRanks(torch.autograd.Function):
@@ -102,6 +95,12 @@ def bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
         nn.Conv2d(16, 32, 3, padding=1), norm(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
         nn.Flatten(), nn.Linear(32 * 4, 10),
     )  # fmt: skip
+
+
+def first_sentence(error: BaseException) -> str:
+    """The first sentence of an exception's message (torch's dispatcher errors run to several paragraphs)."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text.split(". ")[0].rstrip(".")
 
 
 def sync_bn_refusals(ddp_error: BaseException) -> list[dict[str, str]]:

@@ -34,13 +34,13 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.utils import parameters_to_vector
 
+from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
-from ignite_ddl.labs._sgd import launch_lab, mlp, now
+from ignite_ddl.gather import gather_objects
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs, launch_lab
 from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.models import build_model
-from ignite_ddl.recorder import gather_objects
+from ignite_ddl.models import build_model, mlp
 from ignite_ddl.text import format_table
 
 NAME = "dp-vs-ddp"
@@ -74,7 +74,7 @@ def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]
     """One rank of a DDP model: pids, weights before and after wrapping, bucket launches during backward."""
     rank, device = idist.get_rank(), idist.device()
     manual_seed(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
-    model = mlp(FEATURES, 256, 4).to(device)
+    model = mlp(FEATURES, 10, hidden=(256, 256, 256)).to(device)
     before = _digest(parameters_to_vector(model.parameters()))
     ddp = idist.auto_model(model, bucket_cap_mb=bucket_cap_mb)
     after = _digest(parameters_to_vector(model.parameters()))
@@ -109,7 +109,7 @@ def dataparallel_here() -> dict[str, Any]:
     device = "cuda:0" if torch.cuda.is_available() else "cpu"  # DataParallel wants the model on its first GPU
     with torch.random.fork_rng():  # leaves the caller's random state alone
         torch.manual_seed(SEED)
-        model, x = mlp(FEATURES, 64, 2).to(device), torch.randn(8, FEATURES, device=device)
+        model, x = mlp(FEATURES, 10, hidden=(64,)).to(device), torch.randn(8, FEATURES, device=device)
         dp = nn.DataParallel(model)
         same = torch.equal(dp(x), model(x))
     return {"device_ids": list(dp.device_ids), "same_module": dp.module is model, "same_output": same}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 import ignite.distributed as idist
@@ -30,13 +31,16 @@ import torch
 from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
+from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
-from ignite_ddl.labs._sgd import batch_share, kib, launch_lab, local_bytes, median_step_s, mlp, now
-from ignite_ddl.recorder import gather_objects
-from ignite_ddl.text import format_table
+from ignite_ddl.gather import gather_objects
+from ignite_ddl.labs import add_launch_arguments, check, format_checks, launch_lab
+from ignite_ddl.labs._steps import batch_share, median_step_s
+from ignite_ddl.models import mlp
+from ignite_ddl.text import format_table, kib
 
 NAME = "fsdp"
 HELP = "DDP vs FSDP (fully_shard): bytes per rank for parameters, gradients, optimizer state; step time; same losses"
@@ -59,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=float, default=1e-5, help="max |loss difference| allowed (1e-5)")
 
 
+def local_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes this rank holds for ``tensors``: the local shard of a DTensor, the whole tensor otherwise."""
+    return sum(
+        (t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size() for t in tensors if t is not None
+    )
+
+
 def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
     if mode == "ddp":
         return idist.auto_model(model, gradient_as_bucket_view=True)
@@ -74,7 +85,7 @@ def train(
     """Train with ``mode`` (ddp | fsdp); rank 0 returns every rank's losses, step times and bytes held."""
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     manual_seed(SEED)
-    model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], width, layers).to(device)
+    model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], 10, hidden=(width,) * (layers - 1)).to(device)
     largest_layer = max(local_bytes(m.parameters()) for m in model if isinstance(m, nn.Linear))
     model = _wrap(model, mode)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
-from ignite_ddl.labs._sgd import max_abs_diff
+from ignite_ddl.labs._weights import max_abs_diff
 from ignite_ddl.launcher import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
 from ignite_ddl.models import ToyModel
 from ignite_ddl.text import format_table
@@ -131,11 +131,10 @@ def _fresh_thread_rank(rank: int, worker: Callable[..., None], world_size: int, 
     """``start_processes`` target: ``worker(rank, world_size, *args)`` in a fresh thread of the new process, with
     the launcher's default intra-op threads (cores / processes).
 
-    GNU OpenMP does not survive fork: if this parent already ran multi-threaded torch ops (a notebook, the test
-    suite, the Ignite side of this lab), a forked child's main thread hangs at its first parallel region. A thread
-    created after the fork does not, so ignite_ddl's launcher runs forked ranks in one; the raw side does the same.
-    A standalone script that starts its processes before computing anything does not need it, so these lines are
-    not counted as the raw side's code.
+    This parent may already have run multi-threaded torch ops (a notebook, the test suite, the Ignite side of this
+    lab), so a forked child's main thread must not run torch ops (see ``launcher.in_fresh_thread``); the raw side
+    does what ignite_ddl's launcher does. A standalone script that starts its processes before computing anything
+    does not need it, so these lines are not counted as the raw side's code.
     """
     in_fresh_thread(max(1, cpu_cores() // world_size), worker, rank, world_size, *args)
 

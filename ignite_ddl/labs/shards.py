@@ -29,9 +29,9 @@ from torch.utils.data import TensorDataset
 
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
 from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.recorder import gather_objects
 
 NAME = "shards"
 HELP = "show and check which samples each rank gets from auto_dataloader, epoch by epoch"

@@ -28,11 +28,12 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
+from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
+from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import check, format_checks, lab_logs
 from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.recorder import device_synchronizer, gather_objects
 
 NAME = "speedup"
 HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"

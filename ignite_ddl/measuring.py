@@ -1,0 +1,176 @@
+"""What a training run measures besides training, attached to its engines and gathered from every rank at the end.
+
+:func:`attach_measurement` attaches, first of all handlers (so that nothing attached later counts as step time):
+the step recorder (:mod:`ignite_ddl.recorder`), the contention monitor (:mod:`ignite_ddl.contention`), the chosen
+profiler (:mod:`ignite_ddl.profilers`) and, with 2 or more ranks, the stall watchdog (:mod:`ignite_ddl.watchdog`).
+:class:`FlopsProbe` counts the model's FLOPs and measures the matmul rate before training
+(:mod:`ignite_ddl.flops`). After the run, :meth:`Measuring.gather` (a collective) returns every rank's figures as
+plain data for the summary.
+
+Example (one process; the trainer does the same on every rank):
+    >>> import torch
+    >>> from ignite.engine import Engine
+    >>> from ignite_ddl.config import TrainConfig
+    >>> from ignite_ddl.recorder import StepRecorder
+    >>> trainer, evaluator = Engine(lambda e, b: None), Engine(lambda e, b: None)
+    >>> recorder = StepRecorder(warmup=1)
+    >>> config = TrainConfig(warmup_iters=1)
+    >>> measuring = attach_measurement(config, None, trainer, evaluator, recorder, torch.device("cpu"), "/tmp/m")
+    >>> _ = trainer.run([(torch.zeros(4, 3), torch.zeros(4))] * 3)
+    >>> measuring.recorder.gather()["global"]["samples"]
+    8
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine
+from torch import nn
+
+from ignite_ddl.comm import CommTimer, allreduce_bus_factor, time_allreduce
+from ignite_ddl.config import TrainConfig
+from ignite_ddl.contention import ContentionMonitor
+from ignite_ddl.data import DatasetInfo
+from ignite_ddl.flops import (
+    FlopCount,
+    MatmulRate,
+    Peak,
+    attainable_matmul_rate,
+    count_flops,
+    datasheet_peak,
+    matmul_precision,
+    utilisation_record,
+)
+from ignite_ddl.gather import gather_objects
+from ignite_ddl.launcher import LaunchPlan
+from ignite_ddl.outputs import writing
+from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
+from ignite_ddl.recorder import StepRecorder
+from ignite_ddl.watchdog import StallWatchdog
+
+__all__ = ["FlopsProbe", "Measuring", "attach_measurement", "reference_allreduce"]
+
+MATMUL_PROBE_S = 0.1  # the matmul-rate measurement before training: enough repetitions for a stable median
+
+
+@dataclass(frozen=True)
+class FlopsProbe:
+    """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.flops`): the model's
+    FLOPs per sample and the matmul rate this rank attains."""
+
+    count: FlopCount
+    precision: str
+    peak: Peak | None
+    rate: MatmulRate | None
+
+    @classmethod
+    def measure(
+        cls, model: nn.Module, criterion: nn.Module, info: DatasetInfo, device: torch.device, amp: str
+    ) -> FlopsProbe | None:
+        """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone."""
+        if device.type == "xla":
+            return None
+        inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
+        count = count_flops(model, inputs, torch.zeros(2, dtype=torch.long), criterion)
+        precision = matmul_precision(device, amp)
+        idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
+        rate = attainable_matmul_rate(device, precision, seconds=MATMUL_PROBE_S)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+        return cls(count, precision, datasheet_peak(name, precision), rate)
+
+    def record(self, steps: dict[str, Any] | None, world: int) -> dict[str, Any]:
+        """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
+        rates = gather_objects(self.rate)
+        per_rank = [r["samples_per_s"] for r in steps["ranks"]] if steps is not None else [math.nan] * world
+        return utilisation_record(self.count, self.precision, self.peak, rates, per_rank)
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """The measuring handlers of one rank; :meth:`gather` collects what they measured, from every rank."""
+
+    recorder: StepRecorder | None
+    contention: ContentionMonitor
+    profiler: Profiler | None
+    watchdog: StallWatchdog | None
+
+    def gather(
+        self,
+        model: nn.Module,
+        comm: CommTimer | None,
+        probe: FlopsProbe | None,
+        out: Path,
+        log: logging.Logger,
+    ) -> dict[str, Any]:
+        """Collective: step statistics (with the all-reduce yardstick), profiler tables, FLOPs, contention."""
+        rank, steps = idist.get_rank(), None
+        if self.recorder is not None:
+            self.recorder.write_csv(out / f"steps_rank{rank}.csv")
+            steps = self.recorder.gather()
+            if comm is not None:
+                steps["comm_reference"] = reference_allreduce(steps, model, comm.device)
+        return {
+            "steps": steps,
+            "profile": _finish_profiler(self.profiler, out, rank, log) if self.profiler is not None else None,
+            "flops": probe.record(steps, idist.get_world_size()) if probe is not None else None,
+            "contention": self.contention.gather(),
+        }
+
+
+def attach_measurement(
+    config: TrainConfig,
+    plan: LaunchPlan | None,
+    trainer: Engine,
+    evaluator: Engine,
+    recorder: StepRecorder | None,
+    device: torch.device,
+    out: str | Path,
+) -> Measuring:
+    """Attach the measuring handlers to ``trainer`` (before any other handler: nothing attached later counts as
+    step time, and timers pause before evaluation). With 2+ ranks, the stall watchdog names a rank that stops
+    making progress; a spawned rank leaves that report to its launcher, under torchrun / SLURM it reports itself."""
+    out = Path(out)
+    if recorder is not None:
+        recorder.attach(trainer)
+    contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
+    profiler = attach_profiler(config.profiler, trainer, output_dir=out, rank=idist.get_rank(),
+                               warmup=config.warmup_iters, max_iters=config.max_iters)  # fmt: skip
+    watchdog = None
+    if idist.get_world_size() > 1 and config.stall_seconds() > 0:
+        spawned = plan is not None and plan.mode == "spawn"
+        log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
+        watchdog = StallWatchdog(config.stall_seconds(), log_dir, recorder, report=not spawned)
+        watchdog.attach(trainer, evaluator)
+    return Measuring(recorder, contention, profiler, watchdog)
+
+
+def reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
+    """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
+    (:func:`~ignite_ddl.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
+    timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank
+    if not timed:
+        return None
+    nbytes = round(timed[0]["comm_bytes_per_step"] / timed[0]["buckets_per_step"])
+    dtype = next(p.dtype for p in model.parameters() if p.requires_grad)
+    seconds = time_allreduce(nbytes, dtype, device)
+    busbw = nbytes / seconds * allreduce_bus_factor(idist.get_world_size()) if seconds > 0 else math.nan
+    return {"message_bytes": nbytes, "seconds": seconds, "busbw_Bps": busbw}
+
+
+def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
+    """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them."""
+    path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        profiler.write_csv(path)
+    ranks = gather_objects(profiler.results())
+    if rank == 0:
+        log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
+    return {"kind": profiler.kind, "ranks": ranks}
