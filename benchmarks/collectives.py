@@ -93,9 +93,8 @@ def run_raw(config: TrainConfig, options: argparse.Namespace, out: Path) -> list
 
 
 def run_ours(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    lab_args = argparse.Namespace(**vars(options), backend=config.backend, nproc_per_node=config.nproc_per_node,
-                                  output_dir=str(out.parent), bench=True)  # fmt: skip
-    result = collectives.run(lab_args)
+    result = collectives.run(**vars(options), backend=config.backend, nproc_per_node=config.nproc_per_node,
+                             output_dir=str(out.parent), bench=True)  # fmt: skip
     failed = [c["claim"] for c in result["checks"] if not c["ok"]]
     if failed:
         raise RuntimeError(f"the lab's own checks failed: {failed}")

@@ -1,4 +1,5 @@
-"""The ``ignite-ddl`` command. Options of ``train`` are generated from :class:`~ignite_ddl.config.TrainConfig`.
+"""The ``ignite-ddl`` command. Options of ``train`` are generated from :class:`~ignite_ddl.config.TrainConfig`,
+those of each lab from its ``Options`` dataclass (:mod:`ignite_ddl.labs`).
 
 Exit status: 0 success, 1 a rank failed (or the ranks could not be brought together), 2 a setup refused before
 anything started, 128 + signal number when interrupted (130 for SIGINT, 143 for SIGTERM).
@@ -11,7 +12,6 @@ import dataclasses
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any, NoReturn
 
 from ignite_ddl import __version__
@@ -29,7 +29,7 @@ from ignite_ddl.config import (
 )
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.errors import LaunchFailed, RunFailed
-from ignite_ddl.labs import claims_hold, lab_index, load_lab
+from ignite_ddl.labs import Lab, LabOptions, OptionSpec, claims_hold, lab_index, load_lab, option_specs
 from ignite_ddl.outputs import OutputError, as_output_error
 from ignite_ddl.results import write_json
 
@@ -49,15 +49,26 @@ CHOICES = {"backend": BACKENDS, "start_method": START_METHODS, "amp": AMP_MODES,
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(TrainConfig):
-        flag = option_flag(f.name)
-        kind, _ = field_types()[f.name]
-        shown = f" (default: {f.default})" if f.default is not None and kind is not bool else ""
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
-        else:
-            metavar = "{" + ",".join(CHOICES[f.name]) + "}" if f.name in CHOICES else kind.__name__.upper()
-            parser.add_argument(flag, type=kind, default=f.default, metavar=metavar,
-                                help=f.metadata["help"] + shown)  # fmt: skip
+        kind, optional = field_types()[f.name]
+        spec = OptionSpec(help=f.metadata["help"], kind=kind, default=f.default, optional=optional,
+                          choices=CHOICES.get(f.name, ()))  # fmt: skip
+        _add_option(parser, f.name, spec)
+
+
+def _add_lab_options(parser: argparse.ArgumentParser, options: type[LabOptions]) -> None:
+    for name, spec in option_specs(options).items():
+        _add_option(parser, name, spec)
+
+
+def _add_option(parser: argparse.ArgumentParser, name: str, spec: OptionSpec) -> None:
+    """``--name`` read as ``spec`` says: a bool as ``--name`` / ``--no-name``, anything else as a typed value."""
+    flag = option_flag(name)
+    if spec.kind is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=spec.help)
+        return
+    shown = spec.shown_default()
+    parser.add_argument(flag, type=spec.reader(), default=spec.default, metavar=spec.shown_metavar(),
+                        help=spec.help + ("" if shown is None else f" (default: {shown})"))  # fmt: skip
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -107,19 +118,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         help="let contended runs count in the verdict (they are flagged either way)")
     report.set_defaults(handler=_report)
 
-    for name, (_, help_text) in lab_index().items():
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+    for name, entry in lab_index().items():
+        sub = commands.add_parser(name, help=entry.help, description=f"{entry.help}. Claim: {entry.claim}.")
         if name == command:
             lab = load_lab(name)
-            lab.add_arguments(sub)
+            _add_lab_options(sub, lab.Options)
             sub.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
             sub.set_defaults(handler=_lab(lab))
     return parser
 
 
-def _lab(lab: ModuleType) -> Callable[[argparse.Namespace], int]:
+def _lab(lab: Lab) -> Callable[[argparse.Namespace], int]:
     def handler(args: argparse.Namespace) -> int:
-        result = lab.run(args)
+        result = lab.run(**{name: getattr(args, name) for name in option_specs(lab.Options)})
         print(lab.format_result(result))
         if args.json:
             write_json(args.json, result)
@@ -158,7 +169,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if not args.spec and not args.grid:
         raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")
-    spec = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
+    spec: dict[str, Any] = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
     for key in ("name", "repeats", "timeout_s", "output_dir", "order", "seed", "rerun_contended", "start"):

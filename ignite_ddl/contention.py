@@ -244,13 +244,13 @@ class ContentionMonitor:
         import ignite.distributed as idist
 
         load = self._load
-        measured = load is not None and load.share is not None
+        measured = load if load is not None and load.share is not None else None
         return {
             "node": idist.get_node_rank(),
             "cpus": load.cpus if load is not None else proc_stat_cpus(),
-            "window_s": load.window_s if measured else 0.0,
-            "busy_cpu_s": load.busy_s if measured else None,
-            "own_cpu_s": load.own_s if measured else 0.0,
+            "window_s": measured.window_s if measured is not None else 0.0,
+            "busy_cpu_s": measured.busy_s if measured is not None else None,
+            "own_cpu_s": measured.own_s if measured is not None else 0.0,
             "gpu_share": self._gpu.share if self._gpu is not None else None,
         }
 

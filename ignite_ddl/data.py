@@ -15,9 +15,10 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -71,7 +72,7 @@ class ShardSampler(DistributedSampler):
         if self.pad:
             indices = list(super().__iter__())
         else:  # DistributedSampler's order (same seed and epoch), without the padding
-            size = len(self.dataset)
+            size = _length(self.dataset)
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(size, generator=generator).tolist() if self.shuffle else list(range(size))
             indices = order[self.rank :: self.num_replicas]
@@ -81,7 +82,13 @@ class ShardSampler(DistributedSampler):
     def __len__(self) -> int:
         if self.pad:
             return self.num_samples
-        return len(range(self.rank, len(self.dataset), self.num_replicas))
+        return len(range(self.rank, _length(self.dataset), self.num_replicas))
+
+
+def _length(dataset: Dataset) -> int:
+    """The size of a map-style dataset (every dataset here is one): torch's ``Dataset`` type declares no
+    ``__len__``, its subclasses do."""
+    return len(cast(Sized, dataset))
 
 
 def synthetic_images(
@@ -207,6 +214,8 @@ def build_datasets(config: TrainConfig) -> tuple[Dataset, Dataset, DatasetInfo]:
     """The (train, validation) datasets named by ``config.dataset``, cut to ``train_size`` / ``val_size``."""
     info = _INFO[config.dataset]
     train_size, val_size = config.train_size, config.val_size
+    train: Dataset
+    val: Dataset
     if config.dataset == "synthetic":
         shape = (info.in_channels, info.image_size, info.image_size)
         train = synthetic_images(train_size or 4096, info.num_classes, shape, config.seed, split=0)
@@ -224,9 +233,9 @@ def build_datasets(config: TrainConfig) -> tuple[Dataset, Dataset, DatasetInfo]:
                     f"cannot read {config.dataset} in '{config.data_dir}': {type(e).__name__}: {detail} (delete the "
                     "dataset's folder and pass --download to fetch it again)"
                 ) from e
-    if train_size is not None and train_size < len(train):
+    if train_size is not None and train_size < _length(train):
         train = Subset(train, range(train_size))
-    if val_size is not None and val_size < len(val):
+    if val_size is not None and val_size < _length(val):
         val = Subset(val, range(val_size))
     return train, val, info
 
@@ -248,11 +257,13 @@ def build_loaders(config: TrainConfig) -> Loaders:
     train_sampler = ShardSampler(train_ds, world, rank, shuffle=config.shuffle, seed=config.seed)
     val_sampler = ShardSampler(val_ds, world, rank, shuffle=False, seed=config.seed, pad=False)
     common = _worker_options(config.num_workers)
-    train = idist.auto_dataloader(
-        train_ds, batch_size=config.batch_size, sampler=train_sampler, drop_last=True, **common
+    # The casts: a DataLoader, or on XLA the loader of ignite_ddl.xla that answers DataLoader's attributes.
+    train = cast(
+        DataLoader,
+        idist.auto_dataloader(train_ds, batch_size=config.batch_size, sampler=train_sampler, drop_last=True, **common),
     )
-    val = idist.auto_dataloader(val_ds, batch_size=config.batch_size, sampler=val_sampler, **common)
-    per_rank = train.batch_size
+    val = cast(DataLoader, idist.auto_dataloader(val_ds, batch_size=config.batch_size, sampler=val_sampler, **common))
+    per_rank = cast(int, train.batch_size)  # None only for a loader built with a batch_sampler
     if len(train) == 0:
         raise RuntimeError(
             f"rank {rank} has {len(train_sampler)} training samples, fewer than its batch of {per_rank}: "
@@ -261,12 +272,12 @@ def build_loaders(config: TrainConfig) -> Loaders:
     return Loaders(train, val, train_sampler, info, per_rank, per_rank * world)
 
 
-def _worker_options(num_workers: int) -> dict:
+def _worker_options(num_workers: int) -> dict[str, Any]:
     if num_workers == 0:
         return {"num_workers": 0}
     # Workers are kept across epochs and forked where possible: in processes started with "spawn", a new worker
     # would otherwise re-import torch at every epoch (seconds per epoch on small machines).
-    options = {"num_workers": num_workers, "persistent_workers": True}
+    options: dict[str, Any] = {"num_workers": num_workers, "persistent_workers": True}
     if sys.platform == "linux":
         options["multiprocessing_context"] = "fork"
     return options

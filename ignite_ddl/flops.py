@@ -341,7 +341,7 @@ def utilisation_record(
         })  # fmt: skip
 
     def mean(key: str) -> float | None:
-        values = [r[key] for r in ranks if r[key] is not None]
+        values = [v for v in (r[key] for r in ranks) if v is not None]
         return statistics.fmean(values) if values else None
 
     first = next((r for r in rates if r is not None), None)

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 
@@ -21,4 +21,5 @@ def gather_objects(obj: Any) -> list[Any]:
     """Collective: ``obj`` of every rank, in rank order (``idist.all_gather`` for any picklable object)."""
     if idist.get_world_size() == 1:
         return [obj]
-    return idist.all_gather(obj)
+    # Ignite's annotation is the union over every kind of input; any input but a tensor gathers into a list.
+    return cast(list[Any], idist.all_gather(obj))

@@ -50,7 +50,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -332,7 +332,8 @@ def _drain(receiver: Any, results: list[Any]) -> None:
 def _stop_children() -> None:
     """SIGTERM every process this launcher started, and their descendants (DataLoader workers); SIGKILL what is
     left after a grace period (from a timer thread: this may run inside a signal handler)."""
-    pids = [pid for child in mp.active_children() for pid in process_tree_pids(child.pid)]
+    # A live child has been started, so it has a pid (typed int | None for a process not started yet).
+    pids = [pid for child in mp.active_children() for pid in process_tree_pids(cast(int, child.pid))]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -388,7 +389,7 @@ def _bind_address(address: str) -> tuple[int, str]:
         family, _, _, _, sockaddr = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as e:
         raise ConfigError(f"cannot resolve the rendezvous address '{address}': {e.strerror}") from None
-    return family, sockaddr[0]
+    return family, cast(str, sockaddr[0])  # an IPv4 or IPv6 address: the host is a string (typed str | int)
 
 
 def _listen(address: str, port: int | None) -> socket.socket:

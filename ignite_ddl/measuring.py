@@ -114,8 +114,7 @@ class Measuring:
         if self.recorder is not None:
             self.recorder.write_csv(out / f"steps_rank{rank}.csv")
             steps = self.recorder.gather()
-            if comm is not None:
-                steps["comm_reference"] = reference_allreduce(steps, model, comm.device)
+            steps["comm_reference"] = reference_allreduce(steps, model, comm.device) if comm is not None else None
         return {
             "steps": steps,
             "profile": _finish_profiler(self.profiler, out, rank, log) if self.profiler is not None else None,

@@ -250,9 +250,10 @@ def _top_ops(averages: Any, by_device: bool) -> list[dict[str, Any]]:
         if event.key.startswith("ProfilerStep"):  # whole iterations ("ProfilerStep*" once averaged), not operators
             continue
         # device_time_total is torch's newer name; older releases only have cuda_time_total.
-        device = getattr(event, "device_time_total", None)
-        self_device = getattr(event, "self_device_time_total", None)
-        if device is None:
+        device: float | None = getattr(event, "device_time_total", None)  # microseconds, as every time here
+        if device is not None:
+            self_device = event.self_device_time_total  # torch names both alike
+        else:
             device = getattr(event, "cuda_time_total", 0.0)
             self_device = getattr(event, "self_cuda_time_total", 0.0)
         times = (event.cpu_time_total, event.self_cpu_time_total, device, self_device)
@@ -299,7 +300,12 @@ def attach_profiler(
             raise ValueError("the torch profiler needs output_dir, the folder its trace goes to")
         profiler = TorchProfiler(output_dir, rank, wait=warmup, max_iters=max_iters)
     else:
-        profiler = {"timer": TimerProfiler, "basic": BasicProfiler, "handlers": HandlersProfiler}[kind]()
+        ignite_kinds: dict[str, type[TimerProfiler | BasicProfiler | HandlersProfiler]] = {
+            "timer": TimerProfiler,
+            "basic": BasicProfiler,
+            "handlers": HandlersProfiler,
+        }
+        profiler = ignite_kinds[kind]()
     profiler.attach(engine)
     setattr(engine, _ATTACHED, kind)
     return profiler
@@ -318,6 +324,8 @@ def _plain(value: Any) -> Any:
 
 def format_profile(kind: str, ranks: list[Any]) -> str:
     """A table with a row per rank of what profiler ``kind`` measured (times in milliseconds)."""
+    header: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
     if kind == "timer":
         header = ("rank", "iteration ms", "epoch s")
         rows = [(i, milliseconds(r["iteration_mean_s"]), f"{r['epoch_mean_s']:.3f}") for i, r in enumerate(ranks)]

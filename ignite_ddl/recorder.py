@@ -59,7 +59,7 @@ COLUMNS = (
 
 def batch_samples(engine: Engine) -> int:
     """Samples in the current batch: the length of its first element (inputs of an (x, y) batch)."""
-    batch = engine.state.batch
+    batch: Any = engine.state.batch  # the loader's batch (Ignite annotates State.batch as int | None)
     return len(batch[0] if isinstance(batch, (list, tuple)) else batch)
 
 

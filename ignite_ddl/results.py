@@ -20,6 +20,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, Union
@@ -168,7 +169,7 @@ StepStats = TypedDict(
         "straggler": Annotated[Straggler | None, "with 2 or more ranks, the rank doing the most on its own"],
         "comm_wait": Annotated[CommWait | None, "with timed communication: who waits for whom in the all-reduce"],
         "comm_reference": Annotated[
-            CommReference | None, "an isolated all-reduce of the run's bucket size (absent when not timed)"
+            CommReference | None, "an isolated all-reduce of the run's bucket size (null when not timed)"
         ],
     },
 )
@@ -363,11 +364,11 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (RunConfig, "`config.json`"),
     (Summary, "`summary.json`"),
     (DeviceInfo, "`device`"),
-    (BatchInfo, "`batch`"),  # type: ignore[list-item]
+    (BatchInfo, "`batch`"),
     (EpochRecord, "each entry of `history`"),
-    (StepStats, "`steps`"),  # type: ignore[list-item]
+    (StepStats, "`steps`"),
     (RankStats, "each entry of `steps.ranks`"),
-    (GlobalStats, "`steps.global`"),  # type: ignore[list-item]
+    (GlobalStats, "`steps.global`"),
     (Straggler, "`steps.straggler`"),
     (CommWait, "`steps.comm_wait`"),
     (CommReference, "`steps.comm_reference`"),
@@ -506,7 +507,7 @@ def repair_results(path: str | Path) -> list[RejectedLine]:
     return rejected
 
 
-def append_record(path: str | Path, record: dict[str, Any]) -> None:
+def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
     """Append one record as a single line in one write, then sync it to disk."""
     line = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
     with writing(path):

@@ -53,10 +53,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -66,6 +66,8 @@ from ignite_ddl.environment import host, versions
 from ignite_ddl.folders import lock
 from ignite_ddl.results import (
     RunRecord,
+    SweepMeta,
+    SweepSession,
     append_record,
     read_json,
     read_results,
@@ -190,7 +192,7 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     return spec
 
 
-def _positive(data: dict, key: str, kind: type | tuple, default: Any) -> Any:
+def _positive(data: dict, key: str, kind: type[float] | tuple[type[float], ...], default: Any) -> Any:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
         raise ConfigError(f"spec '{key}' must be a positive number, got {value!r}")
@@ -280,7 +282,7 @@ class _Started:
                 target=_preloaded_main, args=(argv, str(console), os.getpid()), daemon=False
             )
             self.process.start()
-            self.pid = self.process.pid
+            self.pid = cast(int, self.process.pid)  # started: it has a pid (typed int | None for one not started)
         else:
             with open(console, "w") as out:
                 cmd = [sys.executable, "-m", "ignite_ddl", *argv]
@@ -361,21 +363,23 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
     }  # fmt: skip
     if interrupted is not None:
         name = getattr(interrupted, "name", "SIGINT")
-        record.update(status="interrupted", error=f"the sweep was interrupted by {name}; --resume runs it again")
+        record.update(
+            {"status": "interrupted", "error": f"the sweep was interrupted by {name}; --resume runs it again"}
+        )
         raise RunInterrupted(record, interrupted)
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.is_file():
         summary = read_json(summary_path)
         share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
         gpu = (summary.get("contention") or {}).get("foreign_gpu_share") or 0.0
-        record.update(summary=summary, contended=max(share, gpu) > threshold)
+        record.update({"summary": summary, "contended": max(share, gpu) > threshold})
         return record
     if code is None:
-        record.update(status="timeout", error=f"timed out after {timeout_s:g} s")
+        record.update({"status": "timeout", "error": f"timed out after {timeout_s:g} s"})
     else:
         # A run killed by a signal printed nothing about it: its last line would be a stale log line.
         reason = _exit_reason(code) if code < 0 else _last_error(run_dir / "console.log") or _exit_reason(code)
-        record.update(status="refused" if code == 2 else "failed", error=reason)
+        record.update({"status": "refused" if code == 2 else "failed", "error": reason})
     return record
 
 
@@ -455,9 +459,9 @@ def _sweep(
     done = {r["key"] for r in read_results(results) if r["status"] != "interrupted"}
     meta_path = out / "sweep.json"
     sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []
-    session = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "wall_s": 0.0,
-               "runs": 0}  # fmt: skip
-    meta = {"spec": spec.to_dict(), "versions": versions(), "host": host(), "sessions": [*sessions, session]}
+    session: SweepSession = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                             "wall_s": 0.0, "runs": 0}  # fmt: skip
+    meta: SweepMeta = {"spec": spec.to_dict(), "versions": versions(), "host": host(), "sessions": [*sessions, session]}
     write_json(meta_path, meta)
     began = time.monotonic()
     todo = [run for run in runs if run.key not in done]
@@ -477,7 +481,7 @@ def _sweep(
                 progress(f"{where} INTERRUPTED: stopped with the sweep")
                 raise stop.cause from None
             append_record(results, record)
-            session.update(wall_s=round(time.monotonic() - began, 3), runs=session["runs"] + 1)
+            session.update({"wall_s": round(time.monotonic() - began, 3), "runs": session["runs"] + 1})
             write_json(meta_path, meta)
             progress(f"{where} {_outcome(record)}")
 
@@ -494,7 +498,8 @@ def _sweep(
 def _outcome(record: RunRecord) -> str:
     if record["status"] != "completed" or record["summary"] is None:
         return f"{record['status'].upper()}: {record['error']}"
-    summary = record["summary"]
+    # The run's summary.json as read back: looked up defensively, as plain data.
+    summary: Mapping[str, Any] = record["summary"]
     window = ((summary.get("steps") or {}).get("global") or {}).get("window_s")
     measured = f", {window:.1f} s measured" if window else ""
     contended = ""

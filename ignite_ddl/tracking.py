@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,12 @@ class MlflowTracker:
             output_transform=lambda output: {"loss": output["loss"]},
         )
 
-    def log_epoch(self, record: dict[str, Any]) -> None:
+    def log_epoch(self, record: Mapping[str, Any]) -> None:
         """Per-epoch figures of an :class:`~ignite_ddl.trainer.EpochLog` record, at step = epoch."""
         metrics = {f"epoch/{name}": record[name] for name in EPOCH_METRICS if record.get(name) is not None}
         self.logger.log_metrics(metrics, step=record["epoch"])
 
-    def finish(self, summary: dict[str, Any] | None) -> None:
+    def finish(self, summary: Mapping[str, Any] | None) -> None:
         """Log the summary's headline figures and end the run (FAILED without a summary)."""
         import mlflow
 

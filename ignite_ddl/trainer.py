@@ -21,10 +21,10 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import numpy as np
@@ -50,7 +50,7 @@ from ignite_ddl.measuring import FlopsProbe, attach_measurement
 from ignite_ddl.models import build_model, check_model, unwrap
 from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_threads
 from ignite_ddl.recorder import StepRecorder, format_steps
-from ignite_ddl.results import SCHEMA_VERSION, Summary, write_json
+from ignite_ddl.results import SCHEMA_VERSION, Contention, EpochRecord, ProfilerResult, StepStats, Summary, write_json
 from ignite_ddl.tracking import MlflowTracker, check_tracker
 from ignite_ddl.watchdog import StallWatchdog
 
@@ -184,7 +184,7 @@ def training(
     config: TrainConfig,
     plan: LaunchPlan | None = None,
     setup: Callable[[TrainingRun], None] | None = None,
-) -> dict:
+) -> Summary:
     """Train as ``config`` says on this rank and return the run summary (rank 0 also writes it to disk).
 
     ``plan`` is how the ranks were launched (recorded in config.json and the summary); ``setup(run)``, if given, is
@@ -196,7 +196,7 @@ def training(
         return _training(config, plan, setup)
 
 
-def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[TrainingRun], None] | None) -> dict:
+def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[TrainingRun], None] | None) -> Summary:
     out = Path(config.output_dir)
     log = rank_logger(out, idist.get_rank())
     seed_everything(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
@@ -325,8 +325,13 @@ def resume(config: TrainConfig, handlers: Handlers, trainer: Engine, log: loggin
     """Load ``config.resume`` into everything checkpointed; refuse a checkpoint whose LR schedule differs."""
     scheduler = handlers.scheduler
     planned = (list(scheduler.milestones), list(scheduler.values)) if scheduler is not None else None
-    Checkpoint.load_objects(to_load=handlers.to_save, checkpoint=load_checkpoint(config.resume))
-    if scheduler is not None and (list(scheduler.milestones), list(scheduler.values)) != planned:
+    path = cast(str, config.resume)  # called only when config.resume names a checkpoint
+    Checkpoint.load_objects(to_load=handlers.to_save, checkpoint=load_checkpoint(path))
+    if (
+        scheduler is not None
+        and planned is not None
+        and (list(scheduler.milestones), list(scheduler.values)) != planned
+    ):
         # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
         raise ConfigError(
             f"cannot resume from {config.resume}: its learning-rate schedule ends at iteration "
@@ -359,7 +364,7 @@ def _run(trainer: Engine, loaders: Loaders, epochs: int, tracker: MlflowTracker 
     finally:
         if watchdog is not None:
             watchdog.stop()
-    return idist.all_reduce(time.perf_counter() - start, op="MAX")
+    return cast(float, idist.all_reduce(time.perf_counter() - start, op="MAX"))  # a number reduces to a number
 
 
 def _finish(
@@ -372,17 +377,17 @@ def _finish(
     figures: dict[str, Any],
     out: Path,
     log: logging.Logger,
-) -> dict:
+) -> Summary:
     """The summary, on every rank; rank 0 writes it, closes the tracker's run and prints the figures."""
     early, steps, flops = handlers.early, figures["steps"], figures["flops"]
     stopped_early = trainer.state.epoch if early is not None and early.counter >= early.patience else None
-    if stopped_early is not None:
+    if early is not None and stopped_early is not None:
         log.info(f"early stopping: no better validation accuracy for {early.patience} evaluations, "
                  f"stopped after epoch {stopped_early}")  # fmt: skip
     summary = _summary(config, env, loaders, trainer, handlers.epochs, wall, handlers.checkpoint, steps,
                        figures["profile"], figures["contention"])  # fmt: skip
-    summary.update(stopped_early_at_epoch=stopped_early, confusion_matrix=handlers.epochs.confusion_matrix,
-                   flops=flops)  # fmt: skip
+    summary.update({"stopped_early_at_epoch": stopped_early, "confusion_matrix": handlers.epochs.confusion_matrix,
+                    "flops": flops})  # fmt: skip
     if idist.get_rank() == 0:
         write_json(out / "summary.json", summary)
         if handlers.tracker is not None:
@@ -399,7 +404,8 @@ def _finish(
 
 def _start_epoch(engine: Engine, loaders: Loaders) -> None:
     loaders.train_sampler.set_epoch(engine.state.epoch - 1)
-    done = engine.state.iteration % engine.state.epoch_length
+    epoch_length = cast(int, engine.state.epoch_length)  # set by Engine.run before the first epoch starts
+    done = engine.state.iteration % epoch_length
     if done:  # resuming mid-epoch: skip the batches already trained on
         loaders.train_sampler.skip_next_epoch(done * loaders.per_rank_batch)
 
@@ -427,11 +433,11 @@ class EpochLog:
         self.loaders, self.evaluator, self.tb, self.log, self.recorder = loaders, evaluator, tb, log, recorder
         self.eval_every = eval_every
         self.epoch_start_iteration = 0
-        self.history: list[dict[str, Any]] = []
+        self.history: list[EpochRecord] = []
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
         self.initial_losses: list[float] = []
         self.confusion_matrix: list[list[int]] | None = None  # of the last evaluation
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each epoch's record
+        self.listeners: list[Callable[[EpochRecord], None]] = []  # called with each epoch's record
 
     def attach(self, trainer: Engine) -> None:
         trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
@@ -447,10 +453,12 @@ class EpochLog:
         self.epoch_start_iteration = engine.state.iteration
 
     def _step(self, engine: Engine) -> None:
-        self.loss_sum += engine.state.output["loss"] * engine.state.output["samples"]
-        self.samples += engine.state.output["samples"]
+        # The train step's output (Ignite annotates State.output as int | None).
+        output = cast(dict[str, Any], engine.state.output)
+        self.loss_sum += output["loss"] * output["samples"]
+        self.samples += output["samples"]
         if len(self.initial_losses) < self.INITIAL_ITERATIONS:
-            self.initial_losses.append(engine.state.output["loss"])
+            self.initial_losses.append(output["loss"])
 
     def initial_loss(self) -> float | None:
         """Collective: the loss of the run's first iteration, averaged over all ranks."""
@@ -462,10 +470,10 @@ class EpochLog:
         final = final or engine.state.epoch == engine.state.max_epochs
         return final or (self.eval_every > 0 and engine.state.epoch % self.eval_every == 0)
 
-    def _evaluate(self, record: dict[str, Any]) -> None:
+    def _evaluate(self, record: EpochRecord) -> None:
         self.evaluator.run(self.loaders.val)
         metrics = self.evaluator.state.metrics
-        record.update(val_accuracy=float(metrics["accuracy"]), val_loss=float(metrics["loss"]))
+        record.update({"val_accuracy": float(metrics["accuracy"]), "val_loss": float(metrics["loss"])})
         if "confusion_matrix" in metrics:
             self.confusion_matrix = metrics["confusion_matrix"].long().tolist()
 
@@ -475,10 +483,12 @@ class EpochLog:
             if final and self.history[-1]["val_accuracy"] is None:
                 self._evaluate(self.history[-1])
             return
-        seconds = idist.all_reduce(time.perf_counter() - self.start, op="MAX")
-        samples, loss_sum = idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])).tolist()
+        # Ignite types all_reduce's result as tensor or number: it is what was reduced.
+        seconds = cast(float, idist.all_reduce(time.perf_counter() - self.start, op="MAX"))
+        totals = cast(torch.Tensor, idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])))
+        samples, loss_sum = totals.tolist()
         steps = self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None
-        record: dict[str, Any] = {
+        record: EpochRecord = {
             "epoch": engine.state.epoch,
             "iteration": engine.state.iteration,
             "train_loss": loss_sum / max(samples, 1.0),
@@ -512,7 +522,7 @@ class EpochLog:
 EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iteration's (and 0.5 above it) has exploded
 
 
-def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str | None:
+def divergence(initial_loss: float | None, history: list[EpochRecord]) -> str | None:
     """Why a run's training loss says it diverged (NaN / infinite, or exploding), or None."""
     for record in history:
         loss = record["train_loss"]
@@ -520,7 +530,7 @@ def divergence(initial_loss: float | None, history: list[dict[str, Any]]) -> str
             return f"the training loss became NaN or infinite in epoch {record['epoch']} (learning rate too high?)"
     if initial_loss is None or not math.isfinite(initial_loss) or not history:
         return None
-    last = history[-1]["train_loss"]
+    last = cast(float, history[-1]["train_loss"])  # every loss is a number: checked above
     if last > EXPLODING_FACTOR * initial_loss and last - initial_loss > 0.5:
         return f"the training loss grew from {initial_loss:.3g} (first iteration) to {last:.3g} (last epoch)"
     return None
@@ -605,16 +615,16 @@ def _summary(
     epochs: EpochLog,
     wall: float,
     checkpoint: Checkpoint | None,
-    steps: dict[str, Any] | None,
-    profile: dict[str, Any] | None,
-    contention: dict[str, Any] | None,
+    steps: StepStats | None,
+    profile: ProfilerResult | None,
+    contention: Contention | None,
 ) -> Summary:
     history = epochs.history
     initial_loss = epochs.initial_loss()
     train_time = sum(r["train_time_s"] for r in history)
     train_samples = sum(r["train_samples"] for r in history)
-    last = history[-1] if history else {}
-    measured = steps is not None and steps["global"]["samples"] > 0
+    last: Mapping[str, Any] = history[-1] if history else {}
+    measured = steps["global"] if steps is not None and steps["global"]["samples"] > 0 else None
     return {
         "schema_version": SCHEMA_VERSION,
         "status": "completed",
@@ -626,13 +636,13 @@ def _summary(
                   "global": loaders.global_batch},
         "epochs": trainer.state.epoch,
         "iterations": trainer.state.iteration,
-        "epoch_length": trainer.state.epoch_length,
+        "epoch_length": cast(int, trainer.state.epoch_length),  # set by Engine.run
         "wall_time_s": wall,
         "train_time_s": train_time,
         "train_samples": train_samples,
         # The step recorder's figure (warm-up excluded) where it measured something, else the epochs' figure.
-        "samples_per_s": steps["global"]["samples_per_s"] if measured else train_samples / max(train_time, 1e-9),
-        "samples_per_s_source": "steps" if measured else "epochs",
+        "samples_per_s": measured["samples_per_s"] if measured is not None else train_samples / max(train_time, 1e-9),
+        "samples_per_s_source": "steps" if measured is not None else "epochs",
         "final_train_loss": last.get("train_loss"),
         "initial_train_loss": initial_loss,
         "diverged": divergence(initial_loss, history),

@@ -121,7 +121,8 @@ class StallWatchdog:
                 self._fire(rank, world, store)
 
     def _fire(self, rank: int, world: int, store: Any) -> None:
-        positions = {rank: list(self.position())}
+        # rank -> [iteration, stage, description]: this rank's position and the others' as they published it (JSON)
+        positions: dict[int, list[Any]] = {rank: list(self.position())}
         for other in range(world):
             if other != rank and store is not None:
                 try:

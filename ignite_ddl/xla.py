@@ -180,10 +180,11 @@ def _device_limit(one_device: bool) -> Iterator[None]:
     try:
         yield
     finally:
-        if one_device and before is None:
-            del os.environ[name]
-        elif one_device:
-            os.environ[name] = before
+        if one_device:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
 
 
 def _replica(_ordinal: int, backend: str, fn: Callable, args: tuple, kwargs: Mapping, failures: str) -> None:
@@ -302,8 +303,8 @@ if available:
             return getattr(self._loader, name)
 
 
-_ignite = {"auto_model": idist_auto.auto_model, "auto_optim": idist_auto.auto_optim,
-           "auto_dataloader": idist_auto.auto_dataloader}  # fmt: skip
+_ignite: dict[str, Callable[..., Any]] = {"auto_model": idist_auto.auto_model, "auto_optim": idist_auto.auto_optim,
+                                          "auto_dataloader": idist_auto.auto_dataloader}  # fmt: skip
 
 
 def _on_xla() -> bool:
@@ -354,4 +355,6 @@ def install() -> None:
     for name, helper in (("auto_model", auto_model), ("auto_optim", auto_optim), ("auto_dataloader", auto_dataloader)):
         setattr(idist_auto, name, helper)
         setattr(idist, name, helper)
-    DiskSaver.__call__ = save_checkpoint
+    # Replacing Ignite's method on its class is the point here (see save_checkpoint); mypy refuses any method
+    # assignment, and compares the plain function with the bound method's signature.
+    DiskSaver.__call__ = save_checkpoint  # type: ignore[method-assign, assignment]

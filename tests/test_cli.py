@@ -9,7 +9,7 @@ from conftest import run_cli
 
 from ignite_ddl import __version__
 from ignite_ddl.cli import main
-from ignite_ddl.labs import lab_index, lab_modules
+from ignite_ddl.labs import LabEntry, lab_index, lab_modules
 
 
 def imports_torch(*argv: str) -> bool:
@@ -42,7 +42,8 @@ def test_train_help_shows_defaults_and_choices():
 
 def test_every_lab_is_listed_without_importing_it():
     index = lab_index()
-    assert {lab.NAME: (lab.__name__.rsplit(".", 1)[-1], lab.HELP) for lab in lab_modules()} == index
+    modules = {lab.NAME: LabEntry(lab.__name__.rsplit(".", 1)[-1], lab.HELP, lab.CLAIM) for lab in lab_modules()}
+    assert modules == index
     text = " ".join(run_cli("--help").stdout.split())
     for name in index:
         assert name in text

@@ -6,13 +6,12 @@ import pytest
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import allreduce_vs_ps, claims_hold, parse_lab_args
+from ignite_ddl.labs import allreduce_vs_ps, claims_hold
 
 
 def test_same_trajectory_and_the_bytes_each_scheme_moves(tmp_path):
-    args = parse_lab_args(allreduce_vs_ps, "--workers", "2,3", "--sizes", "16,64", "--steps", "6", "--batch-size", "48",
-                    "--backend", "gloo", "--output-dir", str(tmp_path))  # fmt: skip
-    result = allreduce_vs_ps.run(args)
+    result = allreduce_vs_ps.run(workers=[2, 3], sizes=[16, 64], steps=6, batch_size=48, backend="gloo",
+                                 output_dir=str(tmp_path))  # fmt: skip
     assert claims_hold(result), allreduce_vs_ps.format_result(result)
     rows = {(r["scheme"], r["workers"], r["width"]): r for r in result["rows"]}
     assert len(rows) == 8 and len(result["pairs"]) == 4
@@ -38,4 +37,4 @@ def test_cli(tmp_path):
 
 def test_refuses_a_single_worker(tmp_path):
     with pytest.raises(ConfigError, match="must be >= 2"):
-        allreduce_vs_ps.run(parse_lab_args(allreduce_vs_ps, "--workers", "1,2", "--output-dir", str(tmp_path)))
+        allreduce_vs_ps.run(workers=[1, 2], output_dir=str(tmp_path))

@@ -12,15 +12,15 @@ import pytest
 from conftest import check_ok, run, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import collectives, parse_lab_args
+from ignite_ddl.labs import collectives
 
 
-def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    return parse_lab_args(collectives, "--backend", "gloo", "--output-dir", str(tmp_path), *argv)
+def run_lab(tmp_path, **options) -> dict:
+    return collectives.run(backend="gloo", output_dir=str(tmp_path), **options)
 
 
 def test_every_collective_gives_the_expected_value_on_four_ranks(tmp_path):
-    result = collectives.run(lab_args(tmp_path, "--nproc-per-node", "4"))
+    result = run_lab(tmp_path, nproc_per_node=4)
     assert [c["claim"] for c in result["checks"] if not c["ok"]] == []
     rows = result["rows"]
     assert [row["rank"] for row in rows] == [0, 1, 2, 3] and [row["input"] for row in rows] == [1, 2, 3, 4]
@@ -64,8 +64,7 @@ def test_sizes():
 
 
 def test_bench_measures_every_collective_and_size(tmp_path):
-    result = collectives.run(lab_args(tmp_path, "--nproc-per-node", "2", "--bench", "--max-size", "64K",
-                                      "--warmup", "1", "--iters", "3"))  # fmt: skip
+    result = run_lab(tmp_path, nproc_per_node=2, bench=True, max_size=64 << 10, warmup=1, iters=3)
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert [(r["collective"], r["size"]) for r in result["rows"][:3]] == [
         ("all_reduce", 1024), ("all_gather", 1024), ("broadcast", 1024)]  # fmt: skip
@@ -95,7 +94,7 @@ def test_cli_bench(tmp_path):
 
 def test_bench_refuses_one_process(tmp_path):
     with pytest.raises(ConfigError, match="at least 2 processes"):
-        collectives.run(lab_args(tmp_path, "--nproc-per-node", "1", "--bench"))
+        run_lab(tmp_path, nproc_per_node=1, bench=True)
 
 
 def test_benchmark_against_raw_torch_distributed(tmp_path):

@@ -9,12 +9,11 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import claims_hold, ddp_sgd, parse_lab_args
+from ignite_ddl.labs import claims_hold, ddp_sgd
 
 
 def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
-    args = parse_lab_args(ddp_sgd, "--procs", "2,4", "--steps", "4", "--backend", "gloo", "--output-dir", str(tmp_path))
-    result = ddp_sgd.run(args)
+    result = ddp_sgd.run(procs=[2, 4], steps=4, backend="gloo", output_dir=str(tmp_path))
     assert claims_hold(result), ddp_sgd.format_result(result)
     assert [r["procs"] for r in result["runs"]] == [2, 4]
     for row in result["runs"]:
@@ -38,4 +37,4 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
 
 def test_refuses_a_batch_that_does_not_split(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot be split evenly over \[4\]"):
-        ddp_sgd.run(parse_lab_args(ddp_sgd, "--procs", "4", "--batch-size", "30", "--output-dir", str(tmp_path)))
+        ddp_sgd.run(procs=[4], batch_size=30, output_dir=str(tmp_path))

@@ -6,14 +6,13 @@ import pytest
 import torch
 from conftest import check_ok, run_cli
 
-from ignite_ddl.labs import claims_hold, dp_vs_ddp, parse_lab_args
+from ignite_ddl.labs import claims_hold, dp_vs_ddp
 from ignite_ddl.models import mlp
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 or more GPUs the lab measures them instead")
 def test_without_gpus_it_says_so_and_shows_the_structure(tmp_path):
-    args = parse_lab_args(dp_vs_ddp, "--backend", "gloo", "--nproc-per-node", "3", "--output-dir", str(tmp_path))
-    result = dp_vs_ddp.run(args)
+    result = dp_vs_ddp.run(backend="gloo", nproc_per_node=3, output_dir=str(tmp_path))
     assert claims_hold(result), dp_vs_ddp.format_result(result)
     assert result["gpu"]["measured"] is False and "needs 2 or more CUDA GPUs" in result["gpu"]["reason"]
     ranks = result["structure"]["ddp_ranks"]
@@ -27,8 +26,7 @@ def test_without_gpus_it_says_so_and_shows_the_structure(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DataParallel vs DDP memory and speed need 2 or more GPUs")
 def test_on_gpus_dataparallel_loads_gpu0_and_ddp_is_balanced(tmp_path):
-    args = parse_lab_args(dp_vs_ddp, "--backend", "nccl", "--steps", "10", "--output-dir", str(tmp_path))
-    result = dp_vs_ddp.run(args)
+    result = dp_vs_ddp.run(backend="nccl", steps=10, output_dir=str(tmp_path))
     assert result["gpu"]["measured"] is True
     assert claims_hold(result), dp_vs_ddp.format_result(result)
 

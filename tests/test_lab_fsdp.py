@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from conftest import check_ok, run_cli
 
-from ignite_ddl.labs import claims_hold, fsdp, parse_lab_args
+from ignite_ddl.labs import claims_hold, fsdp
 
 
 def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
-    args = parse_lab_args(fsdp, "--backend", "gloo", "--nproc-per-node", "3", "--width", "96", "--layers", "5",
-                    "--steps", "4", "--batch-size", "48", "--output-dir", str(tmp_path))  # fmt: skip
-    result = fsdp.run(args)
+    result = fsdp.run(backend="gloo", nproc_per_node=3, width=96, layers=5, steps=4, batch_size=48,
+                      output_dir=str(tmp_path))  # fmt: skip
     assert claims_hold(result), fsdp.format_result(result)
     ddp, sharded = result["modes"]["ddp"], result["modes"]["fsdp"]
     params = 32 * 96 + 96 + 3 * (96 * 96 + 96) + 96 * 10 + 10

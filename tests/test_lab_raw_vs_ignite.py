@@ -6,13 +6,11 @@ import doctest
 
 from conftest import check_ok, run_cli
 
-from ignite_ddl.labs import claims_hold, parse_lab_args, raw_vs_ignite
+from ignite_ddl.labs import claims_hold, raw_vs_ignite
 
 
 def test_raw_and_ignite_reach_the_same_weights_on_three_processes(tmp_path):
-    args = parse_lab_args(raw_vs_ignite, "--backend", "gloo", "--nproc-per-node", "3", "--batch-size", "30",
-                    "--output-dir", str(tmp_path))  # fmt: skip
-    result = raw_vs_ignite.run(args)
+    result = raw_vs_ignite.run(backend="gloo", nproc_per_node=3, batch_size=30, output_dir=str(tmp_path))
     assert claims_hold(result), raw_vs_ignite.format_result(result)
     assert result["processes"] == 3 and result["max_abs_diff"] <= 1e-6 and result["weights_moved"] > 1e-3
     lines = result["code_lines"]

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
-from ignite_ddl.labs import parse_lab_args, shards
+from ignite_ddl.labs import shards
 
 
-def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    return parse_lab_args(shards, "--backend", "gloo", "--output-dir", str(tmp_path), *argv)
+def run_lab(tmp_path, **options) -> dict:
+    return shards.run(backend="gloo", output_dir=str(tmp_path), **options)
 
 
 def test_shards_of_100_samples_over_3_ranks(tmp_path):
-    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "3", "--dataset-size", "100", "--batch-size", "12"))
+    result = run_lab(tmp_path, nproc_per_node=3, dataset_size=100, batch_size=12)
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert result["per_rank_batch"] == 4 and result["padding"] == 2
     for epoch, facts in enumerate(result["epoch_facts"]):
@@ -32,21 +30,20 @@ def test_shards_of_100_samples_over_3_ranks(tmp_path):
 
 
 def test_no_padding_when_the_size_divides(tmp_path):
-    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "2", "--dataset-size", "10", "--batch-size", "4",
-                                 "--epochs", "3"))  # fmt: skip
+    result = run_lab(tmp_path, nproc_per_node=2, dataset_size=10, batch_size=4, epochs=3)
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert result["padding"] == 0 and all(f["duplicated"] == [] and f["seen"] == 10 for f in result["epoch_facts"])
 
 
 def test_a_batch_below_the_world_size_is_kept_per_rank(tmp_path):
-    result = shards.run(lab_args(tmp_path, "--nproc-per-node", "3", "--dataset-size", "10", "--batch-size", "2"))
+    result = run_lab(tmp_path, nproc_per_node=3, dataset_size=10, batch_size=2)
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert result["per_rank_batch"] == 2  # auto_dataloader divides only a batch of at least the world size
 
 
 def test_refuses_a_single_epoch(tmp_path):
     with pytest.raises(ConfigError, match="epochs"):
-        shards.run(lab_args(tmp_path, "--epochs", "1"))
+        run_lab(tmp_path, epochs=1)
 
 
 def test_cli_with_image_grid(tmp_path):

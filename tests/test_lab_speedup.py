@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -10,11 +9,7 @@ from conftest import check_ok, run_cli
 
 from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.labs import parse_lab_args, speedup
-
-
-def lab_args(tmp_path, *argv: str) -> argparse.Namespace:
-    return parse_lab_args(speedup, "--output-dir", str(tmp_path), *argv)
+from ignite_ddl.labs import speedup
 
 
 def test_cli_strong_scaling_table(tmp_path):
@@ -57,9 +52,9 @@ def test_no_verdict_on_scaling_when_another_job_held_the_cores():
 
 def test_refusals(tmp_path):
     with pytest.raises(ConfigError, match="must include 1"):
-        speedup.run(lab_args(tmp_path, "--procs", "2,4"))
+        speedup.run(procs=[2, 4], output_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="without work"):
-        speedup.run(lab_args(tmp_path, "--procs", "1,4", "--tasks", "2"))
+        speedup.run(procs=[1, 4], tasks=2, output_dir=str(tmp_path))
 
 
 def test_cli_transfer_on_cpu_says_there_is_nothing_to_move(tmp_path):

@@ -1,5 +1,5 @@
 """Snapshots of a model's weights, and how far two snapshots are apart: the labs that claim two ways of training
-reach the same weights (ddp-sgd, raw-vs-ignite) compare them so.
+reach the same weights (ddp-sgd, raw-vs-ignite) compare them so. And the gradients of a model's parameters.
 
 Example:
     >>> import torch
@@ -8,20 +8,20 @@ Example:
     >>> before = weights(model)
     >>> with torch.no_grad():
     ...     _ = model.bias.add_(0.5)
-    >>> max_abs_diff(before, weights(nn.DataParallel(model)))  # named as in the unwrapped model
+    >>> round(max_abs_diff(before, weights(nn.DataParallel(model))), 6)  # named as in the unwrapped model
     0.5
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
 
 from ignite_ddl.models import unwrap
 
-__all__ = ["max_abs_diff", "weights"]
+__all__ = ["gradients", "max_abs_diff", "weights"]
 
 
 def weights(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -34,3 +34,12 @@ def max_abs_diff(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -
     if a.keys() != b.keys():
         raise ValueError(f"different tensors: {sorted(a)} vs {sorted(b)}")
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+def gradients(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """Each parameter's gradient, in order: after a backward pass every parameter has one."""
+    grads = [p.grad for p in params]
+    present = [g for g in grads if g is not None]
+    if len(present) != len(grads):
+        raise ValueError(f"{len(grads) - len(present)} of {len(grads)} parameters have no gradient")
+    return present

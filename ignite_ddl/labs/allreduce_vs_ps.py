@@ -16,12 +16,14 @@ it, labelled as theoretical. Step times are the slowest rank's, median over the 
 
 Example:
     ignite-ddl allreduce-vs-ps --workers 2,4 --sizes 64,512
+
+or from Python: ``allreduce_vs_ps.run(workers=[2, 4], sizes=[64, 512])``.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import ignite.distributed as idist
@@ -35,28 +37,41 @@ from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, int_list, launch_lab
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
+from ignite_ddl.labs._weights import gradients
 from ignite_ddl.models import mlp
 from ignite_ddl.text import format_table, kib
 
 NAME = "allreduce-vs-ps"
 HELP = "gradient all-reduce vs a parameter server: same SGD trajectory; step time and bytes through the busiest rank"
+CLAIM = (
+    "a parameter server and all-reduce take the same SGD steps; the server's traffic grows with the workers, an "
+    "all-reduce rank's stays below 2x the model"
+)
 
 SHAPE = (1, 4, 8)  # 32 input features
 SEED = 543
 SCHEMES = ("ps", "all-reduce")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int_list, default=[2, 4], help="worker counts, each >= 2 (default 2,4)")
-    parser.add_argument("--sizes", type=int_list, default=[64, 512], help="MLP widths: model sizes (default 64,512)")
-    parser.add_argument("--steps", type=int, default=20, help="SGD steps (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, help="first steps left out of step times (default 3)")
-    parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch, split over the workers (64)")
-    parser.add_argument("--lr", type=float, default=0.2, help="SGD learning rate (default 0.2)")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |difference| of losses and weights")
-    add_launch_arguments(parser, nproc=None)  # process counts: --workers
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    # no nproc_per_node: N workers are N processes with all-reduce, N + 1 with a parameter server
+    workers: tuple[int, ...] = lab_option((2, 4), "worker counts, each >= 2")
+    sizes: tuple[int, ...] = lab_option((64, 512), "MLP widths: model sizes")
+    steps: int = lab_option(20, "SGD steps")
+    warmup: int = lab_option(3, "first steps left out of step times")
+    batch_size: int = lab_option(64, "GLOBAL batch, split over the workers")
+    lr: float = lab_option(0.2, "SGD learning rate")
+    tolerance: float = lab_option(1e-5, "max |difference| of losses and weights")
+
+    def check(self) -> None:
+        if not self.workers or min(self.workers) < 2:
+            raise ConfigError("workers: each count must be >= 2 (one worker has nothing to aggregate)")
+        at_least(1, sizes=self.sizes, steps=self.steps, batch_size=self.batch_size)
+        at_least(0, warmup=self.warmup)
+        split_evenly(self.batch_size, self.workers, "workers")
 
 
 class Traffic:
@@ -70,19 +85,25 @@ class Traffic:
 
     def isend(self, tensor: torch.Tensor, dst: int) -> dist.Work:
         self.sent += tensor.numel() * tensor.element_size()
-        return dist.isend(tensor, dst)
+        return _started(dist.isend(tensor, dst))
 
     def irecv(self, tensor: torch.Tensor, src: int) -> dist.Work:
         self.received += tensor.numel() * tensor.element_size()
-        return dist.irecv(tensor, src)
+        return _started(dist.irecv(tensor, src))
 
     def all_reduce(self, tensor: torch.Tensor) -> None:
         self.all_reduced += tensor.numel() * tensor.element_size()  # the payload: gloo's wire bytes are not seen
         dist.all_reduce(tensor)
 
 
+def _started(work: dist.Work | None) -> dist.Work:
+    if work is None:  # what torch returns to a rank outside the group: every rank of this lab is in it
+        raise RuntimeError("this rank is not in the process group")
+    return work
+
+
 def _grads(params: list[nn.Parameter]) -> torch.Tensor:
-    return parameters_to_vector([p.grad for p in params])
+    return parameters_to_vector(gradients(params))
 
 
 def _set_grads(params: list[nn.Parameter], flat: torch.Tensor) -> None:
@@ -205,25 +226,22 @@ def _compare(ps: dict[str, Any], ar: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if min(args.workers) < 2:
-        raise ConfigError("--workers: each count must be >= 2 (one worker has nothing to aggregate)")
-    bad = [n for n in args.workers if args.batch_size % n]
-    if bad:
-        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {bad} workers")
-    widths = sorted(set(args.sizes))
+def run(**options: Any) -> dict[str, Any]:
+    """Train with both schemes for every worker count and width. ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
+    widths = sorted(set(opts.sizes))
     rows, pairs = [], []
-    for workers in sorted(set(args.workers)):
+    for workers in sorted(set(opts.workers)):
         got = {}
         for scheme in SCHEMES:
             procs = workers + 1 if scheme == "ps" else workers  # the server is a process of its own
-            runs = launch_lab(train, args, procs, scheme, widths, args.steps, args.batch_size, args.lr)
-            got[scheme] = {w: _summary(scheme, workers, w, runs[w], args.steps, args.warmup) for w in widths}
+            runs = launch_lab(train, opts, procs, scheme, widths, opts.steps, opts.batch_size, opts.lr)
+            got[scheme] = {w: _summary(scheme, workers, w, runs[w], opts.steps, opts.warmup) for w in widths}
         for w in widths:
             rows += [got["ps"][w], got["all-reduce"][w]]
             pairs.append(_compare(got["ps"][w], got["all-reduce"][w]))
-    result = {"lab": NAME, "steps": args.steps, "global_batch": args.batch_size, "lr": args.lr,
-              "tolerance": args.tolerance, "server": "rank 0 is a pure server (N workers: N + 1 processes)",
+    result = {"lab": NAME, "steps": opts.steps, "global_batch": opts.batch_size, "lr": opts.lr,
+              "tolerance": opts.tolerance, "server": "rank 0 is a pure server (N workers: N + 1 processes)",
               "rows": rows, "pairs": pairs}  # fmt: skip
     result["checks"] = _checks(result)
     return result

@@ -18,55 +18,58 @@ buckets overlap some. Which size is *fastest* depends on the machine: see the ta
 with repeats for a verdict with confidence intervals).
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> add_arguments(parser)
-    >>> parser.parse_args(["--caps", "25,0.01"]).caps
-    [0.01, 25.0]
+    >>> Options(caps=[25, 0.01]).caps  # MiB, as floats
+    (25.0, 0.01)
+    >>> run(nproc_per_node=1)
+    Traceback (most recent call last):
+    ...
+    ignite_ddl.config.ConfigError: bucket-size needs at least 2 processes: one process has no gradients to all-reduce
 """
 
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.labs import add_launch_arguments, check, format_checks
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option
 from ignite_ddl.text import format_table
 
 NAME = "bucket-size"
 HELP = "train one workload with several DDP bucket sizes: buckets, exposed communication and overlap per size"
+CLAIM = (
+    "whatever the bucket size, each step all-reduces the model's gradient bytes; smaller buckets mean more "
+    "all-reduce calls, and only several buckets overlap backward compute"
+)
 
 
-def _caps(text: str) -> list[float]:
-    try:
-        caps = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of sizes in MiB: {text!r} (example: 0.25,1,25)") from None
-    if not caps or any(not math.isfinite(c) or c <= 0 for c in caps):
-        raise argparse.ArgumentTypeError(f"bucket sizes must be positive MiB: {text!r}")
-    return sorted(set(caps))
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(2, "processes to start")
+    caps: tuple[float, ...] = lab_option((0.01, 0.04, 25.0), "bucket sizes in MiB to compare")
+    model: str = lab_option("cnn", "model to train (cnn: 119 kB of gradients in 6 tensors)")
+    batch_size: int = lab_option(128, "global batch")
+    train_size: int = lab_option(4096, "synthetic training samples")
+
+    def check(self) -> None:
+        if self.nproc_per_node < 2:
+            raise ConfigError("bucket-size needs at least 2 processes: one process has no gradients to all-reduce")
+        if self.backend == "xla-tpu":
+            raise ConfigError("bucket-size measures DDP's buckets; on XLA gradients are reduced by the compiled graph")
+        if not self.caps or any(not math.isfinite(c) or c <= 0 for c in self.caps):
+            raise ConfigError(f"caps: bucket sizes must be positive MiB, got {self.caps}")
+        at_least(1, batch_size=self.batch_size, train_size=self.train_size)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser)
-    parser.add_argument("--caps", type=_caps, default=[0.01, 0.04, 25.0],
-                        help="bucket sizes in MiB to compare (default 0.01,0.04,25)")  # fmt: skip
-    parser.add_argument("--model", default="cnn",
-                        help="model to train (default cnn: 119 kB of gradients in 6 tensors)")  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=128, help="global batch (default 128)")
-    parser.add_argument("--train-size", type=int, default=4096, help="synthetic training samples (default 4096)")
-
-
-def _train(args: argparse.Namespace, cap: float) -> dict[str, Any]:
+def _train(opts: Options, cap: float) -> dict[str, Any]:
     from ignite_ddl.trainer import train  # imports torch and the trainer: only when the lab runs
 
     config = TrainConfig(
-        backend=args.backend, nproc_per_node=args.nproc_per_node, model=args.model, batch_size=args.batch_size,
-        train_size=args.train_size, val_size=128, epochs=1, bucket_cap_mb=cap, checkpoints=False, best_model=False,
-        progress=False, measure_flops=False, output_dir=str(Path(args.output_dir) / f"bucket_{cap:g}MiB"),
+        backend=opts.backend, nproc_per_node=opts.nproc_per_node, model=opts.model, batch_size=opts.batch_size,
+        train_size=opts.train_size, val_size=128, epochs=1, bucket_cap_mb=cap, checkpoints=False, best_model=False,
+        progress=False, measure_flops=False, output_dir=str(Path(opts.output_dir) / f"bucket_{cap:g}MiB"),
         overwrite=True,
     )  # fmt: skip
     steps = train(config)["steps"]
@@ -87,12 +90,10 @@ def _train(args: argparse.Namespace, cap: float) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.nproc_per_node < 2:
-        raise ConfigError("bucket-size needs at least 2 processes: one process has no gradients to all-reduce")
-    if args.backend == "xla-tpu":
-        raise ConfigError("bucket-size measures DDP's buckets; on XLA gradients are reduced by the compiled graph")
-    rows = [_train(args, cap) for cap in args.caps]
+def run(**options: Any) -> dict[str, Any]:
+    """Train the workload once per bucket size, smallest first. ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
+    rows = [_train(opts, cap) for cap in sorted(set(opts.caps))]
     fewest, most = rows[-1], rows[0]
     same_bytes = len({r["bytes_per_step"] for r in rows}) == 1
     checks = [
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               most["buckets_per_step"] < 2 or most["overlap"] > 0,
               f"{most['cap_mb']:g} MiB: {most['buckets_per_step']:.0f} buckets, overlap {100 * most['overlap']:.0f} %"),
     ]  # fmt: skip
-    return {"model": args.model, "world_size": args.nproc_per_node, "rows": rows, "checks": checks}
+    return {"model": opts.model, "world_size": opts.nproc_per_node, "rows": rows, "checks": checks}
 
 
 def format_result(result: dict[str, Any]) -> str:

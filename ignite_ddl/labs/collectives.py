@@ -10,10 +10,7 @@ time, and busbw = algbw x the share of the data each rank must pass on (all_redu
 broadcast 1), comparable across process counts and with the link's bandwidth.
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> add_arguments(parser)
-    >>> result = run(parser.parse_args(["--backend", "gloo", "--nproc-per-node", "2"]))
+    >>> result = run(backend="gloo", nproc_per_node=2)
     >>> [row["all_reduce SUM"] for row in result["rows"]], all(c["ok"] for c in result["checks"])
     ([3.0, 3.0], True)
 """
@@ -25,8 +22,9 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -34,12 +32,16 @@ import torch
 from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.config import ConfigError
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
 from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.text import format_table
 
 NAME = "collectives"
 HELP = "run idist's collectives on every rank and check each result (--bench: measure their bandwidth)"
+CLAIM = (
+    "each idist collective gives every rank the value it must; with --bench, time, algbw and busbw follow "
+    "nccl-tests' definitions"
+)
 
 REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
 BARRIER_DELAY_S = 0.2  # how late the last rank reaches the barrier: the others must wait that long
@@ -75,15 +77,18 @@ def _collectives_rank(local_rank: int) -> dict[str, Any]:
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     value, src = rank + 1, world - 1  # broadcast from the last rank: any rank can be the source
     row: dict[str, Any] = {"rank": rank, "input": value}
+    # idist's collectives are typed for every kind of input they take; given a tensor, they return one.
     for op in REDUCE_OPS:
-        row[f"all_reduce {op}"] = idist.all_reduce(torch.tensor(float(value), device=device), op=op).item()
-    row["all_gather tensor"] = idist.all_gather(torch.full((2,), float(value), device=device)).tolist()
+        total = idist.all_reduce(torch.tensor(float(value), device=device), op=op)
+        row[f"all_reduce {op}"] = cast(torch.Tensor, total).item()
+    gathered = idist.all_gather(torch.full((2,), float(value), device=device))
+    row["all_gather tensor"] = cast(torch.Tensor, gathered).tolist()
     row["all_gather number"] = idist.all_gather(value)
     row["all_gather str"] = idist.all_gather(_word(rank))
     row["all_gather object"] = gather_objects(_payload(rank))
     # A tensor needs a buffer of the same shape and dtype on the other ranks; with safe_mode they may pass None.
     buffer = torch.arange(3.0, device=device) + value if rank == src else torch.empty(3, device=device)
-    row["broadcast tensor"] = idist.broadcast(buffer, src=src).tolist()
+    row["broadcast tensor"] = cast(torch.Tensor, idist.broadcast(buffer, src=src)).tolist()
     row["broadcast number"] = idist.broadcast(_number(rank) if rank == src else None, src=src, safe_mode=True)
     row["broadcast str"] = idist.broadcast(_word(rank) if rank == src else None, src=src, safe_mode=True)
     row["broadcast object"], row["broadcast object via"] = _broadcast_object(_payload(rank), src)
@@ -288,37 +293,48 @@ def _label(row: dict[str, Any]) -> str:
 # -- the lab interface
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser, nproc=4)
-    parser.add_argument("--bench", action="store_true", help="measure all_reduce, all_gather, broadcast bandwidth")
-    parser.add_argument("--min-size", type=parse_size, default=1 << 10, help="smallest message (default 1K)")
-    parser.add_argument("--max-size", type=parse_size, default=64 << 20, help="largest message (default 64M)")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each measurement (default 5)")
-    parser.add_argument("--iters", type=int, default=20, help="timed calls per size and collective (default 20)")
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(4, "processes to start")
+    bench: bool = lab_option(False, "measure all_reduce, all_gather, broadcast bandwidth")
+    min_size: int = lab_option(1 << 10, "smallest message of --bench in bytes: 4096, 64K, 1M, ...", parse=parse_size,
+                               show=format_size, metavar="SIZE")  # fmt: skip
+    max_size: int = lab_option(64 << 20, "largest message of --bench", parse=parse_size, show=format_size,
+                               metavar="SIZE")  # fmt: skip
+    warmup: int = lab_option(5, "untimed calls before each measurement of --bench")
+    iters: int = lab_option(20, "timed calls of --bench per size and collective")
+
+    def check(self) -> None:
+        at_least(1, nproc_per_node=self.nproc_per_node)
+        if not self.bench:
+            return
+        if self.nproc_per_node < 2:
+            raise ConfigError("the bandwidth benchmark (bench) needs at least 2 processes: busbw of one process is 0")
+        at_least(0, warmup=self.warmup)
+        at_least(1, iters=self.iters)
+        smallest = ELEMENT.itemsize * self.nproc_per_node  # all_gather sends min_size / N bytes from each rank
+        if not smallest <= self.min_size <= self.max_size:
+            raise ConfigError(f"need {smallest} <= min_size <= max_size (an element per rank at least)")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(**options: Any) -> dict[str, Any]:
+    """Check every collective on ``nproc_per_node`` ranks or, with ``bench=True``, measure their bandwidth.
+    ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
     settings = LaunchSettings(
-        backend=args.backend, nproc_per_node=args.nproc_per_node, log_dir=lab_logs(args.output_dir)
+        backend=opts.backend, nproc_per_node=opts.nproc_per_node, log_dir=lab_logs(opts.output_dir)
     )
-    if not args.bench:
+    if not opts.bench:
         result = launch(_collectives_rank, settings)
         checks = _collective_checks(result["rows"])
         return {"lab": NAME, "mode": "check", "world_size": len(result["rows"]), **result, "checks": checks}
 
-    if args.nproc_per_node < 2:
-        raise ConfigError("--bench needs at least 2 processes (busbw of one process is 0)")
-    if args.warmup < 0 or args.iters < 1:
-        raise ConfigError("--warmup must be >= 0 and --iters >= 1")
-    smallest = ELEMENT.itemsize * args.nproc_per_node  # all_gather sends min_size / N bytes from each rank
-    if not smallest <= args.min_size <= args.max_size:
-        raise ConfigError(f"need {smallest} <= --min-size <= --max-size (an element per rank at least)")
-    sizes = message_sizes(args.min_size, args.max_size)
-    result = launch(_bench_rank, settings, sizes, args.warmup, args.iters)
+    sizes = message_sizes(opts.min_size, opts.max_size)
+    result = launch(_bench_rank, settings, sizes, opts.warmup, opts.iters)
     world = len(result["seconds"])
     rows = bandwidth_rows(sizes, world, result["seconds"])
     return {"lab": NAME, "mode": "bench", "backend": result["backend"], "device": result["device"],
-            "world_size": world, "warmup": args.warmup, "iters": args.iters, "rows": rows,
+            "world_size": world, "warmup": opts.warmup, "iters": opts.iters, "rows": rows,
             "checks": _bench_checks(rows, world)}  # fmt: skip
 
 

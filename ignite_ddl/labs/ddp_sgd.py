@@ -15,11 +15,13 @@ On GPUs it uses the real SyncBatchNorm through ``idist.auto_model(model, sync_bn
 
 Example:
     ignite-ddl ddp-sgd --procs 1,2,4 --steps 5
+
+or from Python: ``ddp_sgd.run(procs=[1, 2, 4], steps=5)``.
 """
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import ignite.distributed as idist
@@ -28,9 +30,8 @@ import torch.distributed as dist
 from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, int_list, launch_lab
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
 from ignite_ddl.models import small_cnn
 from ignite_ddl.text import format_table
@@ -38,18 +39,27 @@ from ignite_ddl.trainer import create_trainer, place_model
 
 NAME = "ddp-sgd"
 HELP = "N-process DDP = one-process SGD with the same global batch; BatchNorm breaks it, SyncBatchNorm restores it"
+CLAIM = (
+    "N-process DDP reaches the weights of one process with the same global batch; BatchNorm breaks the equality "
+    "and global-batch statistics restore it"
+)
 
 IMAGE = (3, 16, 16)
 SEED = 543
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--procs", type=int_list, default=[1, 2, 4], help="process counts (default 1,2,4)")
-    parser.add_argument("--steps", type=int, default=5, help="SGD steps (default 5)")
-    parser.add_argument("--batch-size", type=int, default=32, help="GLOBAL batch, divisible by every count")
-    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |weight difference| allowed (1e-5)")
-    add_launch_arguments(parser, nproc=None)  # process counts: --procs
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    # no nproc_per_node: one run per process count of procs
+    procs: tuple[int, ...] = lab_option((1, 2, 4), "process counts")
+    steps: int = lab_option(5, "SGD steps")
+    batch_size: int = lab_option(32, "GLOBAL batch, divisible by every count")
+    lr: float = lab_option(0.1, "SGD learning rate")
+    tolerance: float = lab_option(1e-5, "max |weight difference| allowed")
+
+    def check(self) -> None:
+        at_least(1, procs=self.procs, steps=self.steps, batch_size=self.batch_size)
+        split_evenly(self.batch_size, self.procs)
 
 
 class _SumOverRanks(torch.autograd.Function):
@@ -81,10 +91,13 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         mean = _SumOverRanks.apply(x.sum(dims)) / count
         centred = x - mean.view(shape)
         var = _SumOverRanks.apply(centred.pow(2).sum(dims)) / count
+        tracked, running_mean, running_var = self.num_batches_tracked, self.running_mean, self.running_var
+        if tracked is None or running_mean is None or running_var is None or self.momentum is None:
+            raise ValueError("GlobalBatchNorm2d keeps running statistics with a momentum (BatchNorm2d's default)")
         with torch.no_grad():  # running statistics as BatchNorm keeps them: unbiased variance
-            self.num_batches_tracked += 1
-            self.running_mean.lerp_(mean, self.momentum)
-            self.running_var.lerp_(var * count / (count - 1), self.momentum)
+            tracked.add_(1)
+            running_mean.lerp_(mean, self.momentum)
+            running_var.lerp_(var * count / (count - 1), self.momentum)
         return centred * torch.rsqrt(var + self.eps).view(shape) * self.weight.view(shape) + self.bias.view(shape)
 
 
@@ -160,20 +173,19 @@ def train_variants(
     return {**result, "diff": {variant: max_abs_diff(w, ref[variant]) for variant, w in final.items()}}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    procs = sorted(set(args.procs) - {1})
-    bad = [n for n in procs if args.batch_size % n]
-    if bad:
-        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {bad} processes")
-    reference = launch_lab(train_variants, args, 1, args.steps, args.batch_size, args.lr)
+def run(**options: Any) -> dict[str, Any]:
+    """Train one process, then each larger count, and compare their weights. ``options``: the fields of
+    :class:`Options`."""
+    opts = Options(**options)
+    reference = launch_lab(train_variants, opts, 1, opts.steps, opts.batch_size, opts.lr)
     rows = []
-    for n in procs:
-        got = launch_lab(train_variants, args, n, args.steps, args.batch_size, args.lr, reference["final"])
+    for n in sorted(set(opts.procs) - {1}):
+        got = launch_lab(train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
         sync_bn = got["sync_bn"]
-        rows.append({"procs": n, "per_rank_batch": args.batch_size // n, **got["diff"], "device": got["device"],
+        rows.append({"procs": n, "per_rank_batch": opts.batch_size // n, **got["diff"], "device": got["device"],
                      "sync_bn_layer": sync_bn["layer"], "sync_bn_refusals": sync_bn["refusals"]})  # fmt: skip
     result = {
-        "lab": NAME, "steps": args.steps, "global_batch": args.batch_size, "lr": args.lr, "tolerance": args.tolerance,
+        "lab": NAME, "steps": opts.steps, "global_batch": opts.batch_size, "lr": opts.lr, "tolerance": opts.tolerance,
         "device": rows[-1]["device"] if rows else reference["device"], "torch": torch.__version__,
         "weights_moved": reference["moved"], "runs": rows,
     }  # fmt: skip

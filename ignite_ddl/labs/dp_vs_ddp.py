@@ -16,35 +16,43 @@ backward (timed with a communication hook) and leaves every rank the same averag
 
 Example:
     ignite-ddl dp-vs-ddp
+
+or from Python: ``dp_vs_ddp.run(backend="gloo")``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
 from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
 
 from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs, launch_lab
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, launch_lab
+from ignite_ddl.labs._weights import gradients
 from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.models import build_model, mlp
 from ignite_ddl.text import format_table
 
 NAME = "dp-vs-ddp"
 HELP = "DataParallel vs DDP: peak memory per GPU and throughput on >= 2 GPUs; on CPU, what each one really does"
+CLAIM = (
+    "DDP runs one process per rank, replicates the model once and all-reduces gradients in buckets during "
+    "backward; on 2+ GPUs DataParallel loads GPU 0 and DDP is balanced and faster"
+)
 
 SEED = 543
 SHAPE = (1, 4, 8)  # the CPU demonstration's inputs: 32 features for its MLP
@@ -53,13 +61,22 @@ BALANCED = 1.1  # DDP ranks' peak memory within 10 % of each other
 GPU_IMAGE = (3, 32, 32)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser)
-    parser.add_argument("--model", default="resnet18", help="model measured on GPUs (default resnet18)")
-    parser.add_argument("--batch-size", type=int, default=256, help="GLOBAL batch on GPUs (default 256)")
-    parser.add_argument("--steps", type=int, default=30, help="measured steps on GPUs (default 30)")
-    parser.add_argument("--warmup", type=int, default=5, help="steps before measuring on GPUs (default 5)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=0.25, help="DDP bucket size on CPU (default 0.25)")
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(2, "processes to start")
+    model: str = lab_option("resnet18", "model measured on GPUs")
+    batch_size: int = lab_option(256, "GLOBAL batch on GPUs")
+    steps: int = lab_option(30, "measured steps on GPUs")
+    warmup: int = lab_option(5, "steps before measuring on GPUs")
+    bucket_cap_mb: float = lab_option(0.25, "DDP bucket size on CPU, MiB")
+
+    def check(self) -> None:
+        if self.nproc_per_node < 2:
+            raise ConfigError("nproc_per_node must be >= 2: DDP with one process has nothing to all-reduce")
+        at_least(1, batch_size=self.batch_size, steps=self.steps)
+        at_least(0, warmup=self.warmup)
+        if self.bucket_cap_mb <= 0:
+            raise ConfigError(f"bucket_cap_mb must be > 0, got {self.bucket_cap_mb}")
 
 
 def _digest(tensor: torch.Tensor) -> str:
@@ -76,17 +93,18 @@ def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]
     manual_seed(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
     model = mlp(FEATURES, 10, hidden=(256, 256, 256)).to(device)
     before = _digest(parameters_to_vector(model.parameters()))
-    ddp = idist.auto_model(model, bucket_cap_mb=bucket_cap_mb)
+    # DDP: auto_model wraps in it on a process group of 2 or more CPU ranks or GPUs
+    ddp = cast(DistributedDataParallel, idist.auto_model(model, bucket_cap_mb=bucket_cap_mb))
     after = _digest(parameters_to_vector(model.parameters()))
     events: list[tuple[str, float, int]] = []
 
-    # No annotations: DDP checks a hook's annotations against its own classes, and here they would be strings.
-    def timed_allreduce(state, bucket):
+    # Typed in a comment: DDP checks a hook's annotations against its own classes, and here they would be strings.
+    def timed(state, bucket):  # type: (Any, torch.distributed.GradBucket) -> torch.futures.Future[torch.Tensor]
         events.append(("bucket", time.perf_counter(), bucket.buffer().numel()))
         return allreduce_hook(state, bucket)  # DDP's own behaviour: all-reduce, then divide by the world size
 
-    ddp.register_comm_hook(None, timed_allreduce)
-    first_layer = model[1].weight  # the last gradient backward computes
+    ddp.register_comm_hook(None, timed)
+    first_layer = cast(nn.Linear, model[1]).weight  # the last gradient backward computes
     first_layer.register_post_accumulate_grad_hook(lambda p: events.append(("first layer", time.perf_counter(), 0)))
     x, y = synthetic_images(32, 10, SHAPE, SEED, split=rank).tensors  # every rank its own samples
     for _ in range(2):  # DDP rebuilds its buckets in gradient order after the first iteration: look at the second
@@ -98,7 +116,7 @@ def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]
     first_layer_ready = next(t for kind, t, _ in events if kind == "first layer")
     return gather_objects({
         "rank": rank, "pid": os.getpid(), "weights_before": before, "weights_after": after, "loss": loss.item(),
-        "grads": _digest(parameters_to_vector(p.grad for p in model.parameters())),
+        "grads": _digest(parameters_to_vector(gradients(model.parameters()))),
         "bucket_numels": [n for _, n in buckets],
         "buckets_before_first_layer_grad": sum(t < first_layer_ready for t, _ in buckets),
     })  # fmt: skip
@@ -170,25 +188,26 @@ def ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmu
     return {"peak_bytes": [r["peak_bytes"] for r in ranks], "samples_per_s": batch * steps / slowest}
 
 
-def _measure_gpus(args: argparse.Namespace, gpus: int) -> dict[str, Any]:
+def _measure_gpus(opts: Options, gpus: int) -> dict[str, Any]:
     # DDP ranks spawned, not forked: DataParallel initialises CUDA in this process (this run's or an earlier one's),
     # and forked children cannot use CUDA once their parent has.
     settings = LaunchSettings(
-        backend="nccl", nproc_per_node=gpus, start_method="spawn", log_dir=lab_logs(args.output_dir)
+        backend="nccl", nproc_per_node=gpus, start_method="spawn", log_dir=lab_logs(opts.output_dir)
     )
-    ddp = launch(ddp_gpu_rank, settings, args.model, args.batch_size, args.steps, args.warmup)
-    dp = dataparallel_gpus(args.model, args.batch_size, args.steps, args.warmup)
-    return {"measured": True, "gpus": gpus, "model": args.model, "global_batch": args.batch_size, "dp": dp, "ddp": ddp}
+    ddp = launch(ddp_gpu_rank, settings, opts.model, opts.batch_size, opts.steps, opts.warmup)
+    dp = dataparallel_gpus(opts.model, opts.batch_size, opts.steps, opts.warmup)
+    return {"measured": True, "gpus": gpus, "model": opts.model, "global_batch": opts.batch_size, "dp": dp, "ddp": ddp}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.nproc_per_node < 2:
-        raise ConfigError("--nproc-per-node must be >= 2: DDP with one process has nothing to all-reduce")
+def run(**options: Any) -> dict[str, Any]:
+    """Show what DDP does on ``nproc_per_node`` ranks and, with 2 or more GPUs, measure both wrappers on them.
+    ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
     gpus = torch.cuda.device_count()  # counted without initialising CUDA
     # First, while this process has not touched CUDA, so that the launcher may fork the ranks.
-    cpu = {"ddp_ranks": launch_lab(ddp_structure, args, args.nproc_per_node, args.bucket_cap_mb)}
+    cpu = {"ddp_ranks": launch_lab(ddp_structure, opts, opts.nproc_per_node, opts.bucket_cap_mb)}
     if gpus >= 2:
-        gpu = _measure_gpus(args, gpus)
+        gpu = _measure_gpus(opts, gpus)
     else:
         gpu = {"measured": False, "gpus": gpus, "reason": f"needs 2 or more CUDA GPUs; {gpus} visible here"}
         cpu["dataparallel"] = dataparallel_here()
@@ -278,14 +297,14 @@ def format_result(result: dict[str, Any]) -> str:
     else:
         lines.append(f"peak memory per GPU and throughput: NOT MEASURED ({gpu['reason']}); what runs here instead:")
     ranks = result["structure"]["ddp_ranks"]
-    rows = [
+    rank_rows = [
         [r["rank"], r["pid"], r["weights_before"], r["weights_after"], f"{r['loss']:.4f}", r["grads"],
          len(r["bucket_numels"]), r["buckets_before_first_layer_grad"]]
         for r in ranks
     ]  # fmt: skip
     lines.append(f"DDP over {len(ranks)} processes (parent pid {result['parent_pid']}):")
     header = ["rank", "pid", "weights before", "after wrap", "loss", "gradients", "buckets", "before 1st layer"]
-    lines.append(format_table(header, rows))
+    lines.append(format_table(header, rank_rows))
     dp = result["structure"].get("dataparallel")
     if dp is not None:
         lines.append(

@@ -17,14 +17,16 @@ while a layer runs, FSDP also holds that layer's gathered parameters (``largest_
 
 Example:
     ignite-ddl fsdp --nproc-per-node 2
+
+or from Python: ``fsdp.run(nproc_per_node=2)``.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -37,13 +39,17 @@ from ignite_ddl.clock import now
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, launch_lab
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.models import mlp
 from ignite_ddl.text import format_table, kib
 
 NAME = "fsdp"
 HELP = "DDP vs FSDP (fully_shard): bytes per rank for parameters, gradients, optimizer state; step time; same losses"
+CLAIM = (
+    "FSDP holds about 1/N of DDP's bytes per rank for parameters, gradients and optimizer state, and follows "
+    "the same loss trajectory"
+)
 
 SHAPE = (1, 4, 8)  # 32 input features
 SEED = 543
@@ -52,18 +58,27 @@ PARTS = ("params", "grads", "optimizer")
 SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divide by N leaves one rank a little more
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser)
-    parser.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
-    parser.add_argument("--layers", type=int, default=4, help="Linear layers, at least 2 (default 4)")
-    parser.add_argument("--steps", type=int, default=8, help="Adam steps (default 8)")
-    parser.add_argument("--warmup", type=int, default=2, help="first steps left out of step times (default 2)")
-    parser.add_argument("--batch-size", type=int, default=64, help="GLOBAL batch (default 64)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="max |loss difference| allowed (1e-5)")
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(2, "processes to start")
+    width: int = lab_option(512, "MLP width")
+    layers: int = lab_option(4, "Linear layers, at least 2")
+    steps: int = lab_option(8, "Adam steps")
+    warmup: int = lab_option(2, "first steps left out of step times")
+    batch_size: int = lab_option(64, "GLOBAL batch")
+    lr: float = lab_option(1e-3, "Adam learning rate")
+    tolerance: float = lab_option(1e-5, "max |loss difference| allowed")
+
+    def check(self) -> None:
+        if self.nproc_per_node < 2:
+            raise ConfigError("nproc_per_node must be >= 2: one process has nothing to shard")
+        at_least(2, layers=self.layers)
+        at_least(1, width=self.width, steps=self.steps)
+        at_least(0, warmup=self.warmup)
+        split_evenly(self.batch_size, [self.nproc_per_node])
 
 
-def local_bytes(tensors: Iterable[torch.Tensor]) -> int:
+def local_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     """Bytes this rank holds for ``tensors``: the local shard of a DTensor, the whole tensor otherwise."""
     return sum(
         (t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size() for t in tensors if t is not None
@@ -76,7 +91,7 @@ def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)  # one unit per layer: only the running layer's parameters are gathered at a time
-    return fully_shard(model)
+    return cast(nn.Module, fully_shard(model))  # the model itself, its class now an FSDP subclass of its own
 
 
 def train(
@@ -87,22 +102,22 @@ def train(
     manual_seed(SEED)
     model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], 10, hidden=(width,) * (layers - 1)).to(device)
     largest_layer = max(local_bytes(m.parameters()) for m in model if isinstance(m, nn.Linear))
-    model = _wrap(model, mode)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    wrapped = _wrap(model, mode)
+    optimizer = torch.optim.Adam(wrapped.parameters(), lr=lr)
     data = synthetic_images(steps * batch_size, 10, SHAPE, SEED).tensors
     losses, times = [], []
     for step in range(steps):
         start = now(device)
         x, y = batch_share(data, step, batch_size, rank, world, device)
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(wrapped(x), y)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
         times.append(now(device) - start)
     held = {  # after the last step, as they stay until the next one
-        "params": local_bytes(model.parameters()),
-        "grads": local_bytes(p.grad for p in model.parameters()),
+        "params": local_bytes(wrapped.parameters()),
+        "grads": local_bytes(p.grad for p in wrapped.parameters()),
         "optimizer": local_bytes(t for state in optimizer.state.values() for t in state.values()),
     }
     ranks = gather_objects({"losses": losses, "times": times, "bytes": held})
@@ -122,25 +137,22 @@ def _summary(mode: str, run: dict[str, Any], steps: int, warmup: int) -> dict[st
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.nproc_per_node < 2:
-        raise ConfigError("--nproc-per-node must be >= 2: one process has nothing to shard")
-    if args.layers < 2:
-        raise ConfigError("--layers must be >= 2")
-    if args.batch_size % args.nproc_per_node:
-        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {args.nproc_per_node} processes")
-    n = args.nproc_per_node
+def run(**options: Any) -> dict[str, Any]:
+    """Train the MLP with DDP, then with FSDP, on ``nproc_per_node`` ranks and compare what each rank holds.
+    ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
+    n = opts.nproc_per_node
     modes = {
         mode: _summary(
-            mode, launch_lab(train, args, n, mode, args.width, args.layers, args.steps, args.batch_size, args.lr),
-            args.steps, args.warmup,
+            mode, launch_lab(train, opts, n, mode, opts.width, opts.layers, opts.steps, opts.batch_size, opts.lr),
+            opts.steps, opts.warmup,
         )
         for mode in MODES
     }  # fmt: skip
     ddp, fsdp = modes["ddp"], modes["fsdp"]
     result = {
-        "lab": NAME, "processes": n, "width": args.width, "layers": args.layers, "steps": args.steps,
-        "global_batch": args.batch_size, "tolerance": args.tolerance, "api": "torch.distributed.fsdp.fully_shard",
+        "lab": NAME, "processes": n, "width": opts.width, "layers": opts.layers, "steps": opts.steps,
+        "global_batch": opts.batch_size, "tolerance": opts.tolerance, "api": "torch.distributed.fsdp.fully_shard",
         "modes": modes,
         "loss_diff": max(abs(a - b) for a, b in zip(ddp["losses"], fsdp["losses"])),
         "ratio": {part: fsdp["max_rank_bytes"][part] / ddp["max_rank_bytes"][part] for part in (*PARTS, "total")},

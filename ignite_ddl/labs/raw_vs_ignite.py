@@ -17,16 +17,18 @@ asked for, unchanged.
 
 Example:
     ignite-ddl raw-vs-ignite --nproc-per-node 2
+
+or from Python: ``raw_vs_ignite.run(nproc_per_node=2)``.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import inspect
 import os
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +41,8 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff
 from ignite_ddl.launcher import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
 from ignite_ddl.models import ToyModel
@@ -49,16 +50,22 @@ from ignite_ddl.text import format_table
 
 NAME = "raw-vs-ignite"
 HELP = "the DDP tutorial's ToyModel trained with raw torch.distributed and with Ignite: same weights, lines of code"
+CLAIM = "the DDP tutorial's program reaches the same weights written with raw torch.distributed and with Ignite"
 
 SEED = 0
 LR = 0.01
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser)
-    parser.add_argument("--steps", type=int, default=10, help="SGD steps (default 10)")
-    parser.add_argument("--batch-size", type=int, default=40, help="GLOBAL batch (default 40)")
-    parser.add_argument("--tolerance", type=float, default=1e-6, help="max |weight difference| allowed (1e-6)")
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(2, "processes to start")
+    steps: int = lab_option(10, "SGD steps")
+    batch_size: int = lab_option(40, "GLOBAL batch")
+    tolerance: float = lab_option(1e-6, "max |weight difference| allowed")
+
+    def check(self) -> None:
+        at_least(1, nproc_per_node=self.nproc_per_node, steps=self.steps, batch_size=self.batch_size)
+        split_evenly(self.batch_size, [self.nproc_per_node])
 
 
 def toy_dataset(steps: int, batch_size: int) -> TensorDataset:
@@ -80,7 +87,7 @@ def raw_worker(rank: int, world_size: int, port: int, steps: int, batch_size: in
     model = ToyModel()
     ddp_model = DistributedDataParallel(model)
     dataset = toy_dataset(steps, batch_size)
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=batch_size // world_size, sampler=sampler)
     loss_fn = nn.MSELoss()
     optimizer = optim.SGD(ddp_model.parameters(), lr=LR)
@@ -151,7 +158,10 @@ def code_lines(fn: Callable[..., Any]) -> int:
         2
     """
     source = textwrap.dedent(inspect.getsource(fn))
-    body = ast.parse(source).body[0].body
+    node = ast.parse(source).body[0]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise TypeError(f"code_lines counts the lines of a function, not of {fn!r}")
+    body = node.body
     docstring: set[int] = set()
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         docstring = set(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
@@ -159,31 +169,33 @@ def code_lines(fn: Callable[..., Any]) -> int:
     return sum(1 for line in code if not line.lstrip().startswith("#"))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.batch_size % args.nproc_per_node:
-        raise ConfigError(f"--batch-size {args.batch_size} cannot be split evenly over {args.nproc_per_node} processes")
+def run(**options: Any) -> dict[str, Any]:
+    """Train the ToyModel the raw way and the Ignite way on ``nproc_per_node`` processes and compare the weights.
+    ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
     # The raw side gets the start method the Ignite side gets, and the same number of processes.
-    plan = plan_launch(LaunchSettings(backend=args.backend, nproc_per_node=args.nproc_per_node))
-    ours = ignite_main(args.backend, args.nproc_per_node, args.steps, args.batch_size, args.output_dir)
-    checkpoint = Path(args.output_dir) / "raw_rank0.pt"  # the Ignite side's launch created the directory
-    raw = raw_main(plan.world_size, args.steps, args.batch_size, str(checkpoint), plan.start_method)
+    plan = plan_launch(LaunchSettings(backend=opts.backend, nproc_per_node=opts.nproc_per_node))
+    ours = ignite_main(opts.backend, opts.nproc_per_node, opts.steps, opts.batch_size, opts.output_dir)
+    checkpoint = Path(opts.output_dir) / "raw_rank0.pt"
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    raw = raw_main(plan.world_size, opts.steps, opts.batch_size, str(checkpoint), plan.start_method)
     with torch.random.fork_rng():  # leaves the caller's random state alone
         torch.manual_seed(SEED)
         moved = max_abs_diff(raw, ToyModel().state_dict())
     lines = {
         side: {fn.__name__: code_lines(fn) for fn in fns} for side, fns in (("raw", RAW_CODE), ("ignite", IGNITE_CODE))
     }
-    result = {
+    diff = max_abs_diff(raw, ours)
+    result: dict[str, Any] = {
         "lab": NAME, "processes": plan.world_size, "ignite_backend": plan.backend, "raw_backend": "gloo",
-        "steps": args.steps, "global_batch": args.batch_size, "tolerance": args.tolerance,
-        "max_abs_diff": max_abs_diff(raw, ours), "weights_moved": moved, "code_lines": lines,
+        "steps": opts.steps, "global_batch": opts.batch_size, "tolerance": opts.tolerance,
+        "max_abs_diff": diff, "weights_moved": moved, "code_lines": lines,
     }  # fmt: skip
-    diff = result["max_abs_diff"]
     result["checks"] = [
         check(
             "raw torch.distributed and Ignite reach the same weights",
-            diff <= args.tolerance and moved > 100 * args.tolerance,
-            f"max |dw| {diff:.1e} (tolerance {args.tolerance:g}; training moved the weights by up to {moved:.1e})",
+            diff <= opts.tolerance and moved > 100 * opts.tolerance,
+            f"max |dw| {diff:.1e} (tolerance {opts.tolerance:g}; training moved the weights by up to {moved:.1e})",
         )
     ]
     return result

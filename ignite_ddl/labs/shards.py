@@ -8,33 +8,34 @@ returns its own index, so what each rank saw is plain to read; ``--image-grid`` 
 (seed notebook A.1.x1).
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> add_arguments(parser)
-    >>> result = run(parser.parse_args(["--backend", "gloo", "--nproc-per-node", "2", "--dataset-size", "9"]))
+    >>> result = run(backend="gloo", nproc_per_node=2, dataset_size=9)
     >>> result["per_rank_batch"], result["padding"], all(c["ok"] for c in result["checks"])
     (6, 1, True)
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from ignite_ddl.config import ConfigError
 from ignite_ddl.data import synthetic_images
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import add_launch_arguments, check, format_checks, lab_logs
+from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
 from ignite_ddl.launcher import LaunchSettings, launch
 
 NAME = "shards"
 HELP = "show and check which samples each rank gets from auto_dataloader, epoch by epoch"
+CLAIM = (
+    "auto_dataloader's shards cover the dataset every epoch, disjoint but for the sampler's padding, and are "
+    "reshuffled only when sampler.set_epoch(epoch) is called"
+)
 
 GRID_SIDE = 8  # the seed notebook's grid: the first 8 x 8 images of each rank's first batch
 SCENARIOS = {"set_epoch": True, "forgotten": False}  # whether the loop calls sampler.set_epoch(epoch)
@@ -62,7 +63,8 @@ def _shards_rank(local_rank: int, size: int, batch_size: int, epochs: int, image
     row: dict[str, Any] = {"rank": idist.get_rank()}
     for scenario, set_epoch in SCENARIOS.items():
         # A fresh loader per scenario: the sampler remembers the last epoch it was given.
-        loader = idist.auto_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=0)
+        # The cast: a DataLoader, or on XLA the loader of ignite_ddl.xla that answers DataLoader's attributes.
+        loader = cast(DataLoader, idist.auto_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=0))
         row[scenario], row["batch_sizes"] = _epochs_seen(loader, epochs, set_epoch)  # same batches both times
     row["per_rank_batch"] = loader.batch_size
     if images:
@@ -93,7 +95,9 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     full = min(expected_batch, per_shard)  # a shard smaller than the batch makes one short batch
     batches_ok = all(row["per_rank_batch"] == expected_batch and max(row["batch_sizes"]) == full for row in rows)
     # An epoch's order: rank 0's indices, then rank 1's, ...
-    order = {s: [sum((row[s][e] for row in rows), []) for e in range(epochs)] for s in SCENARIOS}
+    order: dict[str, list[list[int]]] = {
+        s: [sum((row[s][e] for row in rows), []) for e in range(epochs)] for s in SCENARIOS
+    }
     reshuffled = [e for e in range(1, epochs) if order["set_epoch"][e] != order["set_epoch"][e - 1]]
     repeated = [e for e in range(1, epochs) if order["forgotten"][e] == order["forgotten"][0]]
     return [
@@ -138,32 +142,39 @@ def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_launch_arguments(parser, nproc=3)
-    parser.add_argument("--dataset-size", type=int, default=100, help="samples in the dataset (default 100)")
-    parser.add_argument("--batch-size", type=int, default=12, help="GLOBAL batch size (default 12)")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs to compare orders over, >= 2 (default 2)")
-    parser.add_argument("--image-grid", metavar="PATH", help="also save each rank's first batch as a PNG grid")
+@dataclass(frozen=True, kw_only=True)
+class Options(LaunchOptions):
+    nproc_per_node: int = lab_option(3, "processes to start")
+    dataset_size: int = lab_option(100, "samples in the dataset")
+    batch_size: int = lab_option(12, "GLOBAL batch size")
+    epochs: int = lab_option(2, "epochs to compare orders over, >= 2")
+    image_grid: str | None = lab_option(None, "also save each rank's first batch as a PNG grid", metavar="PATH")
+
+    def check(self) -> None:
+        at_least(1, nproc_per_node=self.nproc_per_node, batch_size=self.batch_size)
+        if self.epochs < 2:
+            raise ConfigError("epochs must be >= 2: reshuffling shows by comparing epochs")
+        if self.dataset_size < 2 or self.nproc_per_node > self.dataset_size:
+            raise ConfigError("dataset_size must be >= 2 and at least the number of processes")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    size, batch_size, epochs = args.dataset_size, args.batch_size, args.epochs
-    if epochs < 2:
-        raise ConfigError("--epochs must be >= 2: reshuffling shows by comparing epochs")
-    if size < 2 or (args.nproc_per_node or 1) > size:
-        raise ConfigError("--dataset-size must be >= 2 and at least the number of processes")
+def run(**options: Any) -> dict[str, Any]:
+    """Deal a dataset of ``dataset_size`` samples to ``nproc_per_node`` ranks for ``epochs`` epochs, with and
+    without ``sampler.set_epoch``. ``options``: the fields of :class:`Options`."""
+    opts = Options(**options)
+    size, batch_size, epochs = opts.dataset_size, opts.batch_size, opts.epochs
     settings = LaunchSettings(
-        backend=args.backend, nproc_per_node=args.nproc_per_node, log_dir=lab_logs(args.output_dir)
+        backend=opts.backend, nproc_per_node=opts.nproc_per_node, log_dir=lab_logs(opts.output_dir)
     )
-    result = launch(_shards_rank, settings, size, batch_size, epochs, args.image_grid is not None)
+    result = launch(_shards_rank, settings, size, batch_size, epochs, opts.image_grid is not None)
     world = result["world_size"]
     result.update(lab=NAME, dataset_size=size, global_batch=batch_size, epochs=epochs)
     result.update(per_rank_batch=result["rows"][0]["per_rank_batch"], padding=world * math.ceil(size / world) - size)
     result["epoch_facts"] = [_epoch_facts([row["set_epoch"][e] for row in result["rows"]], size) for e in range(epochs)]
     result["checks"] = _checks(result)
-    if args.image_grid:
-        save_image_grid(result["rows"], args.image_grid)
-        result["image_grid"] = args.image_grid
+    if opts.image_grid:
+        save_image_grid(result["rows"], opts.image_grid)
+        result["image_grid"] = opts.image_grid
         for row in result["rows"]:
             row["grid"] = row["grid"]["indices"]  # the images stay in the PNG: the result is plain data
     return result

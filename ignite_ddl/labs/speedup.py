@@ -10,19 +10,16 @@ tensor moved to an accelerator in every iteration pays a host-to-device copy eac
 host and ``.to(device)`` returns the very same tensor.
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser()
-    >>> add_arguments(parser)
-    >>> result = run(parser.parse_args(["--procs", "1,2", "--work", "100000", "--repeats", "1"]))
+    >>> result = run(procs=[1, 2], work=100_000, repeats=1)
     >>> [row["procs"] for row in result["rows"]], [row["tasks_per_rank"] for row in result["rows"]]
     ([1, 2], [[8], [4, 4]])
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import ignite.distributed as idist
@@ -32,11 +29,15 @@ from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.config import ConfigError
 from ignite_ddl.environment import cpu_cores
 from ignite_ddl.gather import gather_objects
-from ignite_ddl.labs import check, format_checks, lab_logs
+from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, lab_option, output_dir_option
 from ignite_ddl.launcher import LaunchSettings, launch
 
 NAME = "speedup"
 HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"
+CLAIM = (
+    "one job split over P processes runs faster while there are free cores, and past the core count no faster "
+    "than it allows; with --transfer, moving the data once beats moving it in every iteration"
+)
 
 FASTER_AT_TWO = 1.3  # 2 processes on 2 free cores give about 1.9x; background noise still leaves well over 1.3x
 FREE_CORES_AT_TWO = 1.6  # below this the 2 ranks did not get 2 cores (another job was computing): no verdict
@@ -61,14 +62,14 @@ def _job_rank(local_rank: int, work: int, tasks: int) -> dict[str, Any]:
             "tasks_per_rank": gather_objects(len(mine)), "threads": torch.get_num_threads()}  # fmt: skip
 
 
-def _scaling(args: argparse.Namespace, procs: list[int], tasks: int, cores: int) -> list[dict[str, Any]]:
-    """Best (shortest wall time) of ``args.repeats`` runs for each process count, the counts interleaved so that
+def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[dict[str, Any]]:
+    """Best (shortest wall time) of ``opts.repeats`` runs for each process count, the counts interleaved so that
     a slow spell of the machine does not land on one count only."""
     best: dict[int, dict[str, Any]] = {}
-    for _ in range(args.repeats):
+    for _ in range(opts.repeats):
         for p in procs:
-            settings = LaunchSettings(backend="gloo", nproc_per_node=p, threads=1, log_dir=lab_logs(args.output_dir))
-            outcome = launch(_job_rank, settings, args.work, tasks)
+            settings = LaunchSettings(backend="gloo", nproc_per_node=p, threads=1, log_dir=lab_logs(opts.output_dir))
+            outcome = launch(_job_rank, settings, opts.work, tasks)
             if p not in best or outcome["wall_s"] < best[p]["wall_s"]:
                 best[p] = outcome
     one = best[1]["wall_s"]
@@ -139,10 +140,10 @@ def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> dict
             **{f"{where}_s": min(t) for where, t in times.items()}}  # fmt: skip
 
 
-def _transfer(args: argparse.Namespace) -> dict[str, Any]:
+def _transfer(opts: Options) -> dict[str, Any]:
     # One process on the default device of this machine: a GPU or TPU when there is one, else the CPU.
-    settings = LaunchSettings(backend="auto", log_dir=lab_logs(args.output_dir))
-    result = launch(_transfer_rank, settings, args.work, args.transfer_iters, args.repeats)
+    settings = LaunchSettings(backend="auto", log_dir=lab_logs(opts.output_dir))
+    result = launch(_transfer_rank, settings, opts.work, opts.transfer_iters, opts.repeats)
     ratio = result["inside_s"] / result["once_s"]
     if result["device"] == "cpu":
         checks = [check("on the host, .to(device) returns the very same tensor: there is no transfer to measure",
@@ -150,38 +151,43 @@ def _transfer(args: argparse.Namespace) -> dict[str, Any]:
     else:
         checks = [check("moving the tensor once before the loop is faster than moving it in every iteration",
                         result["once_s"] < result["inside_s"], f"inside / once = {ratio:.2f}")]  # fmt: skip
-    return {"lab": NAME, "mode": "transfer", "work": args.work, "iters": args.transfer_iters, **result,
+    return {"lab": NAME, "mode": "transfer", "work": opts.work, "iters": opts.transfer_iters, **result,
             "ratio": ratio, "checks": checks}  # fmt: skip
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--procs", default="1,2,4,8", help="comma-separated process counts, with 1 (default 1,2,4,8)")
-    parser.add_argument("--work", type=int, default=2_500_000, help="floats sorted per task (default 2500000)")
-    parser.add_argument("--tasks", type=int, help="tasks in the whole job (default: 8, or the largest process count)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per process count, the best kept (default 3)")
-    parser.add_argument("--transfer", action="store_true", help="instead: .to(device) inside the loop vs once")
-    parser.add_argument("--transfer-iters", type=int, default=10, help="loop iterations with --transfer (default 10)")
-    parser.add_argument("--output-dir", default="runs/lab", help="where the ranks write their logs (default runs/lab)")
+@dataclass(frozen=True, kw_only=True)
+class Options(LabOptions):
+    procs: tuple[int, ...] = lab_option((1, 2, 4, 8), "process counts, with 1")
+    work: int = lab_option(2_500_000, "floats sorted per task")
+    tasks: int | None = lab_option(None, "tasks in the whole job (default: 8, or the largest process count)")
+    repeats: int = lab_option(3, "runs per process count, the best kept")
+    transfer: bool = lab_option(False, "instead: .to(device) inside the loop vs once")
+    transfer_iters: int = lab_option(10, "loop iterations with --transfer")
+    output_dir: str = output_dir_option()
+
+    def check(self) -> None:
+        at_least(1, work=self.work, repeats=self.repeats, transfer_iters=self.transfer_iters)
+        if self.transfer:
+            return
+        at_least(1, procs=self.procs)
+        if 1 not in self.procs:
+            raise ConfigError("procs must include 1: speedup is measured against one process")
+        if self.tasks is not None and self.tasks < max(self.procs):
+            raise ConfigError(f"tasks {self.tasks} leaves some of {max(self.procs)} processes without work")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.work < 1 or args.repeats < 1 or args.transfer_iters < 1:
-        raise ConfigError("--work, --repeats and --transfer-iters must be >= 1")
-    if args.transfer:
-        return _transfer(args)
-    try:
-        procs = sorted({int(p) for p in args.procs.split(",") if p.strip()})
-    except ValueError:
-        raise ConfigError(f"--procs expects comma-separated integers, got {args.procs!r}") from None
-    if not procs or procs[0] != 1:
-        raise ConfigError("--procs must include 1: speedup is measured against one process")
-    tasks = args.tasks or max(8, procs[-1])
-    if tasks < procs[-1]:
-        raise ConfigError(f"--tasks {tasks} leaves some of {procs[-1]} processes without work")
+def run(**options: Any) -> dict[str, Any]:
+    """Run the job on each process count (or, with ``transfer=True``, the two transfer loops). ``options``: the
+    fields of :class:`Options`."""
+    opts = Options(**options)
+    if opts.transfer:
+        return _transfer(opts)
+    procs = sorted(set(opts.procs))
+    tasks = opts.tasks or max(8, procs[-1])
     cores = cpu_cores()
-    rows = _scaling(args, procs, tasks, cores)
-    return {"lab": NAME, "mode": "scaling", "scaling": "strong", "work": args.work, "tasks": tasks,
-            "repeats": args.repeats, "cpu_cores": cores, "rows": rows,
+    rows = _scaling(opts, procs, tasks, cores)
+    return {"lab": NAME, "mode": "scaling", "scaling": "strong", "work": opts.work, "tasks": tasks,
+            "repeats": opts.repeats, "cpu_cores": cores, "rows": rows,
             "checks": _scaling_checks(rows, tasks, cores)}  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.stats import (
@@ -555,8 +555,10 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
 
 def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> Verdict:
     measured = sorted(
-        (c for c in configs if c.throughput.value is not None), key=lambda c: c.throughput.value, reverse=True
-    )  # type: ignore[arg-type,return-value]
+        (c for c in configs if c.throughput.value is not None),
+        key=lambda c: cast(float, c.throughput.value),  # not None: the filter keeps the configurations with a value
+        reverse=True,
+    )
     names = [c.name for c in measured]
     unmeasured = [c.name for c in configs if c.throughput.value is None]
     # A configuration without a usable run (failed, or every run contended) might have been the fastest.
@@ -577,6 +579,7 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
         return Verdict(workload, names, top.name, [], provisional, reason=reason, unmeasured=unmeasured)
     runner = measured[1]
     assert top.throughput.value is not None and runner.throughput.value is not None
+    difference = top.throughput.value / runner.throughput.value - 1
     verdict = Verdict(
         workload,
         names,
@@ -584,7 +587,7 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
         [],
         provisional,
         runner.name,
-        top.throughput.value / runner.throughput.value - 1,
+        difference,
         welch_p(top.samples_per_s, runner.samples_per_s),
         unmeasured=unmeasured,
     )
@@ -597,7 +600,7 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
         verdict.best = top.name
         verdict.reason = (
             f"its {round(100 * confidence)} % interval lies above every other configuration's; "
-            f"{100 * verdict.difference:.1f} % faster than the runner-up {runner.name}"
+            f"{100 * difference:.1f} % faster than the runner-up {runner.name}"
         )
         return verdict
     verdict.tied = [top.name] + [c.name for c in overlapping]

@@ -16,7 +16,7 @@ import textwrap
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.outputs import writing
 from ignite_ddl.report.analysis import LAYOUT_OPTIONS, STEP_PARTS, Analysis, ConfigResult
@@ -286,7 +286,7 @@ def _series_plot(
             handles.setdefault(label, line)
             if ideal:
                 base = next(c for c in whole if c.world_size == 1)
-                ax.plot(xs, [base.throughput.value * n for n in xs], linestyle="--", color=style["color"], alpha=0.5)  # type: ignore[operator]
+                ax.plot(xs, [base.throughput.value * n for n in xs], linestyle="--", color=style["color"], alpha=0.5)
         ax.set_ylim(bottom=0)
         ax.tick_params(labelsize=FONT)
         if name:
@@ -489,7 +489,8 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
     for ax, (workload, config) in zip(axes.flat, chosen):
         accuracy = f", accuracy {config.val_accuracy:.3f}" if config.val_accuracy is not None else ""
         shown = f"{workload}: {config.name}" if workload else f"{config.name}: {config.label}"
-        confusion_heatmap(config.confusion_matrix, ax=ax, title=f"{shown}{accuracy}")
+        matrix = cast(list[list[int]], config.confusion_matrix)  # chosen holds configurations with a matrix only
+        confusion_heatmap(matrix, ax=ax, title=f"{shown}{accuracy}")
     for ax in list(axes.flat)[len(chosen):]:
         ax.set_visible(False)
     fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
