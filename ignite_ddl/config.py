@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,22 +197,38 @@ def _at_least(name: str, value: float, low: float) -> None:
         raise ConfigError(f"{name} must be >= {low}, got {value}")
 
 
-_TYPE_NAMES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+def option_kind(hint: Any) -> tuple[type, bool, bool]:
+    """``(kind, optional, many)`` of an option's annotation, for ``TrainConfig`` and the labs' options alike:
+    ``int | None`` -> (int, True, False), ``tuple[float, ...]`` -> (float, False, True).
+
+    >>> option_kind(int | None), option_kind(tuple[float, ...])
+    ((<class 'int'>, True, False), (<class 'float'>, False, True))
+    """
+    args = typing.get_args(hint)
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+    if optional:
+        (hint,) = [a for a in args if a is not type(None)]
+        args = typing.get_args(hint)
+    many = typing.get_origin(hint) is tuple
+    if many:
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"an option's tuple is tuple[X, ...], not {hint}")
+        hint = args[0]
+    if hint not in (int, float, str, bool):
+        raise TypeError(f"an option is an int, float, str or bool (or a tuple of them, or None): not {hint}")
+    return hint, optional, many
 
 
 @functools.cache
 def field_types() -> dict[str, tuple[type, bool]]:
-    """Each ``TrainConfig`` field's base type and whether it may be None, read once from its annotation (a string
-    under postponed evaluation: ``"int | None"``). The CLI and :meth:`TrainConfig.from_dict` both use it.
+    """Each ``TrainConfig`` field's base type and whether it may be None (:func:`option_kind` of its annotation,
+    read once). The CLI and :meth:`TrainConfig.from_dict` both use it.
 
     >>> field_types()["nproc_per_node"], field_types()["lr"]
     ((<class 'int'>, True), (<class 'float'>, False))
     """
-    types = {}
-    for f in dataclasses.fields(TrainConfig):
-        annotation = str(f.type)
-        types[f.name] = (_TYPE_NAMES[annotation.replace("| None", "").strip()], annotation.endswith("| None"))
-    return types
+    hints = typing.get_type_hints(TrainConfig)
+    return {f.name: option_kind(hints[f.name])[:2] for f in dataclasses.fields(TrainConfig)}
 
 
 def _check_type(name: str, value: Any) -> None:

@@ -34,14 +34,13 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
-from ignite_ddl.config import ConfigError
+from ignite_ddl.config import ConfigError, option_kind
 
 # -- what a lab is
 
@@ -189,7 +188,7 @@ def option_specs(options: type[LabOptions]) -> dict[str, OptionSpec]:
     hints = typing.get_type_hints(options)
     specs = {}
     for f in dataclasses.fields(options):
-        kind, optional, many = _annotation(hints[f.name])
+        kind, optional, many = option_kind(hints[f.name])
         meta = f.metadata
         specs[f.name] = OptionSpec(help=meta["help"], kind=kind, default=f.default, optional=optional, many=many,
                                    choices=meta["choices"], parse=meta["parse"], show=meta["show"],
@@ -199,24 +198,6 @@ def option_specs(options: type[LabOptions]) -> dict[str, OptionSpec]:
 
 
 _SPECS: dict[type[LabOptions], dict[str, OptionSpec]] = {}  # read once per class
-
-
-def _annotation(hint: Any) -> tuple[type, bool, bool]:
-    """``(kind, optional, many)`` of a field's annotation: ``int | None`` -> (int, True, False), ``tuple[float, ...]``
-    -> (float, False, True)."""
-    args = typing.get_args(hint)
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
-    if optional:
-        (hint,) = [a for a in args if a is not type(None)]
-        args = typing.get_args(hint)
-    many = typing.get_origin(hint) is tuple
-    if many:
-        if len(args) != 2 or args[1] is not Ellipsis:
-            raise TypeError(f"a lab option's tuple is tuple[X, ...], not {hint}")
-        hint = args[0]
-    if hint not in (int, float, str, bool):
-        raise TypeError(f"a lab option is an int, float, str or bool (or a tuple of them, or None): not {hint}")
-    return hint, optional, many
 
 
 # -- helpers of the labs
