@@ -30,6 +30,7 @@ import ignite.distributed as idist
 import torch
 
 from ignite_ddl.clock import device_synchronizer
+from ignite_ddl.comm import allreduce_bus_factor
 from ignite_ddl.config import ConfigError
 from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
@@ -163,7 +164,7 @@ BENCH_COLLECTIVES = ("all_reduce", "all_gather", "broadcast")
 ELEMENT = torch.float32
 # nccl-tests' bus bandwidth factors: the share of the message each rank must send over its link.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_reduce": allreduce_bus_factor,
     "all_gather": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
 }
