@@ -107,6 +107,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="re-run a run up to N times while other processes contend for the machine")
     sweep.add_argument("--start", choices=("preloaded", "fresh"),
                        help="start runs from a fork server with torch imported (default) or a fresh interpreter")
+    sweep.add_argument("--executor", choices=("local", "slurm"),
+                       help="run configurations here, one after another (default), or as SLURM jobs via submitit")
+    sweep.add_argument("--partition", help="slurm executor: the partition (default: the cluster's default)")
+    sweep.add_argument("--time-limit-min", type=int, metavar="MIN",
+                       help="slurm executor: each job's time limit (default: timeout_s in whole minutes)")
+    sweep.add_argument("--gpus-per-node", type=int, metavar="N",
+                       help="slurm executor: GPUs per node (default: nproc_per_node for nccl runs)")
+    sweep.add_argument("--cpus-per-task", type=int, metavar="N", help="slurm executor: CPUs per task (rank)")
     sweep.add_argument("--output-dir", help="where results.jsonl, runs/ and the report go (default runs/<name>)")
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
     sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
@@ -172,9 +180,11 @@ def _sweep(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
-    for key in ("name", "repeats", "timeout_s", "output_dir", "order", "seed", "rerun_contended", "start"):
+    for key in ("name", "repeats", "timeout_s", "output_dir", "order", "seed", "rerun_contended", "start", "executor"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    slurm = {key: getattr(args, key) for key in ("partition", "time_limit_min", "gpus_per_node", "cpus_per_task")}
+    spec["slurm"] = {**(spec.get("slurm") or {}), **{k: v for k, v in slurm.items() if v is not None}}
     parsed = parse_spec(spec)
     records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
     failed = [r for r in records if r["status"] != "completed"]

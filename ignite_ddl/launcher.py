@@ -72,6 +72,10 @@ __all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_po
 
 DEFAULT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
+# Spawned ranks of one node join their process group within a second or two (imports included with 'spawn'):
+# one that has not after this long never will, and the launch starts again, at most JOIN_ATTEMPTS times in all.
+JOIN_TIMEOUT_S = 60.0
+JOIN_ATTEMPTS = 2
 _KEYS = "ignite_ddl/"  # our keys in the rendezvous store (torch's own live under a prefix of their own)
 
 
@@ -277,6 +281,64 @@ def _run_env(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
 
 
 def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        try:
+            return _spawn_once(fn, plan, args, kwargs)
+        except _NotJoined as e:
+            missing = ", ".join(map(str, e.ranks))
+            if attempt == JOIN_ATTEMPTS:
+                raise LaunchFailed(
+                    f"rank(s) {missing} did not join the process group within {e.seconds:g} s, "
+                    f"{JOIN_ATTEMPTS} times: nothing ran (is the machine overloaded?)"
+                ) from None
+            _say(f"rank(s) {missing} did not join the process group within {e.seconds:g} s: nothing ran yet, "
+                 "so every rank was stopped and the run starts again")  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+class _NotJoined(Exception):
+    """Some ranks never reached the process group: stopped before anything ran, so the launch can start again."""
+
+    def __init__(self, ranks: list[int], seconds: float):
+        super().__init__(ranks)
+        self.ranks, self.seconds = ranks, seconds
+
+
+class _JoinWatch:
+    """Stops a single-node launch whose ranks do not all reach the process group within ``seconds``.
+
+    A rank that joined sets its flag in shared memory. Ranks forked from a busy parent have (rarely) been seen to
+    stop before joining, leaving the others waiting in the rendezvous until the full ``timeout``; nothing has
+    trained at that point, so stopping everyone and starting again loses nothing.
+    """
+
+    def __init__(self, ctx: Any, plan: LaunchPlan):
+        self.flags = ctx.Array("b", plan.nproc_per_node, lock=False)
+        self.seconds = min(plan.timeout, JOIN_TIMEOUT_S)
+        self.missing: list[int] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="join-watch", daemon=True)
+
+    def __enter__(self) -> _JoinWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        while not self._done.wait(0.1):
+            if all(self.flags):
+                return
+            if time.monotonic() >= deadline:
+                self.missing = [rank for rank, joined in enumerate(self.flags) if not joined]
+                _stop_children()
+                return
+
+
+def _spawn_once(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
     ctx = mp.get_context(plan.start_method)
     receiver, sender = ctx.Pipe(duplex=False)
     results: list[Any] = []
@@ -285,6 +347,8 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
     reader = threading.Thread(target=_drain, args=(receiver, results), daemon=True)
     reader.start()
     clear_stall(plan.log_dir)  # a diagnosis left by an earlier run in this folder is not this run's
+    # Several nodes wait for each other in the rendezvous for as long as --timeout allows: no early restart there.
+    watch = _JoinWatch(ctx, plan) if plan.nnodes == 1 and plan.backend != "xla-tpu" else None
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_private_tempdir())
@@ -292,6 +356,8 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
             if plan.backend != "xla-tpu":
                 rendezvous = stack.enter_context(_rendezvous(plan))
             stack.enter_context(interruptible(stop=_stop_children))
+            if watch is not None:
+                stack.enter_context(watch)
             spawn_options: dict[str, Any] = {"timeout": datetime.timedelta(seconds=plan.timeout)}
             with idist.Parallel(
                 backend=plan.backend,
@@ -303,12 +369,16 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
                 start_method=plan.start_method,
                 **spawn_options,
             ) as parallel:
-                parallel.run(_rank_main, fn, rendezvous, sender, args, kwargs)
+                flags = None if watch is None else watch.flags
+                parallel.run(_rank_main, fn, rendezvous, sender, args, kwargs, flags)
     except Interrupted:
         _wait_children(STOP_GRACE_S + 2)
         raise
     except (ProcessRaisedException, ProcessExitedException) as e:
         _stop_children()  # the others may still be running (torch stops them too; this reaches their workers)
+        if watch is not None and watch.missing:
+            _wait_children(STOP_GRACE_S + 2)
+            raise _NotJoined(watch.missing, watch.seconds) from None
         stall = read_stall(plan.log_dir)
         if stall is not None:  # a stall watchdog ended the run: the rank that held the others up is the culprit
             raise RunFailed(stall["rank"], stall["message"]) from None
@@ -502,7 +572,11 @@ def _await_store(address: str, port: int, timeout: float) -> None:
 # -- inside each rank
 
 
-def _rank_main(local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, args: tuple, kwargs: dict) -> Any:
+def _rank_main(
+    local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, args: tuple, kwargs: dict, joined: Any = None
+) -> Any:
+    if joined is not None:  # this rank is in the process group (see _JoinWatch)
+        joined[local_rank] = 1
     _quiet_ignite_loggers()
     if plan.mode == "spawn" and threading.current_thread() is threading.main_thread():
         # Ctrl-C in a terminal reaches every process of the group: only the launcher decides what to stop, and

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, Union
 
+from typing_extensions import NotRequired  # typing's from Python 3.11
+
 from ignite_ddl.outputs import write_bytes, writing
 
 __all__ = [
@@ -237,6 +239,7 @@ class RunConfig(TypedDict, total=False):
     threads_per_process: Annotated[int, "intra-op CPU threads each rank used"]
     cpu_cores: Annotated[int, "CPU cores available to rank 0's node"]
     launch_mode: Annotated[str, "`serial`, `spawn` (started by ignite-ddl) or `env` (torchrun / SLURM)"]
+    launcher: Annotated[str | None, "in env mode, who started the ranks: `torchrun` or `slurm` (else null)"]
     nproc_per_node: Annotated[int, "processes per node"]
     nnodes: Annotated[int, "nodes"]
     start_method: Annotated[str | None, "how spawned ranks were started (null unless spawned)"]
@@ -253,6 +256,7 @@ class Summary(TypedDict, total=False):
     threads_per_process: Annotated[int, "as in config.json"]
     cpu_cores: Annotated[int, "CPU cores available to rank 0's node"]
     launch_mode: Annotated[str, "as in config.json"]
+    launcher: Annotated[str | None, "as in config.json"]
     nproc_per_node: Annotated[int, "as in config.json"]
     nnodes: Annotated[int, "as in config.json"]
     start_method: Annotated[str | None, "as in config.json"]
@@ -295,6 +299,13 @@ class Summary(TypedDict, total=False):
     flops: Annotated[Flops | None, "model FLOPs and utilisation (null with `--no-measure-flops` or on XLA)"]
 
 
+class SlurmJobInfo(TypedDict):
+    job_id: Annotated[str, "the job's id (`<array>_<index>` in a job array)"]
+    state: Annotated[str | None, "SLURM's last state of the job (`COMPLETED`, `FAILED`, `TIMEOUT` ...; null: unknown)"]
+    reason: Annotated[str | None, "SLURM's reason for that state (null: none given)"]
+    exit_code: Annotated[str | None, "SLURM's `exit status:signal` of the job"]
+
+
 class RunRecord(TypedDict):
     key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
     index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
@@ -313,6 +324,7 @@ class RunRecord(TypedDict):
     error: Annotated[str | None, "why the run did not complete"]
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
     summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]
+    slurm: NotRequired[Annotated[SlurmJobInfo, "the run's SLURM job (only with `executor: slurm`)"]]
 
 
 class SweepSession(TypedDict):
@@ -336,6 +348,8 @@ def schema_fields(kind: type) -> dict[str, tuple[Any, str]]:
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = {}
     for name, hint in hints.items():
+        if typing.get_origin(hint) is NotRequired:  # a key only some records have
+            hint = typing.get_args(hint)[0]
         if typing.get_origin(hint) is Annotated:
             base, meaning = typing.get_args(hint)[:2]
         else:
@@ -378,6 +392,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (Flops, "`flops`"),
     (FlopsRank, "each entry of `flops.ranks`"),
     (RunRecord, "each line of a sweep's `results.jsonl`"),
+    (SlurmJobInfo, "`slurm` of a record"),
     (SweepMeta, "a sweep's `sweep.json`"),
     (SweepSession, "each entry of `sessions`"),
 ]
@@ -424,6 +439,7 @@ OPTIONAL_RECORD_KEYS: dict[str, tuple[type, ...]] = {
     "error": (str, type(None)),
     "exit_code": (int, type(None)),
     "summary": (dict, type(None)),
+    "slurm": (dict,),
 }
 
 

@@ -76,14 +76,16 @@ from ignite_ddl.results import (
     write_json,
 )
 from ignite_ddl.signals import end_with, interruptible, sigterm_with_parent
+from ignite_ddl.slurm import Outcome, check_cluster, load_jobs, parse_slurm_options, save_jobs, submit, wait_for
 
 __all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
            "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
 
 SPEC_KEYS = ("name", "base", "grid", "repeats", "timeout_s", "output_dir", "order", "seed", "start", "workload",
-             "contention_threshold", "rerun_contended")  # fmt: skip
+             "contention_threshold", "rerun_contended", "executor", "slurm")  # fmt: skip
 ORDERS = ("interleaved", "shuffled", "grouped")
 STARTS = ("preloaded", "fresh")
+EXECUTORS = ("local", "slurm")
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
 # throughput does not need.
 SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
@@ -107,6 +109,8 @@ class Spec:
     workload: tuple[str, ...] = WORKLOAD_OPTIONS
     contention_threshold: float = CONTENTION_THRESHOLD
     rerun_contended: int = 0
+    executor: str = "local"  # local: one run after another here; slurm: every run a SLURM job (ignite_ddl.slurm)
+    slurm: dict[str, Any] = field(default_factory=dict)  # the slurm executor's options (SlurmOptions' fields)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -186,6 +190,8 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
         workload=tuple(workload),
         contention_threshold=float(threshold),
         rerun_contended=_integer(data, "rerun_contended", 0, 0),
+        executor=_choice(data, "executor", EXECUTORS),
+        slurm=dataclasses.asdict(parse_slurm_options(data.get("slurm"))),
     )
     for _ in expand(spec):  # validates every combination before anything runs
         pass
@@ -355,18 +361,31 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
     except BaseException:
         process.kill_group()
         raise
-    record: RunRecord = {
-        "key": run.key, "index": run.index, "repeat": run.repeat, "attempt": run.attempt, "position": run.position,
-        "grid": run.grid, "config": run.config.to_dict(), "run_dir": str(run_dir),
-        "elapsed_s": round(time.monotonic() - began, 3), "exit_code": code, "status": "completed", "error": None,
-        "contended": False, "summary": None,
-    }  # fmt: skip
+    record = new_record(run, round(time.monotonic() - began, 3), code)
     if interrupted is not None:
         name = getattr(interrupted, "name", "SIGINT")
         record.update(
             {"status": "interrupted", "error": f"the sweep was interrupted by {name}; --resume runs it again"}
         )
         raise RunInterrupted(record, interrupted)
+    if code is None:
+        record.update({"status": "timeout", "error": f"timed out after {timeout_s:g} s"})
+    return finish_record(record, threshold)
+
+
+def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
+    """A run's record as it ended (status completed until :func:`finish_record` reads the run's folder)."""
+    return {
+        "key": run.key, "index": run.index, "repeat": run.repeat, "attempt": run.attempt, "position": run.position,
+        "grid": run.grid, "config": run.config.to_dict(), "run_dir": str(run.config.output_dir),
+        "elapsed_s": elapsed_s, "exit_code": code, "status": "completed", "error": None, "contended": False,
+        "summary": None,
+    }  # fmt: skip
+
+
+def finish_record(record: RunRecord, threshold: float) -> RunRecord:
+    """Complete a run's record from its folder: its summary if it ended well, else why it did not."""
+    code, run_dir = record["exit_code"], Path(record["run_dir"])
     summary_path = run_dir / "summary.json"
     if code == 0 and summary_path.is_file():
         summary = read_json(summary_path)
@@ -374,12 +393,13 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
         gpu = (summary.get("contention") or {}).get("foreign_gpu_share") or 0.0
         record.update({"summary": summary, "contended": max(share, gpu) > threshold})
         return record
-    if code is None:
-        record.update({"status": "timeout", "error": f"timed out after {timeout_s:g} s"})
-    else:
-        # A run killed by a signal printed nothing about it: its last line would be a stale log line.
-        reason = _exit_reason(code) if code < 0 else _last_error(run_dir / "console.log") or _exit_reason(code)
-        record.update({"status": "refused" if code == 2 else "failed", "error": reason})
+    if record["status"] == "completed":
+        if code is None:
+            record.update({"status": "failed", "error": "the run returned no exit status"})
+        else:
+            # A run killed by a signal printed nothing about it: its last line would be a stale log line.
+            reason = _exit_reason(code) if code < 0 else _last_error(run_dir / "console.log") or _exit_reason(code)
+            record.update({"status": "refused" if code == 2 else "failed", "error": reason})
     return record
 
 
@@ -440,6 +460,8 @@ def sweep(
     """
     out = sweep_dir(spec, output_dir)
     runs = list(expand(spec, out))
+    if spec.executor == "slurm":
+        check_cluster(parse_slurm_options(spec.slurm))
     with lock(out, "sweep"):
         return _sweep(spec, out, runs, resume, progress)
 
@@ -468,23 +490,33 @@ def _sweep(
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
 
-    def execute(batch: list[Run], what: str) -> None:
+    def recorded(record: RunRecord, where: str) -> None:
+        append_record(results, record)
+        session.update({"wall_s": round(time.monotonic() - began, 3), "runs": session["runs"] + 1})
+        write_json(meta_path, meta)
+        progress(f"{where} {_outcome(record)}")
+
+    def where(run: Run, number: int, count: int, what: str) -> str:
+        again = f", re-run {run.attempt} of a contended run" if run.attempt else ""
+        repeat = f"repeat {run.repeat + 1}/{spec.repeats}{again}"
+        return f"[{number}/{count}{what}] cfg{run.index:03d} {run.label} ({repeat})"
+
+    def execute_here(batch: list[Run], what: str) -> None:
         for number, run in enumerate(batch, 1):
-            again = f", re-run {run.attempt} of a contended run" if run.attempt else ""
-            repeat = f"repeat {run.repeat + 1}/{spec.repeats}{again}"
-            where = f"[{number}/{len(batch)}{what}] cfg{run.index:03d} {run.label} ({repeat})"
-            progress(f"{where} ...")
+            progress(f"{where(run, number, len(batch), what)} ...")
             try:
                 record = run_one(run, spec.timeout_s, spec.start, spec.contention_threshold)
             except RunInterrupted as stop:
                 append_record(results, stop.record)
-                progress(f"{where} INTERRUPTED: stopped with the sweep")
+                progress(f"{where(run, number, len(batch), what)} INTERRUPTED: stopped with the sweep")
                 raise stop.cause from None
-            append_record(results, record)
-            session.update({"wall_s": round(time.monotonic() - began, 3), "runs": session["runs"] + 1})
-            write_json(meta_path, meta)
-            progress(f"{where} {_outcome(record)}")
+            recorded(record, where(run, number, len(batch), what))
 
+    def execute_on_slurm(batch: list[Run], what: str) -> None:
+        _on_slurm(spec, out, batch, lambda record, run, number: recorded(record, where(run, number, len(batch), what)),
+                  progress)  # fmt: skip
+
+    execute = execute_on_slurm if spec.executor == "slurm" else execute_here
     with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
         execute(todo, "")
         for _ in range(spec.rerun_contended):
@@ -493,6 +525,66 @@ def _sweep(
                 break
             execute(reruns, " re-runs")
     return read_results(results)
+
+
+def _on_slurm(spec: Spec, out: Path, batch: list[Run], recorded: Callable[[RunRecord, Run, int], None],
+              progress: Callable[[str], None]) -> None:  # fmt: skip
+    """Run ``batch`` as SLURM jobs: submit what this sweep has not submitted yet, wait for every job, record each
+    as it ends. Stopping the sweep leaves the jobs running: ``--resume`` waits for them."""
+    options = parse_slurm_options(spec.slurm)
+    folder = out / "slurm"
+    jobs = load_jobs(out)
+    by_key = {run.key: run for run in batch}
+    new = [run for run in batch if run.key not in jobs]
+    if new:
+        for run in new:
+            Path(run.config.output_dir).mkdir(parents=True, exist_ok=True)
+        submitted = submit(folder, spec.name, [(run.key, run.config) for run in new], options, spec.timeout_s)
+        jobs.update(submitted)
+        save_jobs(out, jobs)  # before waiting: a stopped sweep finds its jobs again
+        progress(f"submitted {len(submitted)} SLURM job(s): {', '.join(submitted[run.key] for run in new)}")
+    waiting = {key: jobs[key] for key in by_key}
+    if len(waiting) > len(new):
+        progress(f"waiting for {len(waiting) - len(new)} SLURM job(s) submitted before")
+    ended = 0
+
+    def on_end(key: str, outcome: Outcome) -> None:
+        nonlocal ended
+        ended += 1
+        run = by_key[key]
+        recorded(slurm_record(run, outcome, spec.contention_threshold), run, ended)
+
+    try:
+        wait_for(folder, waiting, options.poll_s, on_end)
+    except KeyboardInterrupt:
+        progress("the sweep stopped; its SLURM jobs go on (scancel to stop them): --resume waits for them")
+        raise
+
+
+def slurm_record(run: Run, outcome: Outcome, threshold: float) -> RunRecord:
+    """The record of a run that ran as a SLURM job: as a local run's, with SLURM's state and reason."""
+    run_dir = Path(run.config.output_dir)
+    if outcome.console is not None and run_dir.is_dir():
+        (run_dir / "console.log").write_text(outcome.console)
+    state = outcome.slurm
+    elapsed = state.run_time_s if state is not None and state.run_time_s is not None else 0.0
+    record = new_record(run, elapsed, outcome.exit_code)
+    record["slurm"] = {
+        "job_id": outcome.job_id,
+        "state": state.state if state else None,
+        "reason": state.reason if state else None,
+        "exit_code": state.exit_code if state else None,
+    }
+    if outcome.exit_code is None:  # SLURM ended the job before the run returned: its state says why
+        said = state.describe(outcome.job_id) if state else f"SLURM job {outcome.job_id} is unknown to SLURM"
+        status = "timeout" if state is not None and state.state == "TIMEOUT" else "failed"
+        last = _last_error(run_dir / "console.log")
+        record.update({"status": status, "error": said + (f": {last}" if last else "")})
+        return finish_record(record, threshold)
+    record = finish_record(record, threshold)
+    if record["status"] != "completed" and state is not None:
+        record["error"] = f"{record['error']} ({state.describe(outcome.job_id)})"
+    return record
 
 
 def _outcome(record: RunRecord) -> str:

@@ -582,9 +582,12 @@ def _launch_facts(plan: LaunchPlan | None) -> dict[str, Any]:
     facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads(), "cpu_cores": cpu_cores()}
     if plan is not None:
         facts.update(
-            launch_mode=plan.mode, nproc_per_node=plan.nproc_per_node, nnodes=plan.nnodes,
+            launch_mode=plan.mode,
+            launcher=plan.launcher,
+            nproc_per_node=plan.nproc_per_node,
+            nnodes=plan.nnodes,
             start_method=plan.start_method if plan.mode == "spawn" else None,
-        )  # fmt: skip
+        )
     return facts
 
 

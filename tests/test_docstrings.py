@@ -38,12 +38,14 @@ import pytest
         "report.plots",
         "flops",
         "comm",
+        "slurm",
         "text",
         "gather",
         "clock",
         "tpu",
         "labs._steps",
         "labs._weights",
+        "projection",
     ],
 )
 def test_docstring_examples(module):

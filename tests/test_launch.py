@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import csv
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import ignite.distributed as idist
+import pytest
 from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
 
 from ignite_ddl import LaunchSettings, launch
+from ignite_ddl.errors import LaunchFailed
 from ignite_ddl.launcher import free_port
 
 
@@ -87,3 +90,40 @@ def test_dataloader_workers_are_not_restarted_each_epoch(tmp_path):
     first_of_epoch = [float(r["data_s"]) for r in rows if int(r["iteration"]) % 8 == 1]
     assert len(first_of_epoch) == 3 and max(first_of_epoch[1:]) < 0.3, first_of_epoch
     assert load_summary(out, world_size=2)["start_method"] == "spawn"
+
+
+def _stalled_rank_main(real, marker, always):
+    """A rank main whose local rank 1 stops before joining the group (on the first launch only, unless always)."""
+
+    def rank_main(local_rank, *args):
+        if local_rank == 1 and (always or not marker.exists()):
+            marker.touch()
+            time.sleep(3600)  # never reaches the process group
+        return real(local_rank, *args)
+
+    return rank_main
+
+
+def world_size(local_rank: int) -> int:
+    return idist.get_world_size()
+
+
+def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd):
+    from ignite_ddl import launcher
+
+    monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", False))
+    # forked ranks run the patched function (inherited from this process): rank 1 stalls on the first launch
+    assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork")) == 2
+    assert "rank(s) 1 did not join the process group within 3 s" in capfd.readouterr().err
+
+
+def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
+    from ignite_ddl import launcher
+
+    monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", True))
+    began = time.monotonic()
+    with pytest.raises(LaunchFailed, match=r"rank\(s\) 1 did not join the process group within 2 s, 2 times"):
+        launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork"))
+    assert time.monotonic() - began < 60  # two attempts of 2 s and the stops, far from the 300 s rendezvous timeout

@@ -1,0 +1,324 @@
+"""Sweeps on a SLURM cluster: each run of a sweep becomes a SLURM job, submitted through submitit, and its record
+lands in the sweep's ``results.jsonl`` when the job ends, exactly as a local run's would.
+
+Runs that need the same resources go in one job array. A run of ``nproc_per_node`` processes on ``nnodes`` nodes
+is a job of ``nnodes`` nodes and ``nproc_per_node`` tasks per node, started by srun: every task is one rank,
+launched by SLURM (``launch_mode`` env, ``launcher`` slurm), one process alone runs serially. The spec's ``slurm``
+mapping (or the command line) gives the rest::
+
+    slurm:
+      partition: gpu          # default: the cluster's default partition
+      time_limit_min: 30      # default: the spec's timeout_s, rounded up to whole minutes
+      gpus_per_node: 4        # default: nproc_per_node for nccl runs, none otherwise
+      cpus_per_task: 8        # default: SLURM's
+      poll_s: 5               # how often the sweep asks SLURM about its jobs
+
+The sweep's folder must be on a file system the nodes share (runs write their own folders there). Submitted
+jobs are written down in ``slurm_jobs.json`` at once, so a sweep that is stopped leaves its jobs running and
+``--resume`` waits for them instead of submitting them again. A job that ends without a summary is recorded with
+SLURM's state and reason (``FAILED``, ``CANCELLED``, ``TIMEOUT`` ...), read with scontrol while SLURM remembers the
+job and with sacct after that.
+
+Example:
+    >>> options = parse_slurm_options({"partition": "debug", "cpus_per_task": 4})
+    >>> job_resources(TrainConfig(nproc_per_node=2), options, timeout_s=600)
+    {'nodes': 1, 'ntasks_per_node': 2, 'time': 10, 'partition': 'debug', 'cpus_per_task': 4}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.results import read_json, write_json
+
+__all__ = [
+    "SLURM_KEYS",
+    "JobExit",
+    "JobState",
+    "SlurmOptions",
+    "check_cluster",
+    "job_resources",
+    "job_state",
+    "parse_slurm_options",
+    "run_job",
+    "submit",
+    "wait_for",
+]
+
+SLURM_KEYS = ("partition", "time_limit_min", "gpus_per_node", "cpus_per_task", "poll_s")
+# States of a job that has ended (squeue's and sacct's names); anything else is still pending or running.
+ENDED = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+    "SPECIAL_EXIT",
+)
+JOBS_FILE = "slurm_jobs.json"
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What every job of a sweep asks SLURM for, beyond its nodes and tasks (None: the cluster's default)."""
+
+    partition: str | None = None
+    time_limit_min: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    poll_s: float = 5.0
+
+
+def parse_slurm_options(data: Any) -> SlurmOptions:
+    """Validate the spec's ``slurm`` mapping; :class:`ConfigError` on anything wrong."""
+    if data is None:
+        return SlurmOptions()
+    if not isinstance(data, Mapping):
+        raise ConfigError("spec 'slurm' must be a mapping with keys: " + ", ".join(SLURM_KEYS))
+    unknown = sorted(set(data) - set(SLURM_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown slurm key(s): {', '.join(unknown)} (allowed: {', '.join(SLURM_KEYS)})")
+    values: dict[str, Any] = {}
+    for key in ("time_limit_min", "gpus_per_node", "cpus_per_task"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"slurm '{key}' must be a positive integer, got {value!r}")
+        values[key] = value
+    partition = data.get("partition")
+    if partition is not None and (not isinstance(partition, str) or not re.fullmatch(r"[\w.-]+", partition)):
+        raise ConfigError(f"slurm 'partition' must be a partition name, got {partition!r}")
+    poll = data.get("poll_s", 5.0)
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or poll <= 0:
+        raise ConfigError(f"slurm 'poll_s' must be a positive number of seconds, got {poll!r}")
+    return SlurmOptions(partition=partition, poll_s=float(poll), **values)
+
+
+def check_cluster(options: SlurmOptions) -> None:
+    """Refuse before submitting anything: no SLURM client here, no submitit, or a partition SLURM does not know."""
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        raise ConfigError("the slurm executor needs submitit: pip install 'ignite-ddl[slurm]'") from None
+    for command in ("sbatch", "scontrol"):
+        if shutil.which(command) is None:
+            raise ConfigError(f"the slurm executor submits with SLURM's {command}, which is not on PATH here")
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise ConfigError("SLURM's controller did not answer 'scontrol ping' within 30 s") from None
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        raise ConfigError(f"SLURM's controller is not reachable: {_first_line(ping.stdout + ping.stderr)}")
+    if options.partition is not None:
+        found = subprocess.run(["scontrol", "show", "partition", options.partition], capture_output=True, text=True)
+        if found.returncode != 0:
+            raise ConfigError(f"SLURM has no partition '{options.partition}'")
+
+
+def job_resources(config: TrainConfig, options: SlurmOptions, timeout_s: float) -> dict[str, Any]:
+    """The submitit (sbatch) parameters of one run's job: its nodes and tasks from the run's configuration."""
+    tasks = config.nproc_per_node or 1
+    resources: dict[str, Any] = {
+        "nodes": config.nnodes,
+        "ntasks_per_node": tasks,
+        "time": options.time_limit_min or max(1, math.ceil(timeout_s / 60)),
+    }
+    if options.partition:
+        resources["partition"] = options.partition
+    gpus = options.gpus_per_node or (tasks if config.backend == "nccl" else None)
+    if gpus:
+        resources["gpus_per_node"] = gpus
+    if options.cpus_per_task:
+        resources["cpus_per_task"] = options.cpus_per_task
+    return resources
+
+
+def job_argv(config: TrainConfig) -> list[str]:
+    """``ignite-ddl`` arguments of a run's job: the processes and the rendezvous are SLURM's (srun's tasks)."""
+    placed = dataclasses.replace(
+        config, nproc_per_node=None, nnodes=1, node_rank=None, master_addr=None, master_port=None
+    )
+    return ["train", *placed.to_argv()]
+
+
+class JobExit(Exception):
+    """Raised by a job whose run did not succeed, so that SLURM records the job as failed (and submitit says why)."""
+
+    def __init__(self, code: int):
+        super().__init__(f"ignite-ddl exited with status {code}")
+        self.code = code
+
+
+def run_job(argv: list[str]) -> int:
+    """What a job runs, on every task: ``ignite-ddl`` with ``argv``; 0, or :class:`JobExit` with the status."""
+    from ignite_ddl.cli import main
+
+    code = main(argv)
+    if code != 0:
+        raise JobExit(code)
+    return code
+
+
+def submit(
+    folder: Path, name: str, runs: list[tuple[str, TrainConfig]], options: SlurmOptions, timeout_s: float
+) -> dict[str, str]:
+    """Submit ``(key, config)`` runs, one job array per distinct set of resources; {key: job id}."""
+    import submitit
+
+    groups: dict[str, list[tuple[str, TrainConfig]]] = {}
+    for key, config in runs:
+        resources = job_resources(config, options, timeout_s)
+        groups.setdefault(repr(sorted(resources.items())), []).append((key, config))
+    submitted: dict[str, str] = {}
+    for group in groups.values():
+        executor = submitit.SlurmExecutor(folder=folder)
+        executor.update_parameters(
+            job_name=f"ignite-ddl-{name}",
+            array_parallelism=len(group),
+            **job_resources(group[0][1], options, timeout_s),
+        )
+        jobs = executor.map_array(run_job, [job_argv(config) for _, config in group])
+        submitted.update({key: job.job_id for (key, _), job in zip(group, jobs)})
+    return submitted
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as SLURM reports it: state (``RUNNING``, ``FAILED`` ...), reason, exit code, run time in seconds."""
+
+    state: str
+    reason: str | None = None
+    exit_code: str | None = None
+    run_time_s: float | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    def describe(self, job_id: str) -> str:
+        reason = f", reason {self.reason}" if self.reason else ""
+        code = f", exit code {self.exit_code}" if self.exit_code else ""
+        return f"SLURM job {job_id} {self.state}{reason}{code}"
+
+
+def job_state(job_id: str) -> JobState | None:
+    """What SLURM says of ``job_id``: scontrol while the controller remembers it, sacct after that; None if
+    neither knows it."""
+    shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True)
+    if shown.returncode == 0 and shown.stdout.strip():
+        fields = dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
+        state, reason = fields.get("JobState", "UNKNOWN"), fields.get("Reason")
+        return JobState(
+            state, None if reason == "None" else reason, fields.get("ExitCode"), _seconds(fields.get("RunTime"))
+        )
+    try:
+        accounted = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    line = accounted.stdout.strip().splitlines()[0] if accounted.returncode == 0 and accounted.stdout.strip() else ""
+    if not line:
+        return None
+    state, code, elapsed = (line.split("|") + ["", ""])[:3]
+    # sacct writes "CANCELLED by 1000": the state is the first word
+    return JobState(state.split()[0] if state else "UNKNOWN", None, code or None, _seconds(elapsed))
+
+
+def _seconds(text: str | None) -> float | None:
+    """SLURM's ``[days-]hours:minutes:seconds`` (or ``minutes:seconds``) as seconds."""
+    if not text:
+        return None
+    days, _, clock = text.rpartition("-")
+    try:
+        parts = [float(p) for p in clock.split(":")]
+        return (int(days) if days else 0) * 86400 + sum(p * 60**i for i, p in enumerate(reversed(parts)))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Outcome:
+    """A finished job: the exit status its run returned (None: it never returned one), and SLURM's word on it."""
+
+    job_id: str
+    exit_code: int | None
+    slurm: JobState | None
+    console: str | None  # what rank 0 printed (stdout and stderr)
+
+
+def job_outcome(folder: Path, job_id: str) -> Outcome | None:
+    """The outcome of ``job_id`` once it has ended (None while it is pending or running)."""
+    import submitit
+
+    job: Any = submitit.SlurmJob(folder=folder, job_id=job_id)
+    state = job_state(job_id)
+    returned = job.paths.result_pickle.exists()
+    if not returned and state is not None and not state.ended:
+        return None
+    exit_code = None
+    if returned:
+        if state is not None and not state.ended:  # the function returned: its task is finishing
+            return None
+        outcome, value = submitit.core.utils.pickle_load(job.paths.result_pickle)
+        exit_code = value if outcome == "success" and isinstance(value, int) else _exit_status(str(value))
+    console = "".join(_read(path) for path in (job.paths.stdout, job.paths.stderr)) or None
+    return Outcome(job_id, exit_code, state, console)
+
+
+def _exit_status(trace: str) -> int:
+    """The status a failed job's run exited with, from the traceback submitit kept (1 for any other error)."""
+    found = re.findall(r"JobExit: ignite-ddl exited with status (-?\d+)", trace)
+    return int(found[-1]) if found else 1
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else "no answer"
+
+
+def load_jobs(out: Path) -> dict[str, str]:
+    """{run key: job id} of every job this sweep has submitted."""
+    path = out / JOBS_FILE
+    return dict(read_json(path)) if path.exists() else {}
+
+
+def save_jobs(out: Path, jobs: Mapping[str, str]) -> None:
+    write_json(out / JOBS_FILE, dict(jobs))
+
+
+def wait_for(folder: Path, jobs: Mapping[str, str], poll_s: float, on_end: Callable[[str, Outcome], None]) -> None:
+    """Call ``on_end(key, outcome)`` for each of ``jobs`` ({key: job id}) as it ends, until all have."""
+    waiting = dict(jobs)
+    while waiting:
+        for key, job_id in list(waiting.items()):
+            outcome = job_outcome(folder, job_id)
+            if outcome is not None:
+                del waiting[key]
+                on_end(key, outcome)
+        if waiting:
+            time.sleep(poll_s)

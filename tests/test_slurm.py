@@ -1,0 +1,295 @@
+"""SLURM for real: srun and sbatch runs, and sweeps submitted through submitit, on a running cluster.
+
+``.ci/slurm`` starts a single-node cluster (munge, slurmctld, slurmd) and runs this file with
+``IGNITE_DDL_SLURM_REQUIRED=1``, which turns a missing cluster into a failure. Elsewhere the cluster tests skip,
+saying why; the option checks at the top run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import QUICK, check_ok, load_summary, run, run_cli
+
+from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.slurm import JobState, _seconds, job_argv, job_resources, parse_slurm_options
+from ignite_ddl.sweep import expand, load_spec, read_results
+
+REPO = Path(__file__).parents[1]
+TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
+
+
+# -- options: no cluster needed
+
+
+def test_job_resources_follow_the_configuration():
+    options = parse_slurm_options({"partition": "gpu", "cpus_per_task": 8})
+    two_nodes = TrainConfig(nproc_per_node=4, nnodes=2, backend="nccl")
+    assert job_resources(two_nodes, options, timeout_s=90) == {
+        "nodes": 2,
+        "ntasks_per_node": 4,
+        "time": 2,
+        "partition": "gpu",
+        "gpus_per_node": 4,
+        "cpus_per_task": 8,
+    }
+    assert job_resources(TrainConfig(), parse_slurm_options({"time_limit_min": 7}), 600)["time"] == 7
+    # the ranks are SLURM's tasks: process counts and rendezvous leave the command line
+    argv = job_argv(TrainConfig(nproc_per_node=4, nnodes=2, node_rank=0, master_addr="n1", master_port=29500))
+    assert not {"--nproc-per-node", "--node-rank", "--master-addr", "--master-port"} & set(argv)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"partition": "a b"}, "partition name"),
+        ({"cpus_per_task": 0}, "positive integer"),
+        ({"gpus_per_node": True}, "positive integer"),
+        ({"queue": "x"}, "unknown slurm key"),
+        ({"poll_s": -1}, "poll_s"),
+        (["gpu"], "must be a mapping"),
+    ],
+)
+def test_bad_slurm_options_are_refused(options, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_slurm_options(options)
+
+
+def test_slurm_times_are_read():
+    assert _seconds("1-02:03:04") == 93784 and _seconds("05:06") == 306 and _seconds("") is None
+    state = JobState("TIMEOUT", "TimeLimit", "0:15")
+    assert state.ended and state.describe("7_1") == "SLURM job 7_1 TIMEOUT, reason TimeLimit, exit code 0:15"
+
+
+def test_no_slurm_client_is_a_refusal(tmp_path):
+    # only the interpreter's own folder on PATH: no sbatch, whatever this machine has installed
+    result = run_cli(
+        "sweep",
+        "--executor",
+        "slurm",
+        "--grid",
+        "batch_size=32,64",
+        "--output-dir",
+        str(tmp_path / "s"),
+        env={"PATH": str(Path(sys.executable).parent)},
+    )
+    assert result.returncode == 2
+    message = "the slurm executor submits with SLURM's sbatch, which is not on PATH here"
+    assert result.stderr.strip() == f"ignite-ddl: error: {message}"
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+# -- the cluster
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("scontrol") is None:
+        return "SLURM's commands are not installed (.ci/slurm installs and starts a cluster)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "scontrol ping did not answer within 30 s"
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        return "no SLURM controller answers 'scontrol ping' here; .ci/slurm starts one"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    problem = _cluster_problem()
+    if problem is not None:
+        if os.environ.get("IGNITE_DDL_SLURM_REQUIRED") == "1":
+            pytest.fail(f"the SLURM tests must run here: {problem}")
+        pytest.skip(problem)
+
+
+def _write_spec(path: Path, **spec) -> str:
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def _jobs(out: Path) -> dict:
+    return json.loads((out / "slurm_jobs.json").read_text())
+
+
+def test_srun_runs_two_ranks_in_env_mode(cluster, tmp_path):
+    result = run(
+        [
+            "srun",
+            "-N1",
+            "-n2",
+            sys.executable,
+            "-m",
+            "ignite_ddl",
+            "train",
+            *QUICK,
+            "--output-dir",
+            str(tmp_path / "run"),
+        ],
+        timeout=300,
+    )
+    check_ok(result)
+    summary = load_summary(tmp_path / "run", 2)
+    assert (summary["world_size"], summary["launch_mode"], summary["launcher"]) == (2, "env", "slurm")
+    assert summary["backend"] == "gloo" and len(summary["steps"]["ranks"]) == 2
+    assert result.stdout.count("-> ") == 1  # the final line once, from rank 0
+
+
+def test_sbatch_example_runs_to_completion(cluster, tmp_path):
+    result = run(
+        [
+            "sbatch",
+            "--wait",
+            f"--output={tmp_path / 'job.out'}",
+            f"--chdir={tmp_path}",
+            f"--export=ALL,OUTPUT_DIR={tmp_path / 'run'}",
+            str(REPO / "experiments/slurm/train.sbatch"),
+            "--train-size",
+            "256",
+            "--val-size",
+            "64",
+            "--batch-size",
+            "32",
+        ],
+        timeout=300,
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr, (tmp_path / "job.out").read_text())
+    summary = load_summary(tmp_path / "run", 2)
+    assert (summary["world_size"], summary["launcher"], summary["status"]) == (2, "slurm", "completed")
+
+
+def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="onslurm",
+        base=TINY,
+        grid={"nproc_per_node": [1, 2]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = read_results(tmp_path / "out/results.jsonl")
+    assert sorted(r["grid"]["nproc_per_node"] for r in records) == [1, 2]
+    jobs = _jobs(tmp_path / "out")
+    for record in records:
+        assert record["status"] == "completed" and record["summary"]["samples_per_s"] > 0
+        assert record["slurm"]["state"] == "COMPLETED" and record["slurm"]["job_id"] == jobs[record["key"]]
+        summary = record["summary"]
+        world = record["grid"]["nproc_per_node"]
+        assert summary["world_size"] == world
+        assert summary["launch_mode"] == ("env" if world == 2 else "serial")  # one task per rank, srun-launched
+    # one shape of job per process count: two job arrays
+    assert len({job_id.split("_")[0] for job_id in jobs.values()}) == 2
+    # the report is the same as a local sweep's
+    check_ok(run_cli("report", str(tmp_path / "out")))
+    assert (tmp_path / "out/report.md").is_file()
+
+
+def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
+    # inception_v3 cannot take 32x32 images: its run fails on rank 0, and the job with it
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="failing",
+        base=TINY,
+        grid={"model": ["toy", "inception_v3"]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
+    assert result.returncode == 1, result.stdout + result.stderr
+    ok, failed = sorted(read_results(tmp_path / "out/results.jsonl"), key=lambda r: r["index"])
+    assert ok["status"] == "completed" and ok["slurm"]["state"] == "COMPLETED"
+    assert failed["status"] == "failed" and failed["exit_code"] == 1 and failed["summary"] is None
+    assert (failed["slurm"]["state"], failed["slurm"]["reason"]) == ("FAILED", "NonZeroExitCode")
+    assert failed["error"].startswith("rank 0 failed: RuntimeError")
+    job = failed["slurm"]["job_id"]
+    assert failed["error"].endswith(f"(SLURM job {job} FAILED, reason NonZeroExitCode, exit code 1:0)")
+    assert "Traceback" in (Path(failed["run_dir"]) / "console.log").read_text()  # the job's output, kept
+
+
+def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
+    out = tmp_path / "out"
+    # the second run lasts long enough to be cancelled while the first completes
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="killed",
+        base=TINY,
+        grid={"epochs": [1, 500]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+    )
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out), "--no-report"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "slurm_jobs.json").exists():
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.stdout.read() if sweep.stdout else ""
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        os.killpg(sweep.pid, signal.SIGKILL)  # the sweep dies; its jobs do not
+        sweep.communicate()
+    jobs = _jobs(out)
+    assert len(jobs) == 2 and not read_results(out / "results.jsonl")  # killed before any job ended
+    long_key = next(run.key for run in expand(load_spec(spec), out) if run.grid["epochs"] > 1)
+    long_job = jobs[long_key]
+    _wait_until_running(long_job)
+    subprocess.run(["scancel", long_job], check=True)
+
+    result = run_cli("sweep", spec, "--output-dir", str(out), "--resume", "--no-report", timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr  # one run was cancelled
+    assert "waiting for 2 SLURM job(s) submitted before" in result.stdout and "submitted" not in result.stdout.replace(
+        "submitted before", ""
+    )
+    assert _jobs(out) == jobs  # nothing submitted again
+    records = {r["slurm"]["job_id"]: r for r in read_results(out / "results.jsonl")}
+    assert set(records) == set(jobs.values())
+    cancelled = records[long_job]
+    assert cancelled["status"] == "failed" and cancelled["slurm"]["state"] == "CANCELLED"
+    assert cancelled["error"].startswith(f"SLURM job {long_job} CANCELLED")
+    assert [r["status"] for r in records.values()].count("completed") == 1
+
+    again = run_cli("sweep", spec, "--output-dir", str(out), "--resume", "--no-report", timeout=120)
+    assert "resuming: 2 of 2 runs already recorded" in again.stdout and "SLURM job" not in again.stdout
+    assert _jobs(out) == jobs and len(read_results(out / "results.jsonl")) == 2
+
+
+def _wait_until_running(job_id: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True)
+        if "JobState=RUNNING" in shown.stdout:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not start within {timeout} s")
+
+
+def test_unknown_partition_is_refused(cluster, tmp_path):
+    result = run_cli(
+        "sweep",
+        "--executor",
+        "slurm",
+        "--partition",
+        "nosuch",
+        "--grid",
+        "batch_size=32",
+        "--output-dir",
+        str(tmp_path / "s"),
+    )
+    assert result.returncode == 2 and "SLURM has no partition 'nosuch'" in result.stderr
+    assert not (tmp_path / "s").exists()
