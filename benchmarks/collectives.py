@@ -86,15 +86,25 @@ def raw_rank(rank: int, threads: int, *args: Any) -> None:
 def run_raw(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     plan = plan_launch(config.launch_settings())  # the same backend, start method and threads per process as ours gets
     world, port = plan.world_size, plan.master_port or free_port(plan.master_addr)
-    torch_mp.start_processes(raw_rank, args=(plan.threads, plan.backend, world, port, options, out),
-                             nprocs=world, join=True, start_method=plan.start_method)  # fmt: skip
+    torch_mp.start_processes(
+        raw_rank,
+        args=(plan.threads, plan.backend, world, port, options, out),
+        nprocs=world,
+        join=True,
+        start_method=plan.start_method,
+    )
     sizes = collectives.message_sizes(options.min_size, options.max_size)
     return collectives.bandwidth_rows(sizes, world, json.loads(out.read_text()))
 
 
 def run_ours(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    result = collectives.run(**vars(options), backend=config.backend, nproc_per_node=config.nproc_per_node,
-                             output_dir=str(out.parent), bench=True)  # fmt: skip
+    result = collectives.run(
+        **vars(options),
+        backend=config.backend,
+        nproc_per_node=config.nproc_per_node,
+        output_dir=str(out.parent),
+        bench=True,
+    )
     failed = [c["claim"] for c in result["checks"] if not c["ok"]]
     if failed:
         raise RuntimeError(f"the lab's own checks failed: {failed}")
@@ -121,12 +131,19 @@ def bench_procs(procs: int, backend: str, repeats: int, options: argparse.Namesp
         times = {side: [run[i]["time_s"] for run in runs[side]] for side in RUNNERS}
         median = {side: statistics.median(t) for side, t in times.items()}
         factor = row["busbw_GBps"] / row["algbw_GBps"]
-        results.append({"procs": procs, "collective": row["collective"], "size": row["size"], "bytes": row["bytes"],
-                        **{f"{side}_times_s": t for side, t in times.items()},
-                        **{f"{side}_busbw_GBps": row["bytes"] / t / 1e9 * factor for side, t in median.items()},
-                        "ratio_median": median["ours"] / median["raw"],
-                        "ratio_min": min(times["ours"]) / min(times["raw"]),
-                        "foreign_cpu_max": max(foreign, default=None)})  # fmt: skip
+        results.append(
+            {
+                "procs": procs,
+                "collective": row["collective"],
+                "size": row["size"],
+                "bytes": row["bytes"],
+                **{f"{side}_times_s": t for side, t in times.items()},
+                **{f"{side}_busbw_GBps": row["bytes"] / t / 1e9 * factor for side, t in median.items()},
+                "ratio_median": median["ours"] / median["raw"],
+                "ratio_min": min(times["ours"]) / min(times["raw"]),
+                "foreign_cpu_max": max(foreign, default=None),
+            }
+        )
     return results
 
 
@@ -146,12 +163,16 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f}"
         )
     within = sum(abs(r["ratio_median"] - 1) <= 0.05 for r in results)
-    print(f"ours/raw: median time per call through idist / through torch.distributed ((min): best run / best run); "
-          f"{within} of {len(results)} within 5 %")  # fmt: skip
+    print(
+        f"ours/raw: median time per call through idist / through torch.distributed ((min): best run / best run); "
+        f"{within} of {len(results)} within 5 %"
+    )
     shares = [r["foreign_cpu_max"] for r in results if r["foreign_cpu_max"] is not None]
     if shares and max(shares) > 0.05:
-        print(f"warning: other processes used up to {max(shares):.0%} of the CPUs during some runs; "
-              "rerun on an idle machine before trusting differences of a few percent")  # fmt: skip
+        print(
+            f"warning: other processes used up to {max(shares):.0%} of the CPUs during some runs; "
+            "rerun on an idle machine before trusting differences of a few percent"
+        )
 
 
 def process_counts(text: str) -> list[int]:
@@ -177,9 +198,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     options = argparse.Namespace(**{k: getattr(args, k) for k in ("min_size", "max_size", "warmup", "iters")})
 
     info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']} | "
-          f"backend {args.backend}, {args.warmup} warm-up + {args.iters} timed calls, {args.repeats} runs per side, "
-          "alternating ours/raw")  # fmt: skip
+    print(
+        f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']} | "
+        f"backend {args.backend}, {args.warmup} warm-up + {args.iters} timed calls, {args.repeats} runs per side, "
+        "alternating ours/raw"
+    )
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_collectives_") as tmp:
         results = [r for p in args.procs for r in bench_procs(p, args.backend, args.repeats, options, Path(tmp))]
     print()

@@ -79,18 +79,26 @@ def _paired_steps(local_rank: int, model: str, batch: int, pairs: int, warmup: i
 
 def step_pairs(args: argparse.Namespace) -> dict[str, Any]:
     settings = LaunchSettings(backend="gloo", nproc_per_node=args.procs, start_method="fork")
-    per_rank = launch(_paired_steps, settings, args.model, args.batch_size, args.step_pairs, args.warmup,
-                      args.bucket_cap_mb)  # fmt: skip
+    per_rank = launch(
+        _paired_steps, settings, args.model, args.batch_size, args.step_pairs, args.warmup, args.bucket_cap_mb
+    )
     # A step ends on every rank when its all-reduce does: the slowest rank's time is the step's.
     pairs = [[max(r[i][v] for r in per_rank) for v in (0, 1)] for i in range(len(per_rank[0]))]
     ratios = [hook / default for default, hook in pairs]
     paired = mean_interval(ratios)
     default, hook = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-    print(f"step pairs ({len(pairs)}): default median {default * 1e3:.3f} ms, hook median {hook * 1e3:.3f} ms, "
-          f"ratio of medians {hook / default:.4f}; paired {paired.value:.4f} (95 % interval {paired.low:.4f} to "
-          f"{paired.high:.4f}); hook cost per step {1e6 * (hook - default):+.0f} us")  # fmt: skip
-    return {"pairs": len(pairs), "median_default_s": default, "median_hook_s": hook, "median_ratio": hook / default,
-            "paired_ratio": {"mean": paired.value, "low": paired.low, "high": paired.high}}  # fmt: skip
+    print(
+        f"step pairs ({len(pairs)}): default median {default * 1e3:.3f} ms, hook median {hook * 1e3:.3f} ms, "
+        f"ratio of medians {hook / default:.4f}; paired {paired.value:.4f} (95 % interval {paired.low:.4f} to "
+        f"{paired.high:.4f}); hook cost per step {1e6 * (hook - default):+.0f} us"
+    )
+    return {
+        "pairs": len(pairs),
+        "median_default_s": default,
+        "median_hook_s": hook,
+        "median_ratio": hook / default,
+        "paired_ratio": {"mean": paired.value, "low": paired.low, "high": paired.high},
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -102,8 +110,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=128, help="GLOBAL batch size (default 128)")
     parser.add_argument("--procs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size (default 25)")
-    parser.add_argument("--step-pairs", type=int, default=0,
-                        help="also time N alternating step pairs in one run (see above; default 0: not)")  # fmt: skip
+    parser.add_argument(
+        "--step-pairs",
+        type=int,
+        default=0,
+        help="also time N alternating step pairs in one run (see above; default 0: not)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.procs < 2:
@@ -115,9 +127,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     info = machine()
     print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}")
-    print(f"model {args.model}, global batch {args.batch_size}, {args.procs} processes, buckets of "
-          f"{args.bucket_cap_mb:g} MiB, {args.warmup} warm-up + {args.iters} measured iterations per run, "
-          f"{args.repeats} rounds")  # fmt: skip
+    print(
+        f"model {args.model}, global batch {args.batch_size}, {args.procs} processes, buckets of "
+        f"{args.bucket_cap_mb:g} MiB, {args.warmup} warm-up + {args.iters} measured iterations per run, "
+        f"{args.repeats} rounds"
+    )
     steps: dict[str, list[float]] = {name: [] for name in VARIANTS}
     busiest = 0.0
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_comm_hook_") as tmp:
@@ -130,9 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 busiest = max(busiest, other.share or 0.0)
                 print(f"  round {repeat + 1}/{args.repeats} {name:11s}: {step * 1e3:7.2f} ms/step", flush=True)
 
-    results: dict[str, Any] = {
-        "machine": info, "options": vars(args) | {"json": str(args.json) if args.json else None}
-    }  # fmt: skip
+    results: dict[str, Any] = {"machine": info, "options": vars(args) | {"json": str(args.json) if args.json else None}}
     if args.repeats:
         ratios = [hook / default for hook, default in zip(steps["timing-hook"], steps["ddp-default"])]
         paired = mean_interval(ratios)
@@ -146,8 +158,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, median in medians.items():
             print(f"{name:>11}: median {median * 1e3:.2f} ms/step")
         ratio = results["runs"]["median_ratio"]
-        print(f"ratio hook / default: median {ratio:.3f}; paired per round {paired.value:.3f} "
-              f"(95 % interval {paired.low:.3f} to {paired.high:.3f}, {paired.n} rounds)")  # fmt: skip
+        print(
+            f"ratio hook / default: median {ratio:.3f}; paired per round {paired.value:.3f} "
+            f"(95 % interval {paired.low:.3f} to {paired.high:.3f}, {paired.n} rounds)"
+        )
     if args.step_pairs:
         with ForeignLoad() as other:
             results["step_pairs"] = step_pairs(args)

@@ -51,8 +51,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     info = machine()
     print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}")
-    print(f"model {args.model}, global batch {args.batch_size}, {args.procs} process(es), {args.warmup} warm-up + "
-          f"{args.iters} measured iterations per run, {args.repeats} rounds of {len(VARIANTS)} variants")  # fmt: skip
+    print(
+        f"model {args.model}, global batch {args.batch_size}, {args.procs} process(es), {args.warmup} warm-up + "
+        f"{args.iters} measured iterations per run, {args.repeats} rounds of {len(VARIANTS)} variants"
+    )
     steps: dict[str, list[float]] = {name: [] for name in VARIANTS}
     busiest = 0.0
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_profilers_") as tmp:
@@ -66,10 +68,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     reference = statistics.median(steps["none"])
     results = {
-        name: {"median_s": statistics.median(v), "min_s": min(v), "runs_s": v,
-               "ratio": statistics.median(v) / reference}
+        name: {
+            "median_s": statistics.median(v),
+            "min_s": min(v),
+            "runs_s": v,
+            "ratio": statistics.median(v) / reference,
+        }
         for name, v in steps.items()
-    }  # fmt: skip
+    }
     print(f"\n{'variant':>9} | {'median ms':>9} {'min ms':>7} | {'ratio':>6}")
     print("-" * 40)
     for name, r in results.items():
@@ -78,8 +84,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if busiest > 0.05:
         print(f"warning: other processes used up to {busiest:.0%} of the CPUs; rerun on an idle machine")
 
-    report = {"benchmark": "profiler_overhead", "machine": info, "settings": vars(args) | {"json": None},
-              "results": results}  # fmt: skip
+    report = {
+        "benchmark": "profiler_overhead",
+        "machine": info,
+        "settings": vars(args) | {"json": None},
+        "results": results,
+    }
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report

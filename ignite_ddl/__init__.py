@@ -12,15 +12,31 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ConfigError", "Interrupted", "LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "TrainConfig",
-           "launch", "plan_launch", "train", "training"]  # fmt: skip
+__all__ = [
+    "ConfigError",
+    "Interrupted",
+    "LaunchFailed",
+    "LaunchPlan",
+    "LaunchSettings",
+    "RunFailed",
+    "TrainConfig",
+    "launch",
+    "plan_launch",
+    "train",
+    "training",
+]
 __version__ = "0.1.0"
 
 # The public names load on first use, so that `import ignite_ddl.colab` (run before torch may be imported, to set up
 # a TPU runtime) and the CLI's refusals do not pay for importing torch and Ignite.
-_HOMES = {"ConfigError": "config", "TrainConfig": "config", "Interrupted": "signals", "train": "trainer",
-          "training": "trainer", **dict.fromkeys(("LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "launch",
-                                                  "plan_launch"), "launcher")}  # fmt: skip
+_HOMES = {
+    "ConfigError": "config",
+    "TrainConfig": "config",
+    "Interrupted": "signals",
+    "train": "trainer",
+    "training": "trainer",
+    **dict.fromkeys(("LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "launch", "plan_launch"), "launcher"),
+}
 
 
 def __getattr__(name: str) -> Any:

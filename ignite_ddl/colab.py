@@ -90,9 +90,14 @@ def prepare_runtime(install: bool = True, show: bool = True) -> Runtime:
 
     gpus = torch.cuda.device_count()  # does not initialise CUDA: the kernel can still fork ranks afterwards
     runtime = Runtime(
-        colab=on_colab(), cpu_cores=cpu_cores(), gpus=gpus, gpu_name=_gpu_name() if gpus else None,
-        tpu=tpu_available(), torch=torch.__version__, ignite=ignite.__version__,
-    )  # fmt: skip
+        colab=on_colab(),
+        cpu_cores=cpu_cores(),
+        gpus=gpus,
+        gpu_name=_gpu_name() if gpus else None,
+        tpu=tpu_available(),
+        torch=torch.__version__,
+        ignite=ignite.__version__,
+    )
     if show:
         print(runtime.describe())
     return runtime
@@ -102,8 +107,9 @@ def _gpu_name() -> str | None:
     """The first GPU's name from nvidia-smi: asking torch would initialise CUDA in the kernel, after which no run
     started from it may fork its ranks."""
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=20)  # fmt: skip
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     names = done.stdout.strip().splitlines()

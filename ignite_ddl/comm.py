@@ -156,10 +156,14 @@ def _event_seconds(buckets: list[_Bucket]) -> list[_Bucket]:
         if b.done is not None:
             b.done.synchronize()  # already complete after the step's synchronisation: no wait in practice
     return [
-        _Bucket(b.index, b.nbytes, origin.elapsed_time(b.ready) / 1e3,
-                None if b.done is None else origin.elapsed_time(b.done) / 1e3)
+        _Bucket(
+            b.index,
+            b.nbytes,
+            origin.elapsed_time(b.ready) / 1e3,
+            None if b.done is None else origin.elapsed_time(b.done) / 1e3,
+        )
         for b in buckets
-    ]  # fmt: skip
+    ]
 
 
 # DDP checks a hook's annotations against the real classes; this module's postponed (string) annotations would

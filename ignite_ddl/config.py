@@ -53,9 +53,10 @@ class TrainConfig:
     threads: int | None = _opt(None, "intra-op CPU threads per process (default: cores / processes on this node)")
     timeout: float = _opt(300.0, "seconds ranks wait for each other: rendezvous, missing nodes, every collective")
     stall_timeout: float | None = _opt(
-        None, "seconds without a completed iteration before the run ends naming the stuck rank "
+        None,
+        "seconds without a completed iteration before the run ends naming the stuck rank "
         "(default: 0.8 x --timeout, so it acts before a collective times out; 0: never)",
-    )  # fmt: skip
+    )
     # -- data
     dataset: str = _opt("synthetic", "synthetic | digits | mnist | cifar10")
     data_dir: str = _opt("data", "where mnist / cifar10 files live (or are downloaded to)")
@@ -74,8 +75,11 @@ class TrainConfig:
     weight_decay: float = _opt(0.0, "weight decay")
     warmup_epochs: float = _opt(0.0, "linear LR warm-up epochs, then linear decay to 0 (0: constant LR)")
     sync_bn: bool = _opt(False, "convert BatchNorm layers to SyncBatchNorm")
-    bucket_cap_mb: float = _opt(25.0, "DDP gradient bucket size in MiB: the all-reduce of a bucket starts when all "
-                                "its gradients are ready (smaller: earlier start, more calls)")
+    bucket_cap_mb: float = _opt(
+        25.0,
+        "DDP gradient bucket size in MiB: the all-reduce of a bucket starts when all "
+        "its gradients are ready (smaller: earlier start, more calls)",
+    )
     amp: str = _opt("none", "mixed precision: none | bf16 (CPU or CUDA) | fp16 (CUDA, with GradScaler)")
     # -- run
     epochs: int = _opt(3, "training epochs")
@@ -98,13 +102,20 @@ class TrainConfig:
     # -- measurement
     record_steps: bool = _opt(True, "record per-step timings on every rank (steps_rank<r>.csv, summary 'steps')")
     warmup_iters: int = _opt(5, "iterations left out of step statistics (recorded, flagged as warm-up)")
-    comm_timing: bool = _opt(True, "time each gradient bucket's all-reduce on every rank (a DDP communication "
-                             "hook doing DDP's own all-reduce): communication, exposed communication, overlap")
-    measure_flops: bool = _opt(True, "count the model's FLOPs per sample and measure this machine's matmul rate "
-                               "(a short GEMM benchmark before training): achieved FLOP/s and utilisation")
+    comm_timing: bool = _opt(
+        True,
+        "time each gradient bucket's all-reduce on every rank (a DDP communication "
+        "hook doing DDP's own all-reduce): communication, exposed communication, overlap",
+    )
+    measure_flops: bool = _opt(
+        True,
+        "count the model's FLOPs per sample and measure this machine's matmul rate "
+        "(a short GEMM benchmark before training): achieved FLOP/s and utilisation",
+    )
     profiler: str = _opt(
-        "none", "also attach a profiler: none | timer | basic | handlers (Ignite's) | torch (torch.profiler, a "
-        "Chrome trace per rank in profile/)"
+        "none",
+        "also attach a profiler: none | timer | basic | handlers (Ignite's) | torch (torch.profiler, a "
+        "Chrome trace per rank in profile/)",
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,10 +149,17 @@ class TrainConfig:
         from ignite_ddl.launcher import LaunchSettings
 
         return LaunchSettings(
-            backend=self.backend, nproc_per_node=self.nproc_per_node, nnodes=self.nnodes, node_rank=self.node_rank,
-            master_addr=self.master_addr, master_port=self.master_port, start_method=self.start_method,
-            threads=self.threads, timeout=self.timeout, log_dir=str(Path(self.output_dir) / "logs"),
-        )  # fmt: skip
+            backend=self.backend,
+            nproc_per_node=self.nproc_per_node,
+            nnodes=self.nnodes,
+            node_rank=self.node_rank,
+            master_addr=self.master_addr,
+            master_port=self.master_port,
+            start_method=self.start_method,
+            threads=self.threads,
+            timeout=self.timeout,
+            log_dir=str(Path(self.output_dir) / "logs"),
+        )
 
     def check(self) -> None:
         """Refuse values that are wrong whatever the machine (ranges and choices)."""

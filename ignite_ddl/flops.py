@@ -297,8 +297,13 @@ def attainable_matmul_rate(
             durations.append(time.perf_counter() - start)
     # the median: one repetition slowed by another process or a clock change does not move it
     rate = statistics.median(2.0 * n**3 / max(d, 1e-12) for d in durations)
-    return MatmulRate(precision=precision, size=n, repetitions=len(durations), flops_per_s=rate,
-                      dtype=str(dtype).removeprefix("torch."))  # fmt: skip
+    return MatmulRate(
+        precision=precision,
+        size=n,
+        repetitions=len(durations),
+        flops_per_s=rate,
+        dtype=str(dtype).removeprefix("torch."),
+    )
 
 
 def achieved_flops(flops_per_sample: float, samples_per_s: float) -> float:
@@ -332,13 +337,15 @@ def utilisation_record(
     for rank, (rate, samples_per_s) in enumerate(zip(rates, rank_samples_per_s)):
         achieved = achieved_flops(count.total, samples_per_s) if samples_per_s == samples_per_s else None  # NaN
         attainable = rate.flops_per_s if rate is not None else None
-        ranks.append({
-            "rank": rank,
-            "achieved_flops_per_s": achieved,
-            "attainable_flops_per_s": attainable,
-            "utilisation_attainable": achieved / attainable if achieved is not None and attainable else None,
-            "utilisation_peak": achieved / peak.flops_per_s if achieved is not None and peak is not None else None,
-        })  # fmt: skip
+        ranks.append(
+            {
+                "rank": rank,
+                "achieved_flops_per_s": achieved,
+                "attainable_flops_per_s": attainable,
+                "utilisation_attainable": achieved / attainable if achieved is not None and attainable else None,
+                "utilisation_peak": achieved / peak.flops_per_s if achieved is not None and peak is not None else None,
+            }
+        )
 
     def mean(key: str) -> float | None:
         values = [v for v in (r[key] for r in ranks) if v is not None]
@@ -364,8 +371,9 @@ def format_flops(record: dict[str, Any]) -> str:
         f"{record['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s per rank"
     )
     if record["utilisation_attainable"] is not None:
-        line += (f", {100 * record['utilisation_attainable']:.0f} % of the {record['precision']} matmul rate measured "
-                 "here")  # fmt: skip
+        line += (
+            f", {100 * record['utilisation_attainable']:.0f} % of the {record['precision']} matmul rate measured here"
+        )
     peak = record["datasheet_peak"]
     if peak is not None and record["utilisation_peak"] is not None:
         line += f", {100 * record['utilisation_peak']:.1f} % of the {peak['family']} datasheet peak"

@@ -31,8 +31,17 @@ from ignite_ddl.config import ConfigError
 __all__ = ["RUN_OUTPUTS", "claim_run_folder", "lock", "previous_run"]
 
 # What a training run writes into its output folder (docs/results.md): a folder holding any of these holds a run.
-RUN_OUTPUTS = ("config.json", "summary.json", "steps_rank*.csv", "logs", "tb", "checkpoints", "best", "profile",
-               "mlflow.db")
+RUN_OUTPUTS = (
+    "config.json",
+    "summary.json",
+    "steps_rank*.csv",
+    "logs",
+    "tb",
+    "checkpoints",
+    "best",
+    "profile",
+    "mlflow.db",
+)
 
 
 @contextlib.contextmanager

@@ -67,8 +67,17 @@ from ignite_ddl.signals import Interrupted, interruptible
 from ignite_ddl.tpu import tpu_available
 from ignite_ddl.watchdog import clear_stall, read_stall
 
-__all__ = ["LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "free_port", "in_fresh_thread", "launch",
-           "launched_externally", "plan_launch"]  # fmt: skip
+__all__ = [
+    "LaunchFailed",
+    "LaunchPlan",
+    "LaunchSettings",
+    "RunFailed",
+    "free_port",
+    "in_fresh_thread",
+    "launch",
+    "launched_externally",
+    "plan_launch",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
@@ -99,9 +108,7 @@ class LaunchSettings:
         if self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
         if self.start_method not in START_METHODS:
-            raise ConfigError(
-                f"unknown start_method '{self.start_method}' (choose from: {', '.join(START_METHODS)})"
-            )
+            raise ConfigError(f"unknown start_method '{self.start_method}' (choose from: {', '.join(START_METHODS)})")
         for name in ("nproc_per_node", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -211,8 +218,21 @@ def plan_launch(
         )
     master_addr = settings.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
     threads = settings.threads or max(1, cpu_cores() // nproc)
-    return LaunchPlan(mode, backend, nproc, nnodes, node_rank, master_addr, settings.master_port, start_method,
-                      threads, settings.timeout, settings.log_dir, cuda_devices, external)  # fmt: skip
+    return LaunchPlan(
+        mode,
+        backend,
+        nproc,
+        nnodes,
+        node_rank,
+        master_addr,
+        settings.master_port,
+        start_method,
+        threads,
+        settings.timeout,
+        settings.log_dir,
+        cuda_devices,
+        external,
+    )
 
 
 def _resolve_backend(backend: str, world: int, cuda_devices: int, environ: Mapping[str, str]) -> str | None:
@@ -291,8 +311,10 @@ def _run_spawned(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> A
                     f"rank(s) {missing} did not join the process group within {e.seconds:g} s, "
                     f"{JOIN_ATTEMPTS} times: nothing ran (is the machine overloaded?)"
                 ) from None
-            _say(f"rank(s) {missing} did not join the process group within {e.seconds:g} s: nothing ran yet, "
-                 "so every rank was stopped and the run starts again")  # fmt: skip
+            _say(
+                f"rank(s) {missing} did not join the process group within {e.seconds:g} s: nothing ran yet, "
+                "so every rank was stopped and the run starts again"
+            )
     raise AssertionError("unreachable")
 
 
@@ -491,8 +513,14 @@ def _rendezvous(plan: LaunchPlan) -> Iterator[LaunchPlan]:
         sock = _listen(plan.master_addr, plan.master_port)
         port = sock.getsockname()[1]
         try:
-            store = dist.TCPStore(plan.master_addr, port, is_master=True, master_listen_fd=sock.fileno(),
-                                  wait_for_workers=False, timeout=timeout)  # fmt: skip
+            store = dist.TCPStore(
+                plan.master_addr,
+                port,
+                is_master=True,
+                master_listen_fd=sock.fileno(),
+                wait_for_workers=False,
+                timeout=timeout,
+            )
         except BaseException:
             sock.close()
             raise
@@ -540,8 +568,10 @@ def _await_nodes(store: Any, plan: LaunchPlan, port: int) -> None:
             )
         if now >= next_report:
             present = plan.nnodes - len(missing)
-            _say(f"waiting for nodes at {where}: {present} of {plan.nnodes} present, missing node(s) "
-                 f"{', '.join(map(str, missing))} ({deadline - now:.0f} s left)")  # fmt: skip
+            _say(
+                f"waiting for nodes at {where}: {present} of {plan.nnodes} present, missing node(s) "
+                f"{', '.join(map(str, missing))} ({deadline - now:.0f} s left)"
+            )
             next_report = now + _progress_interval(plan.timeout)
         time.sleep(0.2)
 

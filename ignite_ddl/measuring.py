@@ -139,8 +139,14 @@ def attach_measurement(
     if recorder is not None:
         recorder.attach(trainer)
     contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
-    profiler = attach_profiler(config.profiler, trainer, output_dir=out, rank=idist.get_rank(),
-                               warmup=config.warmup_iters, max_iters=config.max_iters)  # fmt: skip
+    profiler = attach_profiler(
+        config.profiler,
+        trainer,
+        output_dir=out,
+        rank=idist.get_rank(),
+        warmup=config.warmup_iters,
+        max_iters=config.max_iters,
+    )
     watchdog = None
     if idist.get_world_size() > 1 and config.stall_seconds() > 0:
         spawned = plan is not None and plan.mode == "spawn"

@@ -49,10 +49,15 @@ def mlp(in_features: int, num_classes: int, hidden: Sequence[int] = (256, 128)) 
 def small_cnn(in_channels: int, num_classes: int) -> nn.Module:
     """Two conv blocks and a linear head; no BatchNorm, so N-way DDP reproduces large-batch SGD exactly."""
     return nn.Sequential(
-        nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
-        nn.Flatten(), nn.Linear(64 * 16, num_classes),
-    )  # fmt: skip
+        nn.Conv2d(in_channels, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(64 * 16, num_classes),
+    )
 
 
 def resnet18_small(in_channels: int, num_classes: int) -> nn.Module:

@@ -30,8 +30,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WRITE_ERRNOS", "OutputError", "OutputFileHandler", "as_output_error", "output_errors",
-           "quiet_writer_threads", "save_torch", "write_bytes", "writing"]  # fmt: skip
+__all__ = [
+    "WRITE_ERRNOS",
+    "OutputError",
+    "OutputFileHandler",
+    "as_output_error",
+    "output_errors",
+    "quiet_writer_threads",
+    "save_torch",
+    "write_bytes",
+    "writing",
+]
 
 # Errors that only a write can raise: where one of these surfaces without a file name, the output is to blame.
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})

@@ -332,10 +332,14 @@ def format_profile(kind: str, ranks: list[Any]) -> str:
     elif kind == "basic":
         header = ("rank", "processing ms", "dataflow ms", "handlers total s")
         rows = [
-            (i, milliseconds(r["processing_stats"].get("mean"), 3), milliseconds(r["dataflow_stats"].get("mean"), 3),
-             f"{r['event_handlers_stats']['total_time']:.3f}")
+            (
+                i,
+                milliseconds(r["processing_stats"].get("mean"), 3),
+                milliseconds(r["dataflow_stats"].get("mean"), 3),
+                f"{r['event_handlers_stats']['total_time']:.3f}",
+            )
             for i, r in enumerate(ranks)
-        ]  # fmt: skip
+        ]
     elif kind == "torch":
         header = ("rank", "op", "calls", "self CPU ms", "CPU ms", "device ms")
         rows = []

@@ -52,9 +52,17 @@ from ignite_ddl.text import format_table, milliseconds
 PHASES = ("forward", "backward", "optimizer")
 COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
 COLUMNS = (
-    "iteration", "epoch", "warmup", "data_s", "step_s", *(f"{p}_s" for p in PHASES), "iter_s", "samples",
-    *COMM_COLUMNS, "handlers_s",
-)  # fmt: skip
+    "iteration",
+    "epoch",
+    "warmup",
+    "data_s",
+    "step_s",
+    *(f"{p}_s" for p in PHASES),
+    "iter_s",
+    "samples",
+    *COMM_COLUMNS,
+    "handlers_s",
+)
 
 
 def batch_samples(engine: Engine) -> int:
@@ -138,10 +146,22 @@ class StepRecorder:
         inside = step - sum(phases) if not any(math.isnan(p) for p in phases) else 0.0
         handlers = inside + (0.0 if math.isnan(self._gap) else self._gap)
         self.rows.append(
-            (state.iteration, state.epoch, warmup, self._batch_end - self._batch_start, step, *phases,
-             end - self._batch_start, self._samples(engine), comm.comm_s, comm.exposed_s, comm.bytes, comm.buckets,
-             handlers)
-        )  # fmt: skip
+            (
+                state.iteration,
+                state.epoch,
+                warmup,
+                self._batch_end - self._batch_start,
+                step,
+                *phases,
+                end - self._batch_start,
+                self._samples(engine),
+                comm.comm_s,
+                comm.exposed_s,
+                comm.bytes,
+                comm.buckets,
+                handlers,
+            )
+        )
         self._last_end = (state.epoch, time.perf_counter())
 
     def measured(self, since_iteration: int = 0) -> list[dict[str, Any]]:
@@ -280,11 +300,22 @@ def format_steps(steps: dict[str, Any]) -> str:
     rows = []
     for r in steps["ranks"]:
         phases_ms = [milliseconds(r[f"{phase}_s_mean"]) for phase in (*PHASES, "own")]
-        row = [r["rank"], r["iterations"], f"{r['samples_per_s']:.0f}", milliseconds(r["step_s_p50"]),
-               milliseconds(r["step_s_p90"]), f"{100 * r['data_share']:.1f}", *phases_ms]  # fmt: skip
+        row = [
+            r["rank"],
+            r["iterations"],
+            f"{r['samples_per_s']:.0f}",
+            milliseconds(r["step_s_p50"]),
+            milliseconds(r["step_s_p90"]),
+            f"{100 * r['data_share']:.1f}",
+            *phases_ms,
+        ]
         if timed:
-            row += [milliseconds(r["comm_s_mean"]), milliseconds(r["exposed_comm_s_mean"]), _pct(r["overlap"]),
-                    _gb(r["busbw_Bps"])]  # fmt: skip
+            row += [
+                milliseconds(r["comm_s_mean"]),
+                milliseconds(r["exposed_comm_s_mean"]),
+                _pct(r["overlap"]),
+                _gb(r["busbw_Bps"]),
+            ]
         rows.append(row)
     lines = format_table(header + comm_header if timed else header, rows).splitlines()
     g, straggler = steps["global"], steps["straggler"]

@@ -109,12 +109,14 @@ class RankStats(TypedDict):
     optimizer_s_mean: Annotated[float | None, "mean optimizer-step time"]
     own_s_mean: Annotated[float, "data + forward + optimizer: what the rank spends without waiting for others"]
     comm_s_mean: Annotated[
-        float | None, "mean gradient communication per step: time at least one bucket's all-reduce was in flight "
-        "(null: not timed: one process, `--no-comm-timing`, or no DDP)"
+        float | None,
+        "mean gradient communication per step: time at least one bucket's all-reduce was in flight "
+        "(null: not timed: one process, `--no-comm-timing`, or no DDP)",
     ]
     exposed_comm_s_mean: Annotated[
-        float | None, "mean exposed communication: last gradient ready -> last all-reduce done, the part of backward "
-        "no compute hides (a fast rank's wait for a slow one shows here)"
+        float | None,
+        "mean exposed communication: last gradient ready -> last all-reduce done, the part of backward "
+        "no compute hides (a fast rank's wait for a slow one shows here)",
     ]
     backward_compute_s_mean: Annotated[float | None, "`backward_s_mean - exposed_comm_s_mean`"]
     overlap: Annotated[float | None, "`1 - exposed / communication` over the measured steps (0-1)"]
@@ -124,8 +126,9 @@ class RankStats(TypedDict):
         float | None, "achieved all-reduce bus bandwidth, bytes/s: bytes / communication time x 2(N-1)/N"
     ]
     handlers_s_mean: Annotated[
-        float | None, "mean time per iteration in other handlers (inside the step but outside its phases, and "
-        "between one iteration's end and the next batch; epoch boundaries excluded)"
+        float | None,
+        "mean time per iteration in other handlers (inside the step but outside its phases, and "
+        "between one iteration's end and the next batch; epoch boundaries excluded)",
     ]
 
 

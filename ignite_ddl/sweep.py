@@ -78,11 +78,38 @@ from ignite_ddl.results import (
 from ignite_ddl.signals import end_with, interruptible, sigterm_with_parent
 from ignite_ddl.slurm import Outcome, check_cluster, load_jobs, parse_slurm_options, save_jobs, submit, wait_for
 
-__all__ = ["ORDERS", "SWEEP_DEFAULTS", "WORKLOAD_OPTIONS", "Run", "Spec", "append_record", "expand", "load_spec",
-           "parse_spec", "read_results", "run_one", "sweep", "sweep_dir"]  # fmt: skip
+__all__ = [
+    "ORDERS",
+    "SWEEP_DEFAULTS",
+    "WORKLOAD_OPTIONS",
+    "Run",
+    "Spec",
+    "append_record",
+    "expand",
+    "load_spec",
+    "parse_spec",
+    "read_results",
+    "run_one",
+    "sweep",
+    "sweep_dir",
+]
 
-SPEC_KEYS = ("name", "base", "grid", "repeats", "timeout_s", "output_dir", "order", "seed", "start", "workload",
-             "contention_threshold", "rerun_contended", "executor", "slurm")  # fmt: skip
+SPEC_KEYS = (
+    "name",
+    "base",
+    "grid",
+    "repeats",
+    "timeout_s",
+    "output_dir",
+    "order",
+    "seed",
+    "start",
+    "workload",
+    "contention_threshold",
+    "rerun_contended",
+    "executor",
+    "slurm",
+)
 ORDERS = ("interleaved", "shuffled", "grouped")
 STARTS = ("preloaded", "fresh")
 EXECUTORS = ("local", "slurm")
@@ -253,8 +280,15 @@ def run_order(spec: Spec, count: int) -> list[tuple[int, int]]:
     return order
 
 
-def make_run(spec: Spec, index: int, grid: dict[str, Any], repeat: int, output_dir: str | Path, attempt: int = 0,
-             position: int = 0) -> Run:  # fmt: skip
+def make_run(
+    spec: Spec,
+    index: int,
+    grid: dict[str, Any],
+    repeat: int,
+    output_dir: str | Path,
+    attempt: int = 0,
+    position: int = 0,
+) -> Run:
     suffix = f"-a{attempt}" if attempt else ""
     run_dir = Path(output_dir) / "runs" / f"cfg{index:03d}-r{repeat}{suffix}"
     # The run folder is the sweep's: a run re-run after an interruption replaces what it had begun.
@@ -376,11 +410,21 @@ def run_one(run: Run, timeout_s: float, start: str = "preloaded", threshold: flo
 def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
     """A run's record as it ended (status completed until :func:`finish_record` reads the run's folder)."""
     return {
-        "key": run.key, "index": run.index, "repeat": run.repeat, "attempt": run.attempt, "position": run.position,
-        "grid": run.grid, "config": run.config.to_dict(), "run_dir": str(run.config.output_dir),
-        "elapsed_s": elapsed_s, "exit_code": code, "status": "completed", "error": None, "contended": False,
+        "key": run.key,
+        "index": run.index,
+        "repeat": run.repeat,
+        "attempt": run.attempt,
+        "position": run.position,
+        "grid": run.grid,
+        "config": run.config.to_dict(),
+        "run_dir": str(run.config.output_dir),
+        "elapsed_s": elapsed_s,
+        "exit_code": code,
+        "status": "completed",
+        "error": None,
+        "contended": False,
         "summary": None,
-    }  # fmt: skip
+    }
 
 
 def finish_record(record: RunRecord, threshold: float) -> RunRecord:
@@ -481,8 +525,11 @@ def _sweep(
     done = {r["key"] for r in read_results(results) if r["status"] != "interrupted"}
     meta_path = out / "sweep.json"
     sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []
-    session: SweepSession = {"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                             "wall_s": 0.0, "runs": 0}  # fmt: skip
+    session: SweepSession = {
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "wall_s": 0.0,
+        "runs": 0,
+    }
     meta: SweepMeta = {"spec": spec.to_dict(), "versions": versions(), "host": host(), "sessions": [*sessions, session]}
     write_json(meta_path, meta)
     began = time.monotonic()
@@ -513,8 +560,13 @@ def _sweep(
             recorded(record, where(run, number, len(batch), what))
 
     def execute_on_slurm(batch: list[Run], what: str) -> None:
-        _on_slurm(spec, out, batch, lambda record, run, number: recorded(record, where(run, number, len(batch), what)),
-                  progress)  # fmt: skip
+        _on_slurm(
+            spec,
+            out,
+            batch,
+            lambda record, run, number: recorded(record, where(run, number, len(batch), what)),
+            progress,
+        )
 
     execute = execute_on_slurm if spec.executor == "slurm" else execute_here
     with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
@@ -527,8 +579,13 @@ def _sweep(
     return read_results(results)
 
 
-def _on_slurm(spec: Spec, out: Path, batch: list[Run], recorded: Callable[[RunRecord, Run, int], None],
-              progress: Callable[[str], None]) -> None:  # fmt: skip
+def _on_slurm(
+    spec: Spec,
+    out: Path,
+    batch: list[Run],
+    recorded: Callable[[RunRecord, Run, int], None],
+    progress: Callable[[str], None],
+) -> None:
     """Run ``batch`` as SLURM jobs: submit what this sweep has not submitted yet, wait for every job, record each
     as it ends. Stopping the sweep leaves the jobs running: ``--resume`` waits for them."""
     options = parse_slurm_options(spec.slurm)

@@ -153,9 +153,12 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
     if config.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.SGD(
-        model.parameters(), lr=config.lr, momentum=config.momentum, nesterov=config.nesterov,
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
         weight_decay=config.weight_decay,
-    )  # fmt: skip
+    )
 
 
 def place_model(model: nn.Module, sync_bn: bool = False, bucket_cap_mb: float | None = None) -> nn.Module:
@@ -209,8 +212,10 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if setup is not None:
         setup(TrainingRun(config, parts.trainer, parts.evaluator, parts.model, parts.optimizer, loaders))
     env = _record_config(config, plan, parts.device, out)
-    log.info(f"rank {idist.get_rank()}/{env['world_size']} on {env['device']['name']}, {torch.get_num_threads()} "
-             f"threads, batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global")  # fmt: skip
+    log.info(
+        f"rank {idist.get_rank()}/{env['world_size']} on {env['device']['name']}, {torch.get_num_threads()} "
+        f"threads, batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global"
+    )
     probe = None
     if config.measure_flops:
         probe = FlopsProbe.measure(parts.model, parts.criterion, loaders.info, parts.device, config.amp)
@@ -351,8 +356,9 @@ def _record_config(config: TrainConfig, plan: LaunchPlan | None, device: torch.d
     return env
 
 
-def _run(trainer: Engine, loaders: Loaders, epochs: int, tracker: MlflowTracker | None,
-         watchdog: StallWatchdog | None) -> float:  # fmt: skip
+def _run(
+    trainer: Engine, loaders: Loaders, epochs: int, tracker: MlflowTracker | None, watchdog: StallWatchdog | None
+) -> float:
     """Run the trainer; the slowest rank's wall time. A failed run closes the tracker's run as failed."""
     start = time.perf_counter()
     try:
@@ -382,12 +388,25 @@ def _finish(
     early, steps, flops = handlers.early, figures["steps"], figures["flops"]
     stopped_early = trainer.state.epoch if early is not None and early.counter >= early.patience else None
     if early is not None and stopped_early is not None:
-        log.info(f"early stopping: no better validation accuracy for {early.patience} evaluations, "
-                 f"stopped after epoch {stopped_early}")  # fmt: skip
-    summary = _summary(config, env, loaders, trainer, handlers.epochs, wall, handlers.checkpoint, steps,
-                       figures["profile"], figures["contention"])  # fmt: skip
-    summary.update({"stopped_early_at_epoch": stopped_early, "confusion_matrix": handlers.epochs.confusion_matrix,
-                    "flops": flops})  # fmt: skip
+        log.info(
+            f"early stopping: no better validation accuracy for {early.patience} evaluations, "
+            f"stopped after epoch {stopped_early}"
+        )
+    summary = _summary(
+        config,
+        env,
+        loaders,
+        trainer,
+        handlers.epochs,
+        wall,
+        handlers.checkpoint,
+        steps,
+        figures["profile"],
+        figures["contention"],
+    )
+    summary.update(
+        {"stopped_early_at_epoch": stopped_early, "confusion_matrix": handlers.epochs.confusion_matrix, "flops": flops}
+    )
     if idist.get_rank() == 0:
         write_json(out / "summary.json", summary)
         if handlers.tracker is not None:
@@ -568,9 +587,12 @@ def _attach_tensorboard(
     )
     tb.attach_opt_params_handler(trainer, Events.ITERATION_STARTED(every=every), optimizer, param_name="lr")
     tb.attach_output_handler(
-        evaluator, Events.COMPLETED, tag="val", metric_names=["accuracy", "loss"],
+        evaluator,
+        Events.COMPLETED,
+        tag="val",
+        metric_names=["accuracy", "loss"],
         global_step_transform=global_step_from_engine(trainer, Events.EPOCH_COMPLETED),
-    )  # fmt: skip
+    )
 
 
 def _interactive() -> bool:
@@ -635,8 +657,11 @@ def _summary(
         "dataset": config.dataset,
         "model": config.model,
         "amp": config.amp,
-        "batch": {"requested_global": config.batch_size, "per_rank": loaders.per_rank_batch,
-                  "global": loaders.global_batch},
+        "batch": {
+            "requested_global": config.batch_size,
+            "per_rank": loaders.per_rank_batch,
+            "global": loaders.global_batch,
+        },
         "epochs": trainer.state.epoch,
         "iterations": trainer.state.iteration,
         "epoch_length": cast(int, trainer.state.epoch_length),  # set by Engine.run
@@ -658,7 +683,7 @@ def _summary(
         "steps": steps,
         "contention": contention,
         "profiler": profile,
-    }  # fmt: skip
+    }
 
 
 def check_training(config: TrainConfig, plan: LaunchPlan) -> None:

@@ -40,8 +40,15 @@ STALL_EXIT = 86  # a spawned rank ended by the watchdog exits with this; the lau
 STALL_FILE = "stalled.json"
 _KEY = "ignite_ddl/position/"
 # Where a rank can be, in the order an iteration goes through them.
-WHERE = ("waiting for its batch", "in forward", "in backward (the gradient all-reduce)", "in the optimizer step",
-         "in the iteration's handlers", "between iterations", "evaluating")  # fmt: skip
+WHERE = (
+    "waiting for its batch",
+    "in forward",
+    "in backward (the gradient all-reduce)",
+    "in the optimizer step",
+    "in the iteration's handlers",
+    "between iterations",
+    "evaluating",
+)
 BETWEEN, EVALUATING = 5, 6
 
 

@@ -303,8 +303,11 @@ if available:
             return getattr(self._loader, name)
 
 
-_ignite: dict[str, Callable[..., Any]] = {"auto_model": idist_auto.auto_model, "auto_optim": idist_auto.auto_optim,
-                                          "auto_dataloader": idist_auto.auto_dataloader}  # fmt: skip
+_ignite: dict[str, Callable[..., Any]] = {
+    "auto_model": idist_auto.auto_model,
+    "auto_optim": idist_auto.auto_optim,
+    "auto_dataloader": idist_auto.auto_dataloader,
+}
 
 
 def _on_xla() -> bool:

@@ -38,13 +38,24 @@ SUMMARY_KEYS = {
 }
 
 
-def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path | None = None,
-        preexec_fn: Callable[[], None] | None = None):  # fmt: skip
+def run(
+    cmd: list[str],
+    timeout: float = 180,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+):
     """Run ``cmd`` in its own session; on timeout kill the whole group, so that a hung rank it forked dies too."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-        env={**os.environ, **(env or {})}, start_new_session=True, preexec_fn=preexec_fn,
-    )  # fmt: skip
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -54,8 +65,13 @@ def run(cmd: list[str], timeout: float = 180, env: dict | None = None, cwd: Path
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 180, env: dict | None = None,
-            preexec_fn: Callable[[], None] | None = None):  # fmt: skip
+def run_cli(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 180,
+    env: dict | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+):
     """``python -m ignite_ddl ARGS`` in a fresh interpreter, as a user would run it."""
     return run([sys.executable, "-m", "ignite_ddl", *args], timeout=timeout, env=env, cwd=cwd, preexec_fn=preexec_fn)
 
@@ -112,6 +128,21 @@ def load_summary(out: Path, world_size: int) -> dict:
 def spawn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One 2-process gloo run shared by the tests that only read its outputs."""
     out = tmp_path_factory.mktemp("spawn") / "run"
-    check_ok(run_cli("train", "--backend", "gloo", "--nproc-per-node", "2", "--epochs", "2", *QUICK[:-3],
-                     "--no-progress", "--log-every", "2", "--output-dir", str(out)))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            "--backend",
+            "gloo",
+            "--nproc-per-node",
+            "2",
+            "--epochs",
+            "2",
+            *QUICK[:-3],
+            "--no-progress",
+            "--log-every",
+            "2",
+            "--output-dir",
+            str(out),
+        )
+    )
     return out

@@ -14,9 +14,11 @@ from ignite_ddl.labs import LabEntry, lab_index, lab_modules
 
 def imports_torch(*argv: str) -> bool:
     """Whether running the CLI with ``argv`` imports torch (in a fresh interpreter)."""
-    code = ("import sys\nfrom ignite_ddl.cli import main\n"
-            f"try:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules, file=sys.stderr)")  # fmt: skip
+    code = (
+        "import sys\nfrom ignite_ddl.cli import main\n"
+        f"try:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     return done.stderr.strip().splitlines()[-1] == "True"
 
@@ -58,7 +60,8 @@ def test_sweep_without_a_spec_or_grid_says_what_it_needs(capsys):
 
 def test_piped_output_has_no_progress_bar_redraws(tmp_path):
     # progress is on by default; with stderr going to a pipe, tqdm's redraws would fill a log file
-    result = run_cli("train", "--train-size", "256", "--val-size", "64", "--epochs", "1",
-                     "--output-dir", str(tmp_path / "run"))  # fmt: skip
+    result = run_cli(
+        "train", "--train-size", "256", "--val-size", "64", "--epochs", "1", "--output-dir", str(tmp_path / "run")
+    )
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr and "it/s]" not in result.stderr

@@ -91,8 +91,22 @@ def test_bucket_size_option_reaches_ddp(tmp_path):
     per_cap = {}
     for cap in ("0.02", "25"):
         out = tmp_path / cap
-        check_ok(run_cli("train", "--backend", "gloo", "--nproc-per-node", "2", "--model", "mlp", "--bucket-cap-mb",
-                         cap, *QUICK, "--output-dir", str(out)))  # fmt: skip
+        check_ok(
+            run_cli(
+                "train",
+                "--backend",
+                "gloo",
+                "--nproc-per-node",
+                "2",
+                "--model",
+                "mlp",
+                "--bucket-cap-mb",
+                cap,
+                *QUICK,
+                "--output-dir",
+                str(out),
+            )
+        )
         per_cap[cap] = json.loads((out / "summary.json").read_text())["steps"]
     small, large = per_cap["0.02"], per_cap["25"]
     for steps in (small, large):

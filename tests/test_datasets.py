@@ -67,9 +67,26 @@ def test_missing_files_are_refused(tmp_path):
 def test_train_on_mnist_files_with_two_processes(tmp_path):
     write_mnist(tmp_path / "data", n_train=256, n_test=64)
     out = tmp_path / "run"
-    check_ok(run_cli("train", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"), "--model", "mlp",
-                     "--nproc-per-node", "2", "--batch-size", "32", "--epochs", "1", "--no-progress",
-                     "--output-dir", str(out)))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            "--dataset",
+            "mnist",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--model",
+            "mlp",
+            "--nproc-per-node",
+            "2",
+            "--batch-size",
+            "32",
+            "--epochs",
+            "1",
+            "--no-progress",
+            "--output-dir",
+            str(out),
+        )
+    )
     summary = load_summary(out, world_size=2)
     assert summary["dataset"] == "mnist" and summary["epoch_length"] == 8
 

@@ -60,6 +60,6 @@ def test_results_doc_follows_the_schema():
 
     doc = (Path(__file__).parents[1] / "docs" / "results.md").read_text()
     assert schema_markdown() in doc, (
-        "docs/results.md is out of date: python -c \"from ignite_ddl.results import write_schema_doc; "
+        'docs/results.md is out of date: python -c "from ignite_ddl.results import write_schema_doc; '
         "write_schema_doc('docs/results.md')\""
     )

@@ -8,8 +8,24 @@ from ignite.utils import manual_seed
 
 from ignite_ddl.models import build_model
 
-SGD_RUN = ["--model", "cnn", "--momentum", "0", "--no-shuffle", "--batch-size", "64", "--train-size", "512",
-           "--val-size", "64", "--epochs", "1", "--threads", "1", "--no-progress"]  # fmt: skip
+SGD_RUN = [
+    "--model",
+    "cnn",
+    "--momentum",
+    "0",
+    "--no-shuffle",
+    "--batch-size",
+    "64",
+    "--train-size",
+    "512",
+    "--val-size",
+    "64",
+    "--epochs",
+    "1",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def final_weights(out) -> dict[str, torch.Tensor]:

@@ -23,8 +23,23 @@ def test_early_stopping_ends_every_rank_at_once_and_the_confusion_matrix_adds_up
     out = tmp_path / "run"
     # lr 0: the accuracy never improves on the first evaluation, so PATIENCE more evaluations end the run.
     # 99 validation samples: 2 ranks hold 50 and 49, and evaluation never pads, so every sample counts once.
-    check_ok(run_cli("train", *SMALL, *ranks_args(procs), "--lr", "0", "--early-stopping", "2", "--epochs", "8",
-                     "--val-size", "99", "--output-dir", str(out)))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            *SMALL,
+            *ranks_args(procs),
+            "--lr",
+            "0",
+            "--early-stopping",
+            "2",
+            "--epochs",
+            "8",
+            "--val-size",
+            "99",
+            "--output-dir",
+            str(out),
+        )
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped_early_at_epoch"] == 3 and [r["epoch"] for r in summary["history"]] == [1, 2, 3]
     for rank in range(procs):  # every rank trained exactly 3 epochs
@@ -38,8 +53,9 @@ def test_early_stopping_ends_every_rank_at_once_and_the_confusion_matrix_adds_up
 
 def test_a_run_that_improves_is_not_stopped(tmp_path):
     out = tmp_path / "run"
-    check_ok(run_cli("train", *SMALL, "--early-stopping", "5", "--epochs", "2", "--val-size", "64",
-                     "--output-dir", str(out)))  # fmt: skip
+    check_ok(
+        run_cli("train", *SMALL, "--early-stopping", "5", "--epochs", "2", "--val-size", "64", "--output-dir", str(out))
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stopped_early_at_epoch"] is None and len(summary["history"]) == 2
 
@@ -53,8 +69,24 @@ def test_mlflow_run_is_read_back_with_mlflow_client(tmp_path):
     from mlflow.tracking import MlflowClient
 
     out = tmp_path / "run"
-    check_ok(run_cli("train", *SMALL, *ranks_args(2), "--epochs", "2", "--val-size", "64", "--log-every", "1",
-                     "--tracker", "mlflow", "--output-dir", str(out), cwd=tmp_path))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            *SMALL,
+            *ranks_args(2),
+            "--epochs",
+            "2",
+            "--val-size",
+            "64",
+            "--log-every",
+            "1",
+            "--tracker",
+            "mlflow",
+            "--output-dir",
+            str(out),
+            cwd=tmp_path,
+        )
+    )
     summary = json.loads((out / "summary.json").read_text())
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -37,8 +37,17 @@ def test_a_stuck_rank_ends_the_run_named(tmp_path, launcher):
     out = tmp_path / "run"
     cmd = [str(Path(__file__).with_name("scenarios.py")), "hang", str(out)]
     if launcher == "torchrun":
-        cmd = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), *cmd]  # fmt: skip
+        cmd = [
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            *cmd,
+        ]
     # The deadline (well under the 5-minute collective timeout) is the check that the watchdog ended the run.
     result = run([sys.executable, *cmd], timeout=120, env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 1, result.stderr

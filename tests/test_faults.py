@@ -26,10 +26,21 @@ from ignite_ddl.results import append_record, load_results, read_results, reject
 
 
 def good_record(index: int, repeat: int, rate: float) -> dict:
-    return {"key": f"k{index}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0, "position": 0,
-            "status": "completed", "error": None, "contended": False, "grid": {"seed": index},
-            "config": {"seed": index, "model": "cnn"}, "run_dir": "nowhere", "elapsed_s": 2.0,
-            "summary": {"world_size": 1, "samples_per_s": rate}}
+    return {
+        "key": f"k{index}-r{repeat}",
+        "index": index,
+        "repeat": repeat,
+        "attempt": 0,
+        "position": 0,
+        "status": "completed",
+        "error": None,
+        "contended": False,
+        "grid": {"seed": index},
+        "config": {"seed": index, "model": "cnn"},
+        "run_dir": "nowhere",
+        "elapsed_s": 2.0,
+        "summary": {"world_size": 1, "samples_per_s": rate},
+    }
 
 
 # -- results files: no valid record is ever dropped
@@ -62,8 +73,22 @@ def test_a_corrupt_middle_line_loses_no_record(tmp_path):
 
 def test_resume_keeps_records_after_a_corrupt_line_and_warns(tmp_path):
     out = tmp_path / "out"
-    args = ["sweep", "--grid", "model=toy,mlp", "--set", "train_size=128", "--set", "val_size=32",
-            "--set", "batch_size=32", "--set", "epochs=1", "--output-dir", str(out), "--no-report"]
+    args = [
+        "sweep",
+        "--grid",
+        "model=toy,mlp",
+        "--set",
+        "train_size=128",
+        "--set",
+        "val_size=32",
+        "--set",
+        "batch_size=32",
+        "--set",
+        "epochs=1",
+        "--output-dir",
+        str(out),
+        "--no-report",
+    ]
     assert run_cli(*args, timeout=300).returncode == 0
     results = out / "results.jsonl"
     first, second = results.read_text().splitlines(keepends=True)
@@ -172,8 +197,22 @@ def test_bad_sweep_values_are_refused(tmp_path, capsys, grid, message):
 @pytest.fixture(scope="module")
 def toy_checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("ckpt") / "run"
-    result = run_cli("train", "--model", "toy", "--epochs", "1", "--train-size", "128", "--val-size", "32",
-                     "--batch-size", "32", "--no-progress", "--output-dir", str(out))
+    result = run_cli(
+        "train",
+        "--model",
+        "toy",
+        "--epochs",
+        "1",
+        "--train-size",
+        "128",
+        "--val-size",
+        "32",
+        "--batch-size",
+        "32",
+        "--no-progress",
+        "--output-dir",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -216,8 +255,16 @@ def test_damaged_mnist_files_are_named(tmp_path, capsys, damage):
         images.write_bytes(b"\x00not an idx file at all" * 10)
     else:
         images.write_bytes(images.read_bytes()[:-100])
-    err = refused(capsys, "train", "--dataset", "mnist", "--data-dir", str(tmp_path / "data"),
-                  "--output-dir", str(tmp_path / "out"))
+    err = refused(
+        capsys,
+        "train",
+        "--dataset",
+        "mnist",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
     assert f"mnist file {images} is damaged" in err and "--download" in err
 
 
@@ -233,8 +280,22 @@ def test_the_rendezvous_store_listens_on_the_rendezvous_address_only(tmp_path):
 
 def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
     port = free_port()
-    result = run_cli("train", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
-                     str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
+    result = run_cli(
+        "train",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--timeout",
+        "4",
+        "--output-dir",
+        str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     assert f"waiting for nodes at 127.0.0.1:{port}: 1 of 2 present, missing node(s) 1" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
@@ -245,8 +306,22 @@ def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
 
 def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
     port = free_port()  # nobody listens there
-    result = run_cli("train", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                     str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
+    result = run_cli(
+        "train",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "--timeout",
+        "4",
+        "--output-dir",
+        str(tmp_path / "out"),
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ignite-ddl: error: cannot reach the rendezvous at 127.0.0.1:{port} within 4 s") and (
@@ -256,8 +331,20 @@ def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
 
 
 def test_node_0_must_listen_on_its_own_address(capsys, tmp_path):
-    err = refused(capsys, "train", "--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.1",
-                  "--master-port", "29500", "--output-dir", str(tmp_path / "out"))
+    err = refused(
+        capsys,
+        "train",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "192.0.2.1",
+        "--master-port",
+        "29500",
+        "--output-dir",
+        str(tmp_path / "out"),
+    )
     assert "cannot listen on 192.0.2.1:29500" in err and "must be an address of this machine" in err
 
 
@@ -278,10 +365,31 @@ def wait_for(path: Path, text: str, seconds: float = 120.0) -> None:
 def test_a_signal_stops_every_rank_and_worker(tmp_path, procs, sig, target):
     out = tmp_path / "out"
     marker = f"signal-{os.getpid()}-{procs}-{sig}"
-    cmd = [sys.executable, "-m", "ignite_ddl", "train", "--nproc-per-node", str(procs), "--num-workers", "2",
-           "--train-size", "4096", "--epochs", "100", "--no-progress", "--output-dir", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
+    cmd = [
+        sys.executable,
+        "-m",
+        "ignite_ddl",
+        "train",
+        "--nproc-per-node",
+        str(procs),
+        "--num-workers",
+        "2",
+        "--train-size",
+        "4096",
+        "--epochs",
+        "100",
+        "--no-progress",
+        "--output-dir",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
     try:
         wait_for(out / "logs" / "rank0.log", "batch ")  # the ranks are built and training
         time.sleep(1.0)
@@ -308,9 +416,14 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     # the second configuration trains long enough to be under way whenever the signal comes
     args = ["sweep", "--grid", "train_size=128,60000,192", *base, "--no-report"]
     marker = f"sweep-term-{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-m", "ignite_ddl", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ignite_ddl", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
@@ -330,9 +443,12 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     result = run_cli(*args, "--resume", timeout=600)
     assert result.returncode == 0, result.stderr
     records = read_results(out / "results.jsonl")
-    assert [(r["index"], r["status"]) for r in records] == [(0, "completed"), (1, "interrupted"), (1, "completed"),
-                                                           (2, "completed")]
-
+    assert [(r["index"], r["status"]) for r in records] == [
+        (0, "completed"),
+        (1, "interrupted"),
+        (1, "completed"),
+        (2, "completed"),
+    ]
 
 
 @pytest.mark.parametrize("start", ["preloaded", "fresh"])
@@ -340,13 +456,25 @@ def test_a_sweep_killed_outright_leaves_no_run_behind(tmp_path, start):
     # SIGKILL leaves the sweep no chance to stop its run: the run itself notices the sweep is gone (a pidfd watch
     # when preloaded from the fork server, the parent-death signal when started fresh) and stops its ranks.
     spec = tmp_path / "spec.yaml"
-    spec.write_text(json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1, "nproc_per_node": 2,
-                                         "backend": "gloo"}, "grid": {"seed": [1]}, "repeats": 1, "start": start}))
+    spec.write_text(
+        json.dumps(
+            {
+                "base": {"train_size": 60000, "val_size": 64, "epochs": 1, "nproc_per_node": 2, "backend": "gloo"},
+                "grid": {"seed": [1]},
+                "repeats": 1,
+                "start": start,
+            }
+        )
+    )
     out = tmp_path / "out"
     marker = f"sweep-kill-{os.getpid()}-{start}"
-    proc = subprocess.Popen([sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
     try:
         wait_for(out / "runs" / "cfg000-r0" / "logs" / "rank1.log", "rank 1/2")  # both ranks are training
         proc.kill()
@@ -370,9 +498,13 @@ def small_filesystem(tmp_path: Path, how: str, tmpfs_kb: int, file_limit_kb: int
     ``file_limit_kb`` (RLIMIT_FSIZE)."""
     folder = tmp_path / "small"
     folder.mkdir()
-    mounted = how == "tmpfs" and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={tmpfs_kb}k", "tmpfs", str(folder)], capture_output=True
-    ).returncode == 0  # fmt: skip
+    mounted = (
+        how == "tmpfs"
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={tmpfs_kb}k", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
     if mounted:
         try:
             yield folder, None
@@ -404,9 +536,24 @@ def test_a_full_disk_ends_a_run_in_one_line(tmp_path, how, procs):
     # The checkpoint (about 120 kB for the CNN) is the first file too large for what is left.
     with small_filesystem(tmp_path, how, tmpfs_kb=300, file_limit_kb=64) as (folder, limit):
         marker = f"full-disk-{os.getpid()}-{procs}"
-        result = run_cli("train", "--train-size", "512", "--val-size", "64", "--epochs", "2", "--no-progress",
-                         "--nproc-per-node", str(procs), "--backend", "gloo", "--output-dir", str(folder / "run"),
-                         preexec_fn=limit, env={"IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+        result = run_cli(
+            "train",
+            "--train-size",
+            "512",
+            "--val-size",
+            "64",
+            "--epochs",
+            "2",
+            "--no-progress",
+            "--nproc-per-node",
+            str(procs),
+            "--backend",
+            "gloo",
+            "--output-dir",
+            str(folder / "run"),
+            preexec_fn=limit,
+            env={"IGNITE_DDL_TEST_MARK": marker},
+        )
         assert_one_line_write_error(result, folder / "run")
         assert wait_gone(marker) == []
 
@@ -415,9 +562,24 @@ def test_a_full_disk_ends_a_run_in_one_line(tmp_path, how, procs):
 def test_a_full_disk_stops_a_sweep_in_one_line_with_whole_records(tmp_path, how):
     with small_filesystem(tmp_path, how, tmpfs_kb=160, file_limit_kb=12) as (folder, limit):
         out = folder / "sweep"
-        result = run_cli("sweep", "--grid", "seed=1,2,3,4,5,6,7,8", "--set", "train_size=256", "--set",
-                         "val_size=64", "--set", "epochs=1", "--repeats", "1", "--no-report", "--output-dir", str(out),
-                         preexec_fn=limit, timeout=600)  # fmt: skip
+        result = run_cli(
+            "sweep",
+            "--grid",
+            "seed=1,2,3,4,5,6,7,8",
+            "--set",
+            "train_size=256",
+            "--set",
+            "val_size=64",
+            "--set",
+            "epochs=1",
+            "--repeats",
+            "1",
+            "--no-report",
+            "--output-dir",
+            str(out),
+            preexec_fn=limit,
+            timeout=600,
+        )
         assert_one_line_write_error(result, out)
         records, rejected = load_results(out / "results.jsonl")
         assert rejected == []  # no half line: what is there is whole records
@@ -445,12 +607,18 @@ def test_a_report_on_a_full_disk_is_one_line(tmp_path, how):
 def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
     out = tmp_path / "sweep"
     spec = tmp_path / "spec.yaml"
-    spec.write_text(json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1},
-                                "grid": {"seed": [1, 2]}, "repeats": 1}))  # fmt: skip
+    spec.write_text(
+        json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1}, "grid": {"seed": [1, 2]}, "repeats": 1})
+    )
     marker = f"second-sweep-{os.getpid()}"
-    first = subprocess.Popen([sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
     try:
         wait_for(out / "runs" / "cfg000-r0" / "logs" / "rank0.log", "rank 0/1")  # the first sweep is training
         second = run_cli("sweep", str(spec), "--output-dir", str(out), "--resume")

@@ -10,8 +10,9 @@ from ignite_ddl.labs import allreduce_vs_ps, claims_hold
 
 
 def test_same_trajectory_and_the_bytes_each_scheme_moves(tmp_path):
-    result = allreduce_vs_ps.run(workers=[2, 3], sizes=[16, 64], steps=6, batch_size=48, backend="gloo",
-                                 output_dir=str(tmp_path))  # fmt: skip
+    result = allreduce_vs_ps.run(
+        workers=[2, 3], sizes=[16, 64], steps=6, batch_size=48, backend="gloo", output_dir=str(tmp_path)
+    )
     assert claims_hold(result), allreduce_vs_ps.format_result(result)
     rows = {(r["scheme"], r["workers"], r["width"]): r for r in result["rows"]}
     assert len(rows) == 8 and len(result["pairs"]) == 4
@@ -29,8 +30,19 @@ def test_same_trajectory_and_the_bytes_each_scheme_moves(tmp_path):
 
 
 def test_cli(tmp_path):
-    result = run_cli("allreduce-vs-ps", "--workers", "2", "--sizes", "32", "--steps", "4", "--backend", "gloo",
-                     "--output-dir", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "allreduce-vs-ps",
+        "--workers",
+        "2",
+        "--sizes",
+        "32",
+        "--steps",
+        "4",
+        "--backend",
+        "gloo",
+        "--output-dir",
+        str(tmp_path),
+    )
     check_ok(result)
     assert "server (0)" in result.stdout and "max|dw| PS-AR" in result.stdout and "FAILED" not in result.stdout
 

@@ -9,8 +9,19 @@ from conftest import check_ok, run_cli
 
 def test_bucket_sizes_change_calls_not_bytes(tmp_path):
     out = tmp_path / "buckets.json"
-    result = run_cli("bucket-size", "--backend", "gloo", "--caps", "0.01,25", "--train-size", "1536",
-                     "--output-dir", str(tmp_path), "--json", str(out))  # fmt: skip
+    result = run_cli(
+        "bucket-size",
+        "--backend",
+        "gloo",
+        "--caps",
+        "0.01,25",
+        "--train-size",
+        "1536",
+        "--output-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
     check_ok(result)
     assert "DDP bucket size, cnn on 2 processes" in result.stdout
     data = json.loads(out.read_text())

@@ -67,15 +67,19 @@ def test_bench_measures_every_collective_and_size(tmp_path):
     result = run_lab(tmp_path, nproc_per_node=2, bench=True, max_size=64 << 10, warmup=1, iters=3)
     assert all(c["ok"] for c in result["checks"]), result["checks"]
     assert [(r["collective"], r["size"]) for r in result["rows"][:3]] == [
-        ("all_reduce", 1024), ("all_gather", 1024), ("broadcast", 1024)]  # fmt: skip
+        ("all_reduce", 1024),
+        ("all_gather", 1024),
+        ("broadcast", 1024),
+    ]
     assert len(result["rows"]) == 3 * 4 and result["world_size"] == 2
     assert all(math.isfinite(r["busbw_GBps"]) and r["busbw_GBps"] > 0 for r in result["rows"])
 
 
 def test_cli_prints_the_per_rank_table(tmp_path):
     out = tmp_path / "result.json"
-    result = run_cli("collectives", "--backend", "gloo", "--nproc-per-node", "3", "--output-dir", str(tmp_path),
-                     "--json", str(out))  # fmt: skip
+    result = run_cli(
+        "collectives", "--backend", "gloo", "--nproc-per-node", "3", "--output-dir", str(tmp_path), "--json", str(out)
+    )
     check_ok(result)
     lines = result.stdout.splitlines()
     assert lines[0].startswith("3 ranks, backend gloo") and "barrier wait ms" in lines[1]
@@ -85,8 +89,20 @@ def test_cli_prints_the_per_rank_table(tmp_path):
 
 
 def test_cli_bench(tmp_path):
-    result = run_cli("collectives", "--bench", "--backend", "gloo", "--nproc-per-node", "2", "--max-size", "16K",
-                     "--iters", "2", "--output-dir", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "collectives",
+        "--bench",
+        "--backend",
+        "gloo",
+        "--nproc-per-node",
+        "2",
+        "--max-size",
+        "16K",
+        "--iters",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+    )
     check_ok(result)
     assert "busbw GB/s" in result.stdout and "all_gather     16K" in result.stdout
     assert "[ok] busbw = bytes / time x nccl-tests factor" in result.stdout
@@ -100,11 +116,26 @@ def test_bench_refuses_one_process(tmp_path):
 def test_benchmark_against_raw_torch_distributed(tmp_path):
     script = Path(__file__).parents[1] / "benchmarks" / "collectives.py"
     out = tmp_path / "bench.json"
-    result = run([sys.executable, str(script), "--procs", "2", "--max-size", "4K", "--iters", "2", "--repeats", "1",
-                  "--json", str(out)])  # fmt: skip
+    result = run(
+        [
+            sys.executable,
+            str(script),
+            "--procs",
+            "2",
+            "--max-size",
+            "4K",
+            "--iters",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     check_ok(result)
     assert "ours/raw" in result.stdout
     rows = json.loads(out.read_text())["results"]
-    assert {(r["collective"], r["size"]) for r in rows} == {(c, s) for c in collectives.BENCH_COLLECTIVES
-                                                            for s in (1024, 4096)}  # fmt: skip
+    assert {(r["collective"], r["size"]) for r in rows} == {
+        (c, s) for c in collectives.BENCH_COLLECTIVES for s in (1024, 4096)
+    }
     assert all(r["ratio_median"] > 0 and r["raw_busbw_GBps"] > 0 for r in rows)

@@ -28,8 +28,19 @@ def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
 
 def test_cli_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "result.json"
-    result = run_cli("ddp-sgd", "--procs", "1,2", "--steps", "2", "--backend", "gloo", "--output-dir", str(tmp_path),
-                     "--json", str(out))  # fmt: skip
+    result = run_cli(
+        "ddp-sgd",
+        "--procs",
+        "1,2",
+        "--steps",
+        "2",
+        "--backend",
+        "gloo",
+        "--output-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
     check_ok(result)
     assert "no BN max|dw|" in result.stdout and "FAILED" not in result.stdout
     assert json.loads(out.read_text())["runs"][0]["procs"] == 2

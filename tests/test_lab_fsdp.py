@@ -8,8 +8,9 @@ from ignite_ddl.labs import claims_hold, fsdp
 
 
 def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
-    result = fsdp.run(backend="gloo", nproc_per_node=3, width=96, layers=5, steps=4, batch_size=48,
-                      output_dir=str(tmp_path))  # fmt: skip
+    result = fsdp.run(
+        backend="gloo", nproc_per_node=3, width=96, layers=5, steps=4, batch_size=48, output_dir=str(tmp_path)
+    )
     assert claims_hold(result), fsdp.format_result(result)
     ddp, sharded = result["modes"]["ddp"], result["modes"]["fsdp"]
     params = 32 * 96 + 96 + 3 * (96 * 96 + 96) + 96 * 10 + 10
@@ -21,7 +22,18 @@ def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
 
 
 def test_cli(tmp_path):
-    result = run_cli("fsdp", "--backend", "gloo", "--nproc-per-node", "2", "--width", "64", "--steps", "3",
-                     "--output-dir", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "fsdp",
+        "--backend",
+        "gloo",
+        "--nproc-per-node",
+        "2",
+        "--width",
+        "64",
+        "--steps",
+        "3",
+        "--output-dir",
+        str(tmp_path),
+    )
     check_ok(result)
     assert "fully_shard" in result.stdout and "FAILED" not in result.stdout

@@ -48,8 +48,21 @@ def test_refuses_a_single_epoch(tmp_path):
 
 def test_cli_with_image_grid(tmp_path):
     grid = tmp_path / "grid.png"
-    result = run_cli("shards", "--backend", "gloo", "--nproc-per-node", "2", "--dataset-size", "200",
-                     "--batch-size", "128", "--output-dir", str(tmp_path), "--image-grid", str(grid))  # fmt: skip
+    result = run_cli(
+        "shards",
+        "--backend",
+        "gloo",
+        "--nproc-per-node",
+        "2",
+        "--dataset-size",
+        "200",
+        "--batch-size",
+        "128",
+        "--output-dir",
+        str(tmp_path),
+        "--image-grid",
+        str(grid),
+    )
     check_ok(result)
     assert result.stdout.startswith("200 samples over 2 ranks (gloo): global batch 128 -> 64 per rank")
     assert "[ok] BUG REPRODUCED (expected): without sampler.set_epoch(epoch)" in result.stdout

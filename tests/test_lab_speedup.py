@@ -15,8 +15,19 @@ from ignite_ddl.labs import speedup
 def test_cli_strong_scaling_table(tmp_path):
     out = tmp_path / "speedup.json"
     # 8 sorts of 1M floats: about 0.6 s on one core, enough to stand above the start-up noise
-    result = run_cli("speedup", "--procs", "1,2,4", "--work", "1000000", "--repeats", "2",
-                     "--output-dir", str(tmp_path), "--json", str(out))  # fmt: skip
+    result = run_cli(
+        "speedup",
+        "--procs",
+        "1,2,4",
+        "--work",
+        "1000000",
+        "--repeats",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    )
     check_ok(result)
     assert result.stdout.startswith("strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)")
     assert "wall s  speedup efficiency" in result.stdout
@@ -29,8 +40,16 @@ def test_cli_strong_scaling_table(tmp_path):
 
 
 def scaling_rows(speedups: dict[int, float], cores_used: float = 2.0) -> list[dict]:
-    return [{"procs": p, "speedup": s, "efficiency": s / p, "tasks_per_rank": [8 // p] * p,
-             "cores_used": min(p, cores_used)} for p, s in speedups.items()]  # fmt: skip
+    return [
+        {
+            "procs": p,
+            "speedup": s,
+            "efficiency": s / p,
+            "tasks_per_rank": [8 // p] * p,
+            "cores_used": min(p, cores_used),
+        }
+        for p, s in speedups.items()
+    ]
 
 
 def test_checks_catch_what_cannot_happen():
@@ -58,8 +77,18 @@ def test_refusals(tmp_path):
 
 
 def test_cli_transfer_on_cpu_says_there_is_nothing_to_move(tmp_path):
-    result = run_cli("speedup", "--transfer", "--work", "200000", "--transfer-iters", "3", "--repeats", "1",
-                     "--output-dir", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "speedup",
+        "--transfer",
+        "--work",
+        "200000",
+        "--transfer-iters",
+        "3",
+        "--repeats",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+    )
     check_ok(result)
     assert result.stdout.startswith("device cpu: 3 iterations of sorting 200,000 floats")
     assert "the device is the host: .to(device) copies nothing" in result.stdout

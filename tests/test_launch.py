@@ -40,9 +40,24 @@ def test_torchrun(tmp_path):
     out = tmp_path / "run"
     port = str(free_port())
     result = run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", port, "-m", "ignite_ddl", "train", *QUICK, "--output-dir", str(out)],
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            port,
+            "-m",
+            "ignite_ddl",
+            "train",
+            *QUICK,
+            "--output-dir",
+            str(out),
+        ],
+    )
     check_ok(result)
     summary = load_summary(out, world_size=2)
     assert summary["launch_mode"] == "env" and summary["backend"] == "gloo"
@@ -55,9 +70,24 @@ def test_two_nodes_on_loopback(tmp_path):
     port = str(free_port())
 
     def node(rank: int):
-        return run_cli("train", "--backend", "gloo", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
-                       "--master-addr", "127.0.0.1", "--master-port", port, *QUICK,
-                       "--output-dir", str(tmp_path / f"node{rank}"))  # fmt: skip
+        return run_cli(
+            "train",
+            "--backend",
+            "gloo",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            *QUICK,
+            "--output-dir",
+            str(tmp_path / f"node{rank}"),
+        )
 
     with ThreadPoolExecutor(2) as pool:
         for result in pool.map(node, range(2)):
@@ -83,8 +113,23 @@ def test_launch_returns_rank0_result(tmp_path):
 def test_dataloader_workers_are_not_restarted_each_epoch(tmp_path):
     # Ranks started with "spawn": a DataLoader worker started afresh each epoch would re-import torch (seconds).
     out = tmp_path / "run"
-    check_ok(run_cli("train", "--nproc-per-node", "2", "--start-method", "spawn", "--num-workers", "2", "--epochs", "3",
-                     *QUICK[:-3], "--no-progress", "--output-dir", str(out)))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            "--nproc-per-node",
+            "2",
+            "--start-method",
+            "spawn",
+            "--num-workers",
+            "2",
+            "--epochs",
+            "3",
+            *QUICK[:-3],
+            "--no-progress",
+            "--output-dir",
+            str(out),
+        )
+    )
     with open(out / "steps_rank0.csv") as f:
         rows = list(csv.DictReader(f))
     first_of_epoch = [float(r["data_s"]) for r in rows if int(r["iteration"]) % 8 == 1]

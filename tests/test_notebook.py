@@ -78,8 +78,13 @@ def test_notebooks_share_one_layout(path: Path):
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert code[-1].metadata.get("tags") == ["self-check"] and "assert" in code[-1].source
     # A thin caller: training and measuring happen in ignite_ddl, never in a notebook cell.
-    forbidden_calls = ("loss.backward(", "optimizer.step(", "Engine(", "init_process_group(",
-                       "DistributedDataParallel(")  # fmt: skip
+    forbidden_calls = (
+        "loss.backward(",
+        "optimizer.step(",
+        "Engine(",
+        "init_process_group(",
+        "DistributedDataParallel(",
+    )
     for cell in code:
         for forbidden in forbidden_calls:
             assert forbidden not in cell.source, f"{path.name} re-implements what the library does: {forbidden}"

@@ -86,33 +86,66 @@ def sweep(tmp_path: Path, n_axes: int, repeats: int = 3, seed: int = 0) -> list[
                 _steps_csv(run_dir / f"steps_rank{rank}.csv", step_s * (1.0 + 0.04 * rank), rng)
                 means = {f"{p}_s_mean": step_s * share for p, share in PHASE_SHARES.items()}
                 ranks.append(
-                    {"rank": rank, "iterations": 40, "samples": 40 * batch // procs, "window_s": 40 * step_s,
-                     "samples_per_s": samples_per_s / procs, "step_s_mean": step_s, "step_s_p50": step_s,
-                     "step_s_p90": 1.1 * step_s, "step_s_p99": 1.3 * step_s, "data_share": PHASE_SHARES["data"],
-                     "own_s_mean": 0.9 * step_s, **means}
-                )  # fmt: skip
+                    {
+                        "rank": rank,
+                        "iterations": 40,
+                        "samples": 40 * batch // procs,
+                        "window_s": 40 * step_s,
+                        "samples_per_s": samples_per_s / procs,
+                        "step_s_mean": step_s,
+                        "step_s_p50": step_s,
+                        "step_s_p90": 1.1 * step_s,
+                        "step_s_p99": 1.3 * step_s,
+                        "data_share": PHASE_SHARES["data"],
+                        "own_s_mean": 0.9 * step_s,
+                        **means,
+                    }
+                )
             straggler = {"rank": 1, "own_s_mean": 0.94 * step_s, "median_own_s_mean": 0.9 * step_s, "ratio": 1.04}
             summary = {
-                "world_size": procs, "samples_per_s": samples_per_s, "threads_per_process": 1, "cpu_cores": 2,
+                "world_size": procs,
+                "samples_per_s": samples_per_s,
+                "threads_per_process": 1,
+                "cpu_cores": 2,
                 "device": {"type": "cpu", "name": "cpu"},
                 "batch": {"requested_global": batch, "per_rank": batch // procs, "global": batch},
-                "val_accuracy": 0.5, "diverged": None,
+                "val_accuracy": 0.5,
+                "diverged": None,
                 "confusion_matrix": [[rng.randrange(1, 20) for _ in range(10)] for _ in range(10)],
                 "contention": {"foreign_cpu_share": 0.01, "foreign_gpu_share": None, "nodes": []},
                 "steps": {
-                    "warmup_iterations": 5, "ranks": ranks,
-                    "global": {"samples": 40 * batch, "window_s": 40 * step_s, "samples_per_s": samples_per_s,
-                               "step_s_p50": step_s, "step_s_p90": 1.1 * step_s, "step_s_p99": 1.3 * step_s,
-                               "data_share": PHASE_SHARES["data"]},
+                    "warmup_iterations": 5,
+                    "ranks": ranks,
+                    "global": {
+                        "samples": 40 * batch,
+                        "window_s": 40 * step_s,
+                        "samples_per_s": samples_per_s,
+                        "step_s_p50": step_s,
+                        "step_s_p90": 1.1 * step_s,
+                        "step_s_p99": 1.3 * step_s,
+                        "data_share": PHASE_SHARES["data"],
+                    },
                     "straggler": straggler if procs > 1 else None,
                 },
-            }  # fmt: skip
+            }
             records.append(
-                {"key": f"{digest}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0,
-                 "position": index * repeats + repeat, "status": "completed", "error": None, "contended": False,
-                 "run_dir": str(run_dir), "elapsed_s": 5.0, "exit_code": 0, "grid": grid,
-                 "config": {**config, "output_dir": str(run_dir)}, "summary": summary}
-            )  # fmt: skip
+                {
+                    "key": f"{digest}-r{repeat}",
+                    "index": index,
+                    "repeat": repeat,
+                    "attempt": 0,
+                    "position": index * repeats + repeat,
+                    "status": "completed",
+                    "error": None,
+                    "contended": False,
+                    "run_dir": str(run_dir),
+                    "elapsed_s": 5.0,
+                    "exit_code": 0,
+                    "grid": grid,
+                    "config": {**config, "output_dir": str(run_dir)},
+                    "summary": summary,
+                }
+            )
     return records
 
 

@@ -21,18 +21,47 @@ from ignite_ddl.sweep import append_record
 
 def record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "cnn", batch: int = 64, **extra) -> dict:
     """A completed run's record as a sweep writes it (only the fields the report reads)."""
-    config = {"model": model, "batch_size": batch, "nproc_per_node": procs, "dataset": "synthetic", "amp": "none",
-              "optimizer": "sgd", "sync_bn": False, "output_dir": f"x{index}-{repeat}"}
+    config = {
+        "model": model,
+        "batch_size": batch,
+        "nproc_per_node": procs,
+        "dataset": "synthetic",
+        "amp": "none",
+        "optimizer": "sgd",
+        "sync_bn": False,
+        "output_dir": f"x{index}-{repeat}",
+    }
     config.update(extra.pop("config", {}))
     digest = hashlib.sha1(f"configuration {index}".encode()).hexdigest()  # one configuration per index
-    summary = {"world_size": procs, "samples_per_s": rate, "batch": {"global": batch},
-               "device": {"type": "cpu", "name": "cpu"}, "threads_per_process": max(1, 2 // procs), "cpu_cores": 2,
-               "val_accuracy": 0.5, "diverged": None, "contention": {"foreign_cpu_share": 0.01}}
+    summary = {
+        "world_size": procs,
+        "samples_per_s": rate,
+        "batch": {"global": batch},
+        "device": {"type": "cpu", "name": "cpu"},
+        "threads_per_process": max(1, 2 // procs),
+        "cpu_cores": 2,
+        "val_accuracy": 0.5,
+        "diverged": None,
+        "contention": {"foreign_cpu_share": 0.01},
+    }
     summary.update(extra.pop("summary", {}))
     grid = {"model": model, "nproc_per_node": procs, "batch_size": batch, **extra.pop("grid", {})}
-    return {"key": f"{digest[:12]}-r{repeat}", "index": index, "repeat": repeat, "attempt": 0, "position": 0,
-            "status": "completed", "error": None, "contended": False, "grid": grid, "config": config,
-            "summary": summary, "run_dir": f"x{index}-{repeat}", "elapsed_s": 1.0, **extra}
+    return {
+        "key": f"{digest[:12]}-r{repeat}",
+        "index": index,
+        "repeat": repeat,
+        "attempt": 0,
+        "position": 0,
+        "status": "completed",
+        "error": None,
+        "contended": False,
+        "grid": grid,
+        "config": config,
+        "summary": summary,
+        "run_dir": f"x{index}-{repeat}",
+        "elapsed_s": 1.0,
+        **extra,
+    }
 
 
 def configs(*rates_per_config: list[float], **kwargs) -> list[dict]:
@@ -144,8 +173,11 @@ def test_high_variation_few_iterations_and_oversubscription_are_flagged():
     for r in records:
         r["summary"]["threads_per_process"] = 2
         r["config"]["nproc_per_node"] = 2
-        r["summary"]["steps"] = {"ranks": [{"iterations": 8}], "global": {"step_s_p50": 0.01, "step_s_p90": 0.01,
-                                 "data_share": 0.0}, "straggler": None}
+        r["summary"]["steps"] = {
+            "ranks": [{"iterations": 8}],
+            "global": {"step_s_p50": 0.01, "step_s_p90": 0.01, "data_share": 0.0},
+            "straggler": None,
+        }
     kinds = {f.kind for f in analyze(records).flags}
     assert {"high-variation", "few-iterations", "oversubscribed"} <= kinds
 
@@ -178,8 +210,10 @@ def test_mixed_models_get_a_verdict_each_and_no_cross_model_ratio(tmp_path):
     for r in records:
         append_record(tmp_path / "results.jsonl", r)
     analysis = analyze(records)
-    assert [(v.workload.split(",")[0], v.best) for v in analysis.verdicts] == [("model=mlp", "cfg000"),
-                                                                              ("model=cnn", "cfg002")]
+    assert [(v.workload.split(",")[0], v.best) for v in analysis.verdicts] == [
+        ("model=mlp", "cfg000"),
+        ("model=cnn", "cfg002"),
+    ]
     assert analysis.configs[2].speedup.value == pytest.approx(1.5)  # against cnn on 1 process, not the mlp
     report = write_report(tmp_path).read_text()
     cross = [f"{a / b:.1f}" for a in (4000.0, 3990.0) for b in (100.0, 150.0)] + ["the slowest configuration"]
@@ -190,15 +224,19 @@ def test_mixed_models_get_a_verdict_each_and_no_cross_model_ratio(tmp_path):
 def test_measured_share_comes_from_the_sessions():
     records = configs([100.0, 101.0, 99.0])
     for r in records:
-        r["summary"]["steps"] = {"ranks": [{"iterations": 40}], "straggler": None,
-                                 "global": {"window_s": 3.0, "step_s_p50": 0.01, "step_s_p90": 0.01, "data_share": 0}}
+        r["summary"]["steps"] = {
+            "ranks": [{"iterations": 40}],
+            "straggler": None,
+            "global": {"window_s": 3.0, "step_s_p50": 0.01, "step_s_p90": 0.01, "data_share": 0},
+        }
         r["elapsed_s"] = 4.0
         r["summary"].update(wall_time_s=3.6, train_time_s=3.3)
     analysis = analyze(records, {"sessions": [{"wall_s": 10.0}, {"wall_s": 5.0}]})
     assert analysis.measured_share == pytest.approx(9.0 / 15.0)
     assert analysis.measured_share_of_runs == pytest.approx(9.0 / 12.0)
-    assert analysis.time_breakdown() == pytest.approx({"start-up and writing": 1.2, "warm-up and epoch boundaries": 0.9,
-                                                       "evaluation": 0.9, "measured": 9.0})
+    assert analysis.time_breakdown() == pytest.approx(
+        {"start-up and writing": 1.2, "warm-up and epoch boundaries": 0.9, "evaluation": 0.9, "measured": 9.0}
+    )
 
 
 def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
@@ -236,9 +274,18 @@ def test_report_of_an_empty_directory_is_refused(tmp_path):
 
 def _rank(rank: int, exposed: float | None, comm: float | None) -> dict:
     """One rank's step statistics (seconds): 2 ms data, 10 forward, 20 backward, 1 optimizer, 0.5 handlers."""
-    return {"rank": rank, "iterations": 40, "data_s_mean": 0.002, "forward_s_mean": 0.010, "backward_s_mean": 0.020,
-            "optimizer_s_mean": 0.001, "handlers_s_mean": 0.0005, "exposed_comm_s_mean": exposed,
-            "comm_s_mean": comm, "buckets_per_step": 2.0}  # fmt: skip
+    return {
+        "rank": rank,
+        "iterations": 40,
+        "data_s_mean": 0.002,
+        "forward_s_mean": 0.010,
+        "backward_s_mean": 0.020,
+        "optimizer_s_mean": 0.001,
+        "handlers_s_mean": 0.0005,
+        "exposed_comm_s_mean": exposed,
+        "comm_s_mean": comm,
+        "buckets_per_step": 2.0,
+    }
 
 
 def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_path):
@@ -246,13 +293,23 @@ def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_p
     steps = {
         "ranks": [_rank(0, 0.010, 0.012), _rank(1, 0.002, 0.004)],
         "straggler": None,
-        "global": {"window_s": 3.0, "step_s_p50": 0.034, "step_s_p90": 0.035, "data_share": 0.06, "overlap": 0.4,
-                   "busbw_Bps": 2e8},
+        "global": {
+            "window_s": 3.0,
+            "step_s_p50": 0.034,
+            "step_s_p90": 0.035,
+            "data_share": 0.06,
+            "overlap": 0.4,
+            "busbw_Bps": 2e8,
+        },
         "comm_wait": {"rank": 1, "wait_s": [0.008, 0.0], "median_wait_s": 0.008},
         "comm_reference": {"message_bytes": 60000, "seconds": 0.0003, "busbw_Bps": 4e8},
-    }  # fmt: skip
-    flops = {"per_sample": {"total": 3e7}, "achieved_flops_per_s": 2.5e10, "utilisation_attainable": 0.2,
-             "utilisation_peak": None}  # fmt: skip
+    }
+    flops = {
+        "per_sample": {"total": 3e7},
+        "achieved_flops_per_s": 2.5e10,
+        "utilisation_attainable": 0.2,
+        "utilisation_peak": None,
+    }
     summary = {"steps": steps, "flops": flops}
     records = [record(0, r, v, procs=2, summary=summary) for r, v in enumerate([150, 152, 148])]
     for r in records:
@@ -265,8 +322,12 @@ def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_p
     iteration = 0.002 + 0.010 + 0.020 + 0.001 + 0.0005
     assert sum(config.phases.values()) == pytest.approx(iteration)
     assert config.exposed_share == pytest.approx(0.006 / iteration)
-    assert config.comm_wait == {"rank": 1, "waiting": [0], "wait_s": pytest.approx(0.008),
-                                "share": pytest.approx(0.008 / iteration)}  # fmt: skip
+    assert config.comm_wait == {
+        "rank": 1,
+        "waiting": [0],
+        "wait_s": pytest.approx(0.008),
+        "share": pytest.approx(0.008 / iteration),
+    }
     report = write_report(tmp_path).read_text()
     assert "rank 0 waits 8.0 ms per step for rank 1 in the all-reduce" in report
     assert "| overlap % | exposed comm % | busbw GB/s | isolated GB/s | GFLOP/s per rank | % of matmul rate |" in report

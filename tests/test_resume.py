@@ -8,8 +8,23 @@ import torch
 from conftest import check_ok, run_cli
 
 # warm-up + decay schedule and momentum: resuming must restore the scheduler and optimizer state too
-RUN = ["--train-size", "512", "--val-size", "64", "--batch-size", "64", "--epochs", "2", "--warmup-epochs", "1",
-       "--momentum", "0.9", "--threads", "1", "--no-progress"]  # fmt: skip
+RUN = [
+    "--train-size",
+    "512",
+    "--val-size",
+    "64",
+    "--batch-size",
+    "64",
+    "--epochs",
+    "2",
+    "--warmup-epochs",
+    "1",
+    "--momentum",
+    "0.9",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def weights(path) -> dict[str, torch.Tensor]:
@@ -41,8 +56,14 @@ def test_resuming_with_another_schedule_is_refused(tmp_path):
     part = tmp_path / "part"
     check_ok(run_cli("train", *RUN, "--max-iters", "5", "--checkpoint-every", "5", "--output-dir", str(part)))
     more = [*RUN, "--epochs", "3"]  # the later --epochs wins
-    result = run_cli("train", *more, "--resume", str(part / "checkpoints" / "checkpoint_5.pt"),
-                     "--output-dir", str(tmp_path / "resumed"))  # fmt: skip
+    result = run_cli(
+        "train",
+        *more,
+        "--resume",
+        str(part / "checkpoints" / "checkpoint_5.pt"),
+        "--output-dir",
+        str(tmp_path / "resumed"),
+    )
     assert result.returncode == 1
     assert (
         "its learning-rate schedule ends at iteration 16, this run's at 24; resume with the --epochs, "

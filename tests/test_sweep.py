@@ -48,8 +48,17 @@ def test_a_failure_does_not_lose_the_others(failing_sweep):
 
 
 def test_refused_combination_is_recorded_with_its_reason(tmp_path):
-    result = run_cli("sweep", "--grid", "backend=none,nccl", *[f"--set={k}={v}" for k, v in TINY.items()],
-                     "--name", "backends", "--output-dir", str(tmp_path), "--no-report")  # fmt: skip
+    result = run_cli(
+        "sweep",
+        "--grid",
+        "backend=none,nccl",
+        *[f"--set={k}={v}" for k, v in TINY.items()],
+        "--name",
+        "backends",
+        "--output-dir",
+        str(tmp_path),
+        "--no-report",
+    )
     assert result.returncode == 1
     none, nccl = read_results(tmp_path / "results.jsonl")
     assert none["status"] == "completed"
@@ -58,8 +67,7 @@ def test_refused_combination_is_recorded_with_its_reason(tmp_path):
 
 
 def test_timeout_is_recorded(tmp_path):
-    spec = write_spec(tmp_path / "spec.yaml", base={**TINY, "train_size": 50000}, grid={"model": ["cnn"]},
-                      timeout_s=4)  # fmt: skip
+    spec = write_spec(tmp_path / "spec.yaml", base={**TINY, "train_size": 50000}, grid={"model": ["cnn"]}, timeout_s=4)
     result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report")
     assert result.returncode == 1
     (record,) = read_results(tmp_path / "out" / "results.jsonl")
@@ -99,8 +107,14 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out)]
     marker = f"ctrl-c-{os.getpid()}-{start}"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "IGNITE_DDL_TEST_MARK": marker})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
         time.sleep(0.2)

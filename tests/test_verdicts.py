@@ -124,8 +124,22 @@ def test_a_run_beside_a_cpu_burning_process_is_contended_and_re_run(tmp_path):
 
 
 def test_a_diverged_training_run_warns(tmp_path):
-    result = run_cli("train", "--lr", "1e4", "--train-size", "256", "--val-size", "64", "--batch-size", "64",
-                     "--epochs", "1", "--no-progress", "--output-dir", str(tmp_path))
+    result = run_cli(
+        "train",
+        "--lr",
+        "1e4",
+        "--train-size",
+        "256",
+        "--val-size",
+        "64",
+        "--batch-size",
+        "64",
+        "--epochs",
+        "1",
+        "--no-progress",
+        "--output-dir",
+        str(tmp_path),
+    )
     check_ok(result)
     assert "warning: the run diverged: the training loss" in result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["diverged"].startswith("the training loss")

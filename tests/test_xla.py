@@ -43,8 +43,14 @@ SGD = {"lr": 0.2, "steps": 6, "batch": 8}  # the averaging case: 8 samples per r
 def collectives(local_rank: int) -> list[dict]:
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     value, src = rank + 1, world - 1
-    row = {"rank": rank, "local_rank": local_rank, "world": world, "device": str(device), "backend": idist.backend(),
-           "nproc_per_node": idist.get_nproc_per_node()}  # fmt: skip
+    row = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "world": world,
+        "device": str(device),
+        "backend": idist.backend(),
+        "nproc_per_node": idist.get_nproc_per_node(),
+    }
     for op in ("SUM", "PRODUCT", "MIN", "MAX"):
         row[op] = idist.all_reduce(torch.tensor(float(value), device=device), op=op).item()
     row["all_reduce number"] = idist.all_reduce(value)
@@ -101,8 +107,14 @@ def sgd(local_rank: int) -> list[dict]:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    row = {"rank": rank, "initial": initial, "final": _flat(model), "losses": losses,
-           "optimizer": type(optimizer).__name__, "is_sgd": isinstance(optimizer, torch.optim.SGD)}  # fmt: skip
+    row = {
+        "rank": rank,
+        "initial": initial,
+        "final": _flat(model),
+        "losses": losses,
+        "optimizer": type(optimizer).__name__,
+        "is_sgd": isinstance(optimizer, torch.optim.SGD),
+    }
     return gather_objects(row)
 
 
@@ -253,8 +265,23 @@ def test_recorder_times_the_execution_of_a_lazy_step(tmp_path):
 
 def test_training_run(tmp_path):
     out = tmp_path / "run"
-    check_ok(run_cli("train", "--backend", "xla-tpu", "--epochs", "3", *QUICK[:-3], "--checkpoint-every", "8",
-                     "--no-progress", "--output-dir", str(out), env=XLA_ENV, timeout=300))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            "--backend",
+            "xla-tpu",
+            "--epochs",
+            "3",
+            *QUICK[:-3],
+            "--checkpoint-every",
+            "8",
+            "--no-progress",
+            "--output-dir",
+            str(out),
+            env=XLA_ENV,
+            timeout=300,
+        )
+    )
     summary = load_summary(out, world_size=REPLICAS)
     assert (summary["backend"], summary["device"]["type"], summary["launch_mode"]) == ("xla-tpu", "xla", "spawn")
     assert summary["batch"] == {"requested_global": 64, "per_rank": 32, "global": 64}
@@ -274,8 +301,20 @@ def test_training_run(tmp_path):
 
 def test_one_replica_of_several_devices(tmp_path):
     out = tmp_path / "run"
-    check_ok(run_cli("train", "--backend", "xla-tpu", "--nproc-per-node", "1", *QUICK, "--output-dir", str(out),
-                     env=XLA_ENV, timeout=300))  # fmt: skip
+    check_ok(
+        run_cli(
+            "train",
+            "--backend",
+            "xla-tpu",
+            "--nproc-per-node",
+            "1",
+            *QUICK,
+            "--output-dir",
+            str(out),
+            env=XLA_ENV,
+            timeout=300,
+        )
+    )
     summary = load_summary(out, world_size=1)
     assert summary["backend"] == "xla-tpu" and summary["device"]["type"] == "xla"
 

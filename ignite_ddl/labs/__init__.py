@@ -154,8 +154,10 @@ def lab_option(
     """A field of a lab's ``Options``: its default and help line (the help shows the default), and optionally the
     values allowed, how the command line reads the text (``parse``), shows the default (``show``) and names the
     value (``metavar``). The field's type is its annotation."""
-    return field(default=default, metadata={"help": help, "choices": tuple(choices), "parse": parse, "show": show,
-                                            "metavar": metavar})  # fmt: skip
+    return field(
+        default=default,
+        metadata={"help": help, "choices": tuple(choices), "parse": parse, "show": show, "metavar": metavar},
+    )
 
 
 def output_dir_option() -> Any:
@@ -169,8 +171,9 @@ LAB_BACKENDS = ("auto", "gloo", "nccl", "xla-tpu")
 class LaunchOptions(LabOptions):
     """The options every lab that starts its ranks on a process group shares (its process counts are its own)."""
 
-    backend: str = lab_option("auto", "process group backend; auto: xla-tpu on a TPU, nccl on GPUs, else gloo",
-                              choices=LAB_BACKENDS)  # fmt: skip
+    backend: str = lab_option(
+        "auto", "process group backend; auto: xla-tpu on a TPU, nccl on GPUs, else gloo", choices=LAB_BACKENDS
+    )
     output_dir: str = output_dir_option()
 
 
@@ -190,9 +193,17 @@ def option_specs(options: type[LabOptions]) -> dict[str, OptionSpec]:
     for f in dataclasses.fields(options):
         kind, optional, many = option_kind(hints[f.name])
         meta = f.metadata
-        specs[f.name] = OptionSpec(help=meta["help"], kind=kind, default=f.default, optional=optional, many=many,
-                                   choices=meta["choices"], parse=meta["parse"], show=meta["show"],
-                                   metavar=meta["metavar"])  # fmt: skip
+        specs[f.name] = OptionSpec(
+            help=meta["help"],
+            kind=kind,
+            default=f.default,
+            optional=optional,
+            many=many,
+            choices=meta["choices"],
+            parse=meta["parse"],
+            show=meta["show"],
+            metavar=meta["metavar"],
+        )
     _SPECS[options] = specs
     return specs
 
@@ -213,8 +224,10 @@ def claims_hold(result: dict[str, Any]) -> bool:
 
 
 def format_checks(result: dict[str, Any]) -> str:
-    return "\n".join(f"[{'ok' if c['ok'] else 'FAILED'}] {c['claim']}" + (f": {c['detail']}" if c["detail"] else "")
-                     for c in result["checks"])  # fmt: skip
+    return "\n".join(
+        f"[{'ok' if c['ok'] else 'FAILED'}] {c['claim']}" + (f": {c['detail']}" if c["detail"] else "")
+        for c in result["checks"]
+    )
 
 
 def at_least(low: int, **values: int | Sequence[int]) -> None:
@@ -293,10 +306,13 @@ def lab_index() -> dict[str, LabEntry]:
         tree = ast.parse(Path(__path__[0], f"{module}.py").read_text())
         constants = {
             target.id: node.value.value
-            for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
             and isinstance(node.value.value, str)
-            for target in node.targets if isinstance(target, ast.Name)
-        }  # fmt: skip
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
         index[constants["NAME"]] = LabEntry(module, constants["HELP"], constants["CLAIM"])
     return index
 
@@ -319,5 +335,14 @@ if TYPE_CHECKING:  # mypy checks every lab module against the Lab protocol
         speedup,
     )
 
-    _LABS: tuple[Lab, ...] = (allreduce_vs_ps, buckets, collectives, ddp_sgd, dp_vs_ddp, fsdp, raw_vs_ignite, shards,
-                              speedup)  # fmt: skip
+    _LABS: tuple[Lab, ...] = (
+        allreduce_vs_ps,
+        buckets,
+        collectives,
+        ddp_sgd,
+        dp_vs_ddp,
+        fsdp,
+        raw_vs_ignite,
+        shards,
+        speedup,
+    )

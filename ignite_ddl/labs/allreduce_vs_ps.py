@@ -186,10 +186,12 @@ def train(
         ranks = gather_objects({"losses": losses, "times": times, **traffic.counts()})
         final = replica.weights()
         out[width] = {
-            "ranks": ranks, "params": final.numel(), "model_bytes": final.numel() * final.element_size(),
+            "ranks": ranks,
+            "params": final.numel(),
+            "model_bytes": final.numel() * final.element_size(),
             "moved": (final - initial).abs().max().item(),
             "final": final.cpu().tolist(),  # a list of floats: plain data crosses back to the parent process
-        }  # fmt: skip
+        }
     return out
 
 
@@ -206,24 +208,36 @@ def _summary(scheme: str, workers: int, width: int, run: dict[str, Any], steps: 
         sends = receives = 2 * (workers - 1) / workers * max(r["all_reduced"] for r in ranks) / steps
         source = "2(N-1)/N x payload (theory)"
     return {
-        "scheme": scheme, "workers": workers, "processes": len(ranks), "width": width, "params": run["params"],
-        "model_bytes": run["model_bytes"], "moved": run["moved"], "final": run["final"],
+        "scheme": scheme,
+        "workers": workers,
+        "processes": len(ranks),
+        "width": width,
+        "params": run["params"],
+        "model_bytes": run["model_bytes"],
+        "moved": run["moved"],
+        "final": run["final"],
         "losses": [statistics.fmean(r["losses"][k] for r in worker_ranks) for k in range(steps)],
         "step_s": median_step_s([r["times"] for r in ranks], warmup),
-        "busiest_rank": busiest, "sends_per_step": sends, "receives_per_step": receives, "bytes_source": source,
+        "busiest_rank": busiest,
+        "sends_per_step": sends,
+        "receives_per_step": receives,
+        "bytes_source": source,
         "all_reduce_payload_per_step": max(r["all_reduced"] for r in ranks) / steps,
-    }  # fmt: skip
+    }
 
 
 def _compare(ps: dict[str, Any], ar: dict[str, Any]) -> dict[str, Any]:
     """How far apart the two schemes' trajectories end (takes the final weights out of both rows)."""
     ps_final, ar_final = torch.tensor(ps.pop("final")), torch.tensor(ar.pop("final"))
     return {
-        "workers": ps["workers"], "width": ps["width"], "moved": ar["moved"],
-        "loss_first": ar["losses"][0], "loss_last": ar["losses"][-1],
+        "workers": ps["workers"],
+        "width": ps["width"],
+        "moved": ar["moved"],
+        "loss_first": ar["losses"][0],
+        "loss_last": ar["losses"][-1],
         "loss_diff": max(abs(a - b) for a, b in zip(ps["losses"], ar["losses"])),
         "weight_diff": (ps_final - ar_final).abs().max().item(),
-    }  # fmt: skip
+    }
 
 
 def run(**options: Any) -> dict[str, Any]:
@@ -240,9 +254,16 @@ def run(**options: Any) -> dict[str, Any]:
         for w in widths:
             rows += [got["ps"][w], got["all-reduce"][w]]
             pairs.append(_compare(got["ps"][w], got["all-reduce"][w]))
-    result = {"lab": NAME, "steps": opts.steps, "global_batch": opts.batch_size, "lr": opts.lr,
-              "tolerance": opts.tolerance, "server": "rank 0 is a pure server (N workers: N + 1 processes)",
-              "rows": rows, "pairs": pairs}  # fmt: skip
+    result = {
+        "lab": NAME,
+        "steps": opts.steps,
+        "global_batch": opts.batch_size,
+        "lr": opts.lr,
+        "tolerance": opts.tolerance,
+        "server": "rank 0 is a pure server (N workers: N + 1 processes)",
+        "rows": rows,
+        "pairs": pairs,
+    }
     result["checks"] = _checks(result)
     return result
 
@@ -255,8 +276,10 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     exact_ps = all(r["sends_per_step"] == r["receives_per_step"] == r["workers"] * r["model_bytes"] for r in ps)
     grows = all(
         a["sends_per_step"] < b["sends_per_step"]
-        for a in ps for b in ps if a["width"] == b["width"] and a["workers"] < b["workers"]
-    )  # fmt: skip
+        for a in ps
+        for b in ps
+        if a["width"] == b["width"] and a["workers"] < b["workers"]
+    )
     one_payload = all(r["all_reduce_payload_per_step"] == r["model_bytes"] for r in ar)
     return [
         check(
@@ -282,22 +305,53 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def format_result(result: dict[str, Any]) -> str:
     rows = [
-        [r["scheme"], r["workers"], r["processes"], r["width"], r["params"], kib(r["model_bytes"]),
-         f"{r['step_s'] * 1e3:.2f}", "server (0)" if r["busiest_rank"] == 0 else "each",
-         kib(r["sends_per_step"]), kib(r["receives_per_step"]), r["bytes_source"]]
+        [
+            r["scheme"],
+            r["workers"],
+            r["processes"],
+            r["width"],
+            r["params"],
+            kib(r["model_bytes"]),
+            f"{r['step_s'] * 1e3:.2f}",
+            "server (0)" if r["busiest_rank"] == 0 else "each",
+            kib(r["sends_per_step"]),
+            kib(r["receives_per_step"]),
+            r["bytes_source"],
+        ]
         for r in result["rows"]
-    ]  # fmt: skip
+    ]
     pairs = [
-        [p["workers"], p["width"], f"{p['loss_first']:.4f} -> {p['loss_last']:.4f}", f"{p['loss_diff']:.1e}",
-         f"{p['weight_diff']:.1e}"]
+        [
+            p["workers"],
+            p["width"],
+            f"{p['loss_first']:.4f} -> {p['loss_last']:.4f}",
+            f"{p['loss_diff']:.1e}",
+            f"{p['weight_diff']:.1e}",
+        ]
         for p in result["pairs"]
-    ]  # fmt: skip
-    return "\n".join([
-        f"{NAME}: plain SGD, {result['steps']} steps, global batch {result['global_batch']}, MLP of 3 Linear layers "
-        f"(width below); {result['server']}",
-        format_table(["scheme", "workers", "procs", "width", "params", "model", "step ms", "busiest rank",
-                      "sends/step", "receives/step", "bytes"], rows),
-        "",
-        format_table(["workers", "width", "loss (all-reduce)", "max|dloss| PS-AR", "max|dw| PS-AR"], pairs),
-        format_checks(result),
-    ])  # fmt: skip
+    ]
+    return "\n".join(
+        [
+            f"{NAME}: plain SGD, {result['steps']} steps, global batch {result['global_batch']}, "
+            f"MLP of 3 Linear layers (width below); {result['server']}",
+            format_table(
+                [
+                    "scheme",
+                    "workers",
+                    "procs",
+                    "width",
+                    "params",
+                    "model",
+                    "step ms",
+                    "busiest rank",
+                    "sends/step",
+                    "receives/step",
+                    "bytes",
+                ],
+                rows,
+            ),
+            "",
+            format_table(["workers", "width", "loss (all-reduce)", "max|dloss| PS-AR", "max|dw| PS-AR"], pairs),
+            format_checks(result),
+        ]
+    )

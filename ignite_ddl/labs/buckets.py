@@ -67,11 +67,21 @@ def _train(opts: Options, cap: float) -> dict[str, Any]:
     from ignite_ddl.trainer import train  # imports torch and the trainer: only when the lab runs
 
     config = TrainConfig(
-        backend=opts.backend, nproc_per_node=opts.nproc_per_node, model=opts.model, batch_size=opts.batch_size,
-        train_size=opts.train_size, val_size=128, epochs=1, bucket_cap_mb=cap, checkpoints=False, best_model=False,
-        progress=False, measure_flops=False, output_dir=str(Path(opts.output_dir) / f"bucket_{cap:g}MiB"),
+        backend=opts.backend,
+        nproc_per_node=opts.nproc_per_node,
+        model=opts.model,
+        batch_size=opts.batch_size,
+        train_size=opts.train_size,
+        val_size=128,
+        epochs=1,
+        bucket_cap_mb=cap,
+        checkpoints=False,
+        best_model=False,
+        progress=False,
+        measure_flops=False,
+        output_dir=str(Path(opts.output_dir) / f"bucket_{cap:g}MiB"),
         overwrite=True,
-    )  # fmt: skip
+    )
     steps = train(config)["steps"]
     ranks = steps["ranks"]
 
@@ -97,29 +107,46 @@ def run(**options: Any) -> dict[str, Any]:
     fewest, most = rows[-1], rows[0]
     same_bytes = len({r["bytes_per_step"] for r in rows}) == 1
     checks = [
-        check("every bucket size all-reduces the same bytes per step (the model's gradients)", same_bytes,
-              ", ".join(f"{r['cap_mb']:g} MiB: {r['bytes_per_step'] / 1e6:.3f} MB" for r in rows)),
-        check("smaller buckets mean more all-reduce calls per step",
-              all(a["buckets_per_step"] >= b["buckets_per_step"] for a, b in zip(rows, rows[1:]))
-              and most["buckets_per_step"] > fewest["buckets_per_step"],
-              ", ".join(f"{r['cap_mb']:g} MiB: {r['buckets_per_step']:.0f}" for r in rows)),
-        check("with a single bucket nothing overlaps: its all-reduce starts when the last gradient is ready",
-              fewest["buckets_per_step"] != 1 or fewest["overlap"] == 0,
-              f"{fewest['cap_mb']:g} MiB: {fewest['buckets_per_step']:.0f} bucket(s), overlap "
-              f"{100 * fewest['overlap']:.0f} %"),
-        check("with several buckets part of the communication overlaps backward compute",
-              most["buckets_per_step"] < 2 or most["overlap"] > 0,
-              f"{most['cap_mb']:g} MiB: {most['buckets_per_step']:.0f} buckets, overlap {100 * most['overlap']:.0f} %"),
-    ]  # fmt: skip
+        check(
+            "every bucket size all-reduces the same bytes per step (the model's gradients)",
+            same_bytes,
+            ", ".join(f"{r['cap_mb']:g} MiB: {r['bytes_per_step'] / 1e6:.3f} MB" for r in rows),
+        ),
+        check(
+            "smaller buckets mean more all-reduce calls per step",
+            all(a["buckets_per_step"] >= b["buckets_per_step"] for a, b in zip(rows, rows[1:]))
+            and most["buckets_per_step"] > fewest["buckets_per_step"],
+            ", ".join(f"{r['cap_mb']:g} MiB: {r['buckets_per_step']:.0f}" for r in rows),
+        ),
+        check(
+            "with a single bucket nothing overlaps: its all-reduce starts when the last gradient is ready",
+            fewest["buckets_per_step"] != 1 or fewest["overlap"] == 0,
+            f"{fewest['cap_mb']:g} MiB: {fewest['buckets_per_step']:.0f} bucket(s), overlap "
+            f"{100 * fewest['overlap']:.0f} %",
+        ),
+        check(
+            "with several buckets part of the communication overlaps backward compute",
+            most["buckets_per_step"] < 2 or most["overlap"] > 0,
+            f"{most['cap_mb']:g} MiB: {most['buckets_per_step']:.0f} buckets, overlap {100 * most['overlap']:.0f} %",
+        ),
+    ]
     return {"model": opts.model, "world_size": opts.nproc_per_node, "rows": rows, "checks": checks}
 
 
 def format_result(result: dict[str, Any]) -> str:
     header = ("bucket MiB", "buckets", "MB/step", "comm ms", "exposed ms", "overlap %", "step p50 ms", "samples/s")
     rows = [
-        (f"{r['cap_mb']:g}", f"{r['buckets_per_step']:.0f}", f"{r['bytes_per_step'] / 1e6:.3f}", f"{r['comm_ms']:.2f}",
-         f"{r['exposed_ms']:.2f}", f"{100 * r['overlap']:.0f}", f"{r['step_ms']:.2f}", f"{r['samples_per_s']:.0f}")
+        (
+            f"{r['cap_mb']:g}",
+            f"{r['buckets_per_step']:.0f}",
+            f"{r['bytes_per_step'] / 1e6:.3f}",
+            f"{r['comm_ms']:.2f}",
+            f"{r['exposed_ms']:.2f}",
+            f"{100 * r['overlap']:.0f}",
+            f"{r['step_ms']:.2f}",
+            f"{r['samples_per_s']:.0f}",
+        )
         for r in result["rows"]
-    ]  # fmt: skip
+    ]
     title = f"DDP bucket size, {result['model']} on {result['world_size']} processes (one run per size)"
     return f"{title}\n{format_table(header, rows)}\n{format_checks(result)}"

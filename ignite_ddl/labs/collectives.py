@@ -257,9 +257,17 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
             nbytes = moved_bytes(collective, message_numel(collective, size, world), world)
             seconds = sum(ranks) / len(ranks)
             algbw = nbytes / seconds / 1e9
-            rows.append({"collective": collective, "size": size, "bytes": nbytes, "time_s": seconds,
-                         "time_max_s": max(ranks), "algbw_GBps": algbw,
-                         "busbw_GBps": algbw * BUS_FACTORS[collective](world)})  # fmt: skip
+            rows.append(
+                {
+                    "collective": collective,
+                    "size": size,
+                    "bytes": nbytes,
+                    "time_s": seconds,
+                    "time_max_s": max(ranks),
+                    "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * BUS_FACTORS[collective](world),
+                }
+            )
     return rows
 
 
@@ -282,9 +290,12 @@ def _bench_checks(rows: list[dict[str, Any]], world: int) -> list[dict[str, Any]
     factors = ", ".join(f"{c} {f:.3g}" for c, f in factor.items())
     return [
         check("time, algbw and busbw are positive and finite", not bad, ", ".join(bad) or f"{len(rows)} rows"),
-        check(f"busbw = bytes / time x nccl-tests factor ({factors} for N = {world})", not inconsistent,
-              ", ".join(inconsistent)),
-    ]  # fmt: skip
+        check(
+            f"busbw = bytes / time x nccl-tests factor ({factors} for N = {world})",
+            not inconsistent,
+            ", ".join(inconsistent),
+        ),
+    ]
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -298,10 +309,16 @@ def _label(row: dict[str, Any]) -> str:
 class Options(LaunchOptions):
     nproc_per_node: int = lab_option(4, "processes to start")
     bench: bool = lab_option(False, "measure all_reduce, all_gather, broadcast bandwidth")
-    min_size: int = lab_option(1 << 10, "smallest message of --bench in bytes: 4096, 64K, 1M, ...", parse=parse_size,
-                               show=format_size, metavar="SIZE")  # fmt: skip
-    max_size: int = lab_option(64 << 20, "largest message of --bench", parse=parse_size, show=format_size,
-                               metavar="SIZE")  # fmt: skip
+    min_size: int = lab_option(
+        1 << 10,
+        "smallest message of --bench in bytes: 4096, 64K, 1M, ...",
+        parse=parse_size,
+        show=format_size,
+        metavar="SIZE",
+    )
+    max_size: int = lab_option(
+        64 << 20, "largest message of --bench", parse=parse_size, show=format_size, metavar="SIZE"
+    )
     warmup: int = lab_option(5, "untimed calls before each measurement of --bench")
     iters: int = lab_option(20, "timed calls of --bench per size and collective")
 
@@ -334,9 +351,17 @@ def run(**options: Any) -> dict[str, Any]:
     result = launch(_bench_rank, settings, sizes, opts.warmup, opts.iters)
     world = len(result["seconds"])
     rows = bandwidth_rows(sizes, world, result["seconds"])
-    return {"lab": NAME, "mode": "bench", "backend": result["backend"], "device": result["device"],
-            "world_size": world, "warmup": opts.warmup, "iters": opts.iters, "rows": rows,
-            "checks": _bench_checks(rows, world)}  # fmt: skip
+    return {
+        "lab": NAME,
+        "mode": "bench",
+        "backend": result["backend"],
+        "device": result["device"],
+        "world_size": world,
+        "warmup": opts.warmup,
+        "iters": opts.iters,
+        "rows": rows,
+        "checks": _bench_checks(rows, world),
+    }
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -351,14 +376,27 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-_CHECK_COLUMNS = ("input", *(f"all_reduce {op}" for op in REDUCE_OPS), "all_gather number", "broadcast tensor",
-                  "broadcast number", "broadcast str")  # fmt: skip
+_CHECK_COLUMNS = (
+    "input",
+    *(f"all_reduce {op}" for op in REDUCE_OPS),
+    "all_gather number",
+    "broadcast tensor",
+    "broadcast number",
+    "broadcast str",
+)
 
 
 def _format_check(result: dict[str, Any]) -> str:
     rows = result["rows"]
-    cells = [[str(row["rank"]), *(_short(row[c]) for c in _CHECK_COLUMNS), "yes" if row["one_rank_only ran"] else "-",
-              f"{(row['barrier left'] - row['barrier arrived']) * 1e3:.0f}"] for row in rows]  # fmt: skip
+    cells = [
+        [
+            str(row["rank"]),
+            *(_short(row[c]) for c in _CHECK_COLUMNS),
+            "yes" if row["one_rank_only ran"] else "-",
+            f"{(row['barrier left'] - row['barrier arrived']) * 1e3:.0f}",
+        ]
+        for row in rows
+    ]
     header = ["rank", *(c.replace("all_reduce ", "") for c in _CHECK_COLUMNS), "one_rank_only", "barrier wait ms"]
     lines = [f"{len(rows)} ranks, backend {result['backend']}, device {result['device']}; input = rank + 1"]
     lines.append(format_table(header, cells))

@@ -104,10 +104,17 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
 def bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
     """A small CNN with a normalisation layer (``norm``) after each convolution."""
     return nn.Sequential(
-        nn.Conv2d(IMAGE[0], 16, 3, padding=1), norm(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), norm(32), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 4, 10),
-    )  # fmt: skip
+        nn.Conv2d(IMAGE[0], 16, 3, padding=1),
+        norm(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        norm(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4, 10),
+    )
 
 
 def first_sentence(error: BaseException) -> str:
@@ -182,13 +189,27 @@ def run(**options: Any) -> dict[str, Any]:
     for n in sorted(set(opts.procs) - {1}):
         got = launch_lab(train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
         sync_bn = got["sync_bn"]
-        rows.append({"procs": n, "per_rank_batch": opts.batch_size // n, **got["diff"], "device": got["device"],
-                     "sync_bn_layer": sync_bn["layer"], "sync_bn_refusals": sync_bn["refusals"]})  # fmt: skip
+        rows.append(
+            {
+                "procs": n,
+                "per_rank_batch": opts.batch_size // n,
+                **got["diff"],
+                "device": got["device"],
+                "sync_bn_layer": sync_bn["layer"],
+                "sync_bn_refusals": sync_bn["refusals"],
+            }
+        )
     result = {
-        "lab": NAME, "steps": opts.steps, "global_batch": opts.batch_size, "lr": opts.lr, "tolerance": opts.tolerance,
-        "device": rows[-1]["device"] if rows else reference["device"], "torch": torch.__version__,
-        "weights_moved": reference["moved"], "runs": rows,
-    }  # fmt: skip
+        "lab": NAME,
+        "steps": opts.steps,
+        "global_batch": opts.batch_size,
+        "lr": opts.lr,
+        "tolerance": opts.tolerance,
+        "device": rows[-1]["device"] if rows else reference["device"],
+        "torch": torch.__version__,
+        "weights_moved": reference["moved"],
+        "runs": rows,
+    }
     result["checks"] = _checks(result)
     return result
 

@@ -114,12 +114,18 @@ def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]
         loss.backward()
     buckets = [(t, n) for kind, t, n in events if kind == "bucket"]
     first_layer_ready = next(t for kind, t, _ in events if kind == "first layer")
-    return gather_objects({
-        "rank": rank, "pid": os.getpid(), "weights_before": before, "weights_after": after, "loss": loss.item(),
-        "grads": _digest(parameters_to_vector(gradients(model.parameters()))),
-        "bucket_numels": [n for _, n in buckets],
-        "buckets_before_first_layer_grad": sum(t < first_layer_ready for t, _ in buckets),
-    })  # fmt: skip
+    return gather_objects(
+        {
+            "rank": rank,
+            "pid": os.getpid(),
+            "weights_before": before,
+            "weights_after": after,
+            "loss": loss.item(),
+            "grads": _digest(parameters_to_vector(gradients(model.parameters()))),
+            "bucket_numels": [n for _, n in buckets],
+            "buckets_before_first_layer_grad": sum(t < first_layer_ready for t, _ in buckets),
+        }
+    )
 
 
 def dataparallel_here() -> dict[str, Any]:
@@ -298,10 +304,18 @@ def format_result(result: dict[str, Any]) -> str:
         lines.append(f"peak memory per GPU and throughput: NOT MEASURED ({gpu['reason']}); what runs here instead:")
     ranks = result["structure"]["ddp_ranks"]
     rank_rows = [
-        [r["rank"], r["pid"], r["weights_before"], r["weights_after"], f"{r['loss']:.4f}", r["grads"],
-         len(r["bucket_numels"]), r["buckets_before_first_layer_grad"]]
+        [
+            r["rank"],
+            r["pid"],
+            r["weights_before"],
+            r["weights_after"],
+            f"{r['loss']:.4f}",
+            r["grads"],
+            len(r["bucket_numels"]),
+            r["buckets_before_first_layer_grad"],
+        ]
         for r in ranks
-    ]  # fmt: skip
+    ]
     lines.append(f"DDP over {len(ranks)} processes (parent pid {result['parent_pid']}):")
     header = ["rank", "pid", "weights before", "after wrap", "loss", "gradients", "buckets", "before 1st layer"]
     lines.append(format_table(header, rank_rows))

@@ -144,19 +144,27 @@ def run(**options: Any) -> dict[str, Any]:
     n = opts.nproc_per_node
     modes = {
         mode: _summary(
-            mode, launch_lab(train, opts, n, mode, opts.width, opts.layers, opts.steps, opts.batch_size, opts.lr),
-            opts.steps, opts.warmup,
+            mode,
+            launch_lab(train, opts, n, mode, opts.width, opts.layers, opts.steps, opts.batch_size, opts.lr),
+            opts.steps,
+            opts.warmup,
         )
         for mode in MODES
-    }  # fmt: skip
+    }
     ddp, fsdp = modes["ddp"], modes["fsdp"]
     result = {
-        "lab": NAME, "processes": n, "width": opts.width, "layers": opts.layers, "steps": opts.steps,
-        "global_batch": opts.batch_size, "tolerance": opts.tolerance, "api": "torch.distributed.fsdp.fully_shard",
+        "lab": NAME,
+        "processes": n,
+        "width": opts.width,
+        "layers": opts.layers,
+        "steps": opts.steps,
+        "global_batch": opts.batch_size,
+        "tolerance": opts.tolerance,
+        "api": "torch.distributed.fsdp.fully_shard",
         "modes": modes,
         "loss_diff": max(abs(a - b) for a, b in zip(ddp["losses"], fsdp["losses"])),
         "ratio": {part: fsdp["max_rank_bytes"][part] / ddp["max_rank_bytes"][part] for part in (*PARTS, "total")},
-    }  # fmt: skip
+    }
     result["checks"] = _checks(result)
     return result
 
@@ -189,13 +197,15 @@ def format_result(result: dict[str, Any]) -> str:
         for rank, b in enumerate(m["bytes_per_rank"]):
             rows.append([mode, rank, *(kib(b[part]) for part in (*PARTS, "total")), f"{m['step_s'] * 1e3:.2f}"])
     ddp, fsdp = result["modes"]["ddp"], result["modes"]["fsdp"]
-    return "\n".join([
-        f"{NAME}: MLP of {result['layers']} Linear layers, width {result['width']}, Adam, {result['steps']} steps, "
-        f"global batch {result['global_batch']}, {result['processes']} processes; FSDP = {result['api']}",
-        format_table(["mode", "rank", "params", "grads", "optimizer", "total", "step ms"], rows),
-        f"held between steps; while a layer runs FSDP also holds its gathered parameters "
-        f"(largest layer {kib(fsdp['largest_layer_bytes'])})",
-        f"losses: DDP {ddp['losses'][0]:.4f} -> {ddp['losses'][-1]:.4f}, FSDP {fsdp['losses'][0]:.4f} -> "
-        f"{fsdp['losses'][-1]:.4f}",
-        format_checks(result),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{NAME}: MLP of {result['layers']} Linear layers, width {result['width']}, Adam, {result['steps']} steps, "
+            f"global batch {result['global_batch']}, {result['processes']} processes; FSDP = {result['api']}",
+            format_table(["mode", "rank", "params", "grads", "optimizer", "total", "step ms"], rows),
+            f"held between steps; while a layer runs FSDP also holds its gathered parameters "
+            f"(largest layer {kib(fsdp['largest_layer_bytes'])})",
+            f"losses: DDP {ddp['losses'][0]:.4f} -> {ddp['losses'][-1]:.4f}, FSDP {fsdp['losses'][0]:.4f} -> "
+            f"{fsdp['losses'][-1]:.4f}",
+            format_checks(result),
+        ]
+    )

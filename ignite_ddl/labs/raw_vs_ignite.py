@@ -187,10 +187,17 @@ def run(**options: Any) -> dict[str, Any]:
     }
     diff = max_abs_diff(raw, ours)
     result: dict[str, Any] = {
-        "lab": NAME, "processes": plan.world_size, "ignite_backend": plan.backend, "raw_backend": "gloo",
-        "steps": opts.steps, "global_batch": opts.batch_size, "tolerance": opts.tolerance,
-        "max_abs_diff": diff, "weights_moved": moved, "code_lines": lines,
-    }  # fmt: skip
+        "lab": NAME,
+        "processes": plan.world_size,
+        "ignite_backend": plan.backend,
+        "raw_backend": "gloo",
+        "steps": opts.steps,
+        "global_batch": opts.batch_size,
+        "tolerance": opts.tolerance,
+        "max_abs_diff": diff,
+        "weights_moved": moved,
+        "code_lines": lines,
+    }
     result["checks"] = [
         check(
             "raw torch.distributed and Ignite reach the same weights",
@@ -204,11 +211,13 @@ def run(**options: Any) -> dict[str, Any]:
 def format_result(result: dict[str, Any]) -> str:
     rows = [[side, name, n] for side, fns in result["code_lines"].items() for name, n in fns.items()]
     rows += [[side, "total", sum(fns.values())] for side, fns in result["code_lines"].items()]
-    return "\n".join([
-        f"{NAME}: ToyModel, {result['steps']} SGD steps, global batch {result['global_batch']}, "
-        f"{result['processes']} processes (raw: {result['raw_backend']}, ignite: {result['ignite_backend']})",
-        f"final weights: max |raw - ignite| = {result['max_abs_diff']:.1e}",
-        "lines of code (non-blank, no comments or docstrings; the model and data are shared and not counted):",
-        format_table(["side", "function", "lines"], rows),
-        format_checks(result),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{NAME}: ToyModel, {result['steps']} SGD steps, global batch {result['global_batch']}, "
+            f"{result['processes']} processes (raw: {result['raw_backend']}, ignite: {result['ignite_backend']})",
+            f"final weights: max |raw - ignite| = {result['max_abs_diff']:.1e}",
+            "lines of code (non-blank, no comments or docstrings; the model and data are shared and not counted):",
+            format_table(["side", "function", "lines"], rows),
+            format_checks(result),
+        ]
+    )

@@ -101,22 +101,36 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     reshuffled = [e for e in range(1, epochs) if order["set_epoch"][e] != order["set_epoch"][e - 1]]
     repeated = [e for e in range(1, epochs) if order["forgotten"][e] == order["forgotten"][0]]
     return [
-        check(f"every rank gets {per_shard} samples per epoch (ceil({size} / {world}))",
-              all(len(indices) == per_shard for row in rows for indices in row["set_epoch"]),
-              ", ".join(f"rank {row['rank']}: {[len(ep) for ep in row['set_epoch']]}" for row in rows)),
-        check("together the ranks cover the whole dataset in every epoch", all(not f["missing"] for f in facts),
-              ", ".join(f"epoch {e}: missing {f['missing']}" for e, f in enumerate(facts) if f["missing"])),
-        check(f"shards are disjoint except for the sampler's padding ({world} x {per_shard} - {size} = {padding} "
-              "repeated sample(s) per epoch)", all(f["extra"] == len(f["duplicated"]) == padding for f in facts),
-              "; ".join(f"epoch {e} repeats {f['duplicated']}" for e, f in enumerate(facts)) if padding
-              else "no padding: every sample seen exactly once"),
-        check(batch_claim, batches_ok,
-              f"batch sizes of epoch 0 on rank 0: {rows[0]['batch_sizes']}"),
-        check("with sampler.set_epoch(epoch): each epoch has a new order", len(reshuffled) == epochs - 1,
-              f"epochs differing from the previous one: {reshuffled}"),
-        check("BUG REPRODUCED (expected): without sampler.set_epoch(epoch), every epoch repeats epoch 0's order",
-              len(repeated) == epochs - 1, f"epochs identical to epoch 0: {repeated}"),
-    ]  # fmt: skip
+        check(
+            f"every rank gets {per_shard} samples per epoch (ceil({size} / {world}))",
+            all(len(indices) == per_shard for row in rows for indices in row["set_epoch"]),
+            ", ".join(f"rank {row['rank']}: {[len(ep) for ep in row['set_epoch']]}" for row in rows),
+        ),
+        check(
+            "together the ranks cover the whole dataset in every epoch",
+            all(not f["missing"] for f in facts),
+            ", ".join(f"epoch {e}: missing {f['missing']}" for e, f in enumerate(facts) if f["missing"]),
+        ),
+        check(
+            f"shards are disjoint except for the sampler's padding ({world} x {per_shard} - {size} = {padding} "
+            "repeated sample(s) per epoch)",
+            all(f["extra"] == len(f["duplicated"]) == padding for f in facts),
+            "; ".join(f"epoch {e} repeats {f['duplicated']}" for e, f in enumerate(facts))
+            if padding
+            else "no padding: every sample seen exactly once",
+        ),
+        check(batch_claim, batches_ok, f"batch sizes of epoch 0 on rank 0: {rows[0]['batch_sizes']}"),
+        check(
+            "with sampler.set_epoch(epoch): each epoch has a new order",
+            len(reshuffled) == epochs - 1,
+            f"epochs differing from the previous one: {reshuffled}",
+        ),
+        check(
+            "BUG REPRODUCED (expected): without sampler.set_epoch(epoch), every epoch repeats epoch 0's order",
+            len(repeated) == epochs - 1,
+            f"epochs identical to epoch 0: {repeated}",
+        ),
+    ]
 
 
 def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
@@ -194,8 +208,9 @@ def format_result(result: dict[str, Any]) -> str:
     for scenario, set_epoch in SCENARIOS.items():
         lines.append(f"{'with' if set_epoch else 'WITHOUT'} sampler.set_epoch(epoch):")
         lines.append(f"  {'epoch':>5} {'rank':>4}  indices in the order seen")
-        lines += [f"  {e:>5} {row['rank']:>4}  {_indices(row[scenario][e])}" for e in range(result["epochs"])
-                  for row in rows]  # fmt: skip
+        lines += [
+            f"  {e:>5} {row['rank']:>4}  {_indices(row[scenario][e])}" for e in range(result["epochs"]) for row in rows
+        ]
     if "image_grid" in result:
         lines.append(f"image grid of each rank's first batch: {result['image_grid']}")
     return "\n".join(lines) + "\n" + format_checks(result)

@@ -58,8 +58,13 @@ def _job_rank(local_rank: int, work: int, tasks: int) -> dict[str, Any]:
     busy, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     idist.barrier()  # the job is done when the last rank is
     wall = time.perf_counter() - start
-    return {"wall_s": wall, "rank_s": gather_objects(busy), "cpu_s": gather_objects(cpu),
-            "tasks_per_rank": gather_objects(len(mine)), "threads": torch.get_num_threads()}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "rank_s": gather_objects(busy),
+        "cpu_s": gather_objects(cpu),
+        "tasks_per_rank": gather_objects(len(mine)),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[dict[str, Any]]:
@@ -76,12 +81,19 @@ def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[di
     rows = []
     for p in procs:
         wall = best[p]["wall_s"]
-        rows.append({"procs": p, **best[p], "speedup": one / wall, "efficiency": one / wall / p,
-                     # Each rank's CPU time over its busy time is the share of a core it had while computing
-                     # (below 1 when sharing); summed, the cores the job had. Another job on the machine lowers it,
-                     # ranks wrongly run one after the other would not.
-                     "cores_used": sum(c / b for c, b in zip(best[p]["cpu_s"], best[p]["rank_s"])),
-                     "ideal": min(p, cores, tasks / math.ceil(tasks / p))})  # fmt: skip
+        rows.append(
+            {
+                "procs": p,
+                **best[p],
+                "speedup": one / wall,
+                "efficiency": one / wall / p,
+                # Each rank's CPU time over its busy time is the share of a core it had while computing
+                # (below 1 when sharing); summed, the cores the job had. Another job on the machine lowers it,
+                # ranks wrongly run one after the other would not.
+                "cores_used": sum(c / b for c, b in zip(best[p]["cpu_s"], best[p]["rank_s"])),
+                "ideal": min(p, cores, tasks / math.ceil(tasks / p)),
+            }
+        )
     return rows
 
 
@@ -136,8 +148,11 @@ def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> dict
     for _ in range(repeats):
         for where in times:
             times[where].append(_timed_loop(host, device, iters, move_inside=where == "inside"))
-    return {"device": str(device), "same_tensor": host.to(device) is host,
-            **{f"{where}_s": min(t) for where, t in times.items()}}  # fmt: skip
+    return {
+        "device": str(device),
+        "same_tensor": host.to(device) is host,
+        **{f"{where}_s": min(t) for where, t in times.items()},
+    }
 
 
 def _transfer(opts: Options) -> dict[str, Any]:
@@ -146,13 +161,30 @@ def _transfer(opts: Options) -> dict[str, Any]:
     result = launch(_transfer_rank, settings, opts.work, opts.transfer_iters, opts.repeats)
     ratio = result["inside_s"] / result["once_s"]
     if result["device"] == "cpu":
-        checks = [check("on the host, .to(device) returns the very same tensor: there is no transfer to measure",
-                        result["same_tensor"], f"inside / once = {ratio:.2f} (noise only)")]  # fmt: skip
+        checks = [
+            check(
+                "on the host, .to(device) returns the very same tensor: there is no transfer to measure",
+                result["same_tensor"],
+                f"inside / once = {ratio:.2f} (noise only)",
+            )
+        ]
     else:
-        checks = [check("moving the tensor once before the loop is faster than moving it in every iteration",
-                        result["once_s"] < result["inside_s"], f"inside / once = {ratio:.2f}")]  # fmt: skip
-    return {"lab": NAME, "mode": "transfer", "work": opts.work, "iters": opts.transfer_iters, **result,
-            "ratio": ratio, "checks": checks}  # fmt: skip
+        checks = [
+            check(
+                "moving the tensor once before the loop is faster than moving it in every iteration",
+                result["once_s"] < result["inside_s"],
+                f"inside / once = {ratio:.2f}",
+            )
+        ]
+    return {
+        "lab": NAME,
+        "mode": "transfer",
+        "work": opts.work,
+        "iters": opts.transfer_iters,
+        **result,
+        "ratio": ratio,
+        "checks": checks,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,9 +218,17 @@ def run(**options: Any) -> dict[str, Any]:
     tasks = opts.tasks or max(8, procs[-1])
     cores = cpu_cores()
     rows = _scaling(opts, procs, tasks, cores)
-    return {"lab": NAME, "mode": "scaling", "scaling": "strong", "work": opts.work, "tasks": tasks,
-            "repeats": opts.repeats, "cpu_cores": cores, "rows": rows,
-            "checks": _scaling_checks(rows, tasks, cores)}  # fmt: skip
+    return {
+        "lab": NAME,
+        "mode": "scaling",
+        "scaling": "strong",
+        "work": opts.work,
+        "tasks": tasks,
+        "repeats": opts.repeats,
+        "cpu_cores": cores,
+        "rows": rows,
+        "checks": _scaling_checks(rows, tasks, cores),
+    }
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -213,8 +253,10 @@ def format_result(result: dict[str, Any]) -> str:
         tasks = "/".join(map(str, sorted(set(row["tasks_per_rank"]), reverse=True)))
         per_task = sum(row["rank_s"]) / sum(row["tasks_per_rank"])  # grows once processes share cores
         busy = " ".join(f"{t:.2f}" for t in row["rank_s"])
-        lines.append(f"{row['procs']:>5} {tasks:>10} {per_task:>6.2f} {row['cores_used']:>10.2f} {row['wall_s']:>7.2f} "
-                     f"{row['speedup']:>7.2f}x {row['efficiency']:>10.2f} {row['ideal']:>5.3g}  {busy}")  # fmt: skip
+        lines.append(
+            f"{row['procs']:>5} {tasks:>10} {per_task:>6.2f} {row['cores_used']:>10.2f} {row['wall_s']:>7.2f} "
+            f"{row['speedup']:>7.2f}x {row['efficiency']:>10.2f} {row['ideal']:>5.3g}  {busy}"
+        )
     lines.append(
         "cores used = sum over ranks of CPU time / busy time; ideal = min(P, cores, tasks / most tasks per rank).\n"
         f"Past {cores} cores the processes take turns on the same cores: s/task grows and the wall time stops falling "

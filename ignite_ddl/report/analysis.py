@@ -501,8 +501,11 @@ def _describe_steps(config: ConfigResult, steps: list[dict[str, Any]]) -> None:
     iteration = sum(config.phases.values())
     if config.comm_timed and iteration > 0:
         config.exposed_share = config.phases["exposed_comm"] / iteration
-    waits = [s["comm_wait"] for s in steps if isinstance(s.get("comm_wait"), dict) and _number(
-        s["comm_wait"].get("median_wait_s"))]  # fmt: skip
+    waits = [
+        s["comm_wait"]
+        for s in steps
+        if isinstance(s.get("comm_wait"), dict) and _number(s["comm_wait"].get("median_wait_s"))
+    ]
     if waits and iteration > 0:
         worst = max(waits, key=lambda w: w["median_wait_s"])
         wait_s = _mean([w["median_wait_s"] for w in waits]) or 0.0
@@ -513,10 +516,13 @@ def _describe_steps(config: ConfigResult, steps: list[dict[str, Any]]) -> None:
 def _summed_matrix(matrices: list[Any]) -> list[list[int]] | None:
     """The element-wise sum of the well-formed square matrices of one shape (None if there is none)."""
     square = [
-        m for m in matrices
-        if isinstance(m, list) and m and all(isinstance(row, list) and len(row) == len(m) for row in m)
+        m
+        for m in matrices
+        if isinstance(m, list)
+        and m
+        and all(isinstance(row, list) and len(row) == len(m) for row in m)
         and all(isinstance(v, int) and not isinstance(v, bool) for row in m for v in row)
-    ]  # fmt: skip
+    ]
     square = [m for m in square if len(m) == len(square[0])] if square else []
     if not square:
         return None

@@ -176,9 +176,7 @@ def _bar_panels(
         [(c, r) for c in configs for r in range(len(c.rank_phases))] if per_rank else list(configs)
         for _, configs in groups
     ]
-    labels = [
-        [_row_label(row, k) for row in panel_rows] for k, panel_rows in zip(keys, rows)
-    ]
+    labels = [[_row_label(row, k) for row in panel_rows] for k, panel_rows in zip(keys, rows)]
     heights = [sum(0.17 + 0.14 * (label.count("\n") + 1) for label in panel) + 0.2 for panel in labels]
     overhead = 0.55 * len(groups) + (0.2 if groups[0][0] else 0.0)
     fig, body, add_legend = _figure(plt, BAR_WIDTH_IN, sum(heights) + overhead + 0.8, legend)
@@ -491,7 +489,7 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
         shown = f"{workload}: {config.name}" if workload else f"{config.name}: {config.label}"
         matrix = cast(list[list[int]], config.confusion_matrix)  # chosen holds configurations with a matrix only
         confusion_heatmap(matrix, ax=ax, title=f"{shown}{accuracy}")
-    for ax in list(axes.flat)[len(chosen):]:
+    for ax in list(axes.flat)[len(chosen) :]:
         ax.set_visible(False)
     fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
     fig.tight_layout()

@@ -309,8 +309,15 @@ def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
             ]
         )
     # Figures no configuration has (one process: no communication; a CPU: no datasheet peak) take no column.
-    optional = ("overlap %", "exposed comm %", "busbw GB/s", "isolated GB/s", "GFLOP/s per rank", "% of matmul rate",
-                "% of datasheet peak")  # fmt: skip
+    optional = (
+        "overlap %",
+        "exposed comm %",
+        "busbw GB/s",
+        "isolated GB/s",
+        "GFLOP/s per rank",
+        "% of matmul rate",
+        "% of datasheet peak",
+    )
     empty = {i for i, h in enumerate(header) if h in optional and all(row[i] is None for row in rows)}
     header = [h for i, h in enumerate(header) if i not in empty]
     rows = [[v for i, v in enumerate(row) if i not in empty] for row in rows]
