@@ -21,6 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "AMP_MODES",
+    "BACKENDS",
+    "OPTIMIZERS",
+    "PATH_OPTIONS",
+    "PROFILERS",
+    "START_METHODS",
+    "TRACKERS",
+    "ConfigError",
+    "TrainConfig",
+    "field_types",
+    "option_flag",
+    "option_kind",
+]
+
 BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 AMP_MODES = ("none", "bf16", "fp16")

@@ -25,7 +25,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ContentionMonitor", "ForeignLoad", "machine_busy_s", "process_tree_cpu_s", "proc_stat_cpus"]
+__all__ = [
+    "ContentionMonitor",
+    "ForeignLoad",
+    "GpuLoad",
+    "combine_nodes",
+    "machine_busy_s",
+    "proc_stat_cpus",
+    "process_tree_cpu_s",
+    "process_tree_pids",
+]
 
 CONTENTION_THRESHOLD = 0.10  # default share of the machine others may use before a run counts as contended
 

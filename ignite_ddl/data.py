@@ -29,6 +29,20 @@ from torchvision import transforms as T
 
 from ignite_ddl.config import ConfigError, TrainConfig
 
+__all__ = [
+    "CIFAR10",
+    "DATASETS",
+    "DatasetError",
+    "DatasetInfo",
+    "Loaders",
+    "ShardSampler",
+    "build_datasets",
+    "build_loaders",
+    "check_dataset",
+    "dataset_info",
+    "synthetic_images",
+]
+
 DATASETS = ("synthetic", "digits", "mnist", "cifar10")
 # Files torchvision reads after extraction; their absence means the dataset must be downloaded first.
 _REQUIRED_FILES = {

@@ -13,6 +13,8 @@ import ignite
 import torch
 import torchvision
 
+__all__ = ["cpu_cores", "cpu_name", "device_info", "host", "versions"]
+
 
 def cpu_cores() -> int:
     """CPU cores this process may run on (respects affinity masks and container CPU sets)."""

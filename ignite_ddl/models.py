@@ -18,6 +18,18 @@ from torchvision import models as tv_models
 
 from ignite_ddl.config import ConfigError
 
+__all__ = [
+    "OWN_MODELS",
+    "ToyModel",
+    "build_model",
+    "check_model",
+    "mlp",
+    "resnet18_small",
+    "small_cnn",
+    "torchvision_models",
+    "unwrap",
+]
+
 OWN_MODELS = ("toy", "mlp", "cnn", "resnet18")
 
 

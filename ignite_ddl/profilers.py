@@ -51,6 +51,17 @@ from ignite_ddl.config import PROFILERS
 from ignite_ddl.outputs import writing
 from ignite_ddl.text import format_table, milliseconds
 
+__all__ = [
+    "TOP_OPS_COLUMNS",
+    "BasicProfiler",
+    "HandlersProfiler",
+    "Profiler",
+    "TimerProfiler",
+    "TorchProfiler",
+    "attach_profiler",
+    "format_profile",
+]
+
 TOP_OPS_COLUMNS = ("name", "calls", "cpu_ms", "self_cpu_ms", "device_ms", "self_device_ms")
 
 

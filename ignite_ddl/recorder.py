@@ -49,6 +49,19 @@ from ignite_ddl.gather import gather_objects
 from ignite_ddl.outputs import writing
 from ignite_ddl.text import format_table, milliseconds
 
+__all__ = [
+    "COLUMNS",
+    "COMM_COLUMNS",
+    "PHASES",
+    "StepRecorder",
+    "batch_samples",
+    "combine",
+    "comm_stats",
+    "format_steps",
+    "rank_stats",
+    "wait_sentence",
+]
+
 PHASES = ("forward", "backward", "optimizer")
 COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
 COLUMNS = (

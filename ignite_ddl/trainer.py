@@ -54,6 +54,31 @@ from ignite_ddl.results import SCHEMA_VERSION, Contention, EpochRecord, Profiler
 from ignite_ddl.tracking import MlflowTracker, check_tracker
 from ignite_ddl.watchdog import StallWatchdog
 
+__all__ = [
+    "AMP_DTYPES",
+    "EXPLODING_FACTOR",
+    "EpochLog",
+    "Handlers",
+    "Parts",
+    "TrainingRun",
+    "attach_early_stopping",
+    "attach_handlers",
+    "attach_schedule",
+    "autocast",
+    "build_optimizer",
+    "check_training",
+    "create_evaluator",
+    "create_trainer",
+    "divergence",
+    "initialize",
+    "place_model",
+    "rank_logger",
+    "resume",
+    "seed_everything",
+    "train",
+    "training",
+]
+
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -56,6 +56,21 @@ from ignite.handlers.checkpoint import DiskSaver
 
 from ignite_ddl.config import ConfigError
 
+__all__ = [
+    "XLA_TPU",
+    "auto_dataloader",
+    "auto_model",
+    "auto_optim",
+    "available",
+    "install",
+    "local_device_count",
+    "replicas",
+    "save_checkpoint",
+    "spawn",
+    "sync",
+    "wait",
+]
+
 XLA_TPU = "xla-tpu"
 available = ignite_xla.has_xla_support  # Ignite imported torch_xla successfully
 

@@ -42,6 +42,28 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_check
 
 from ignite_ddl.config import ConfigError, option_kind
 
+__all__ = [
+    "LAB_BACKENDS",
+    "Lab",
+    "LabEntry",
+    "LabOptions",
+    "LaunchOptions",
+    "OptionSpec",
+    "at_least",
+    "check",
+    "claims_hold",
+    "format_checks",
+    "lab_index",
+    "lab_logs",
+    "lab_modules",
+    "lab_option",
+    "launch_lab",
+    "load_lab",
+    "option_specs",
+    "output_dir_option",
+    "split_evenly",
+]
+
 # -- what a lab is
 
 

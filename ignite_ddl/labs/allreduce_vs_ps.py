@@ -43,6 +43,21 @@ from ignite_ddl.labs._weights import gradients
 from ignite_ddl.models import mlp
 from ignite_ddl.text import format_table, kib
 
+__all__ = [
+    "CLAIM",
+    "HELP",
+    "NAME",
+    "SCHEMES",
+    "SEED",
+    "SHAPE",
+    "Options",
+    "Replica",
+    "Traffic",
+    "format_result",
+    "run",
+    "train",
+]
+
 NAME = "allreduce-vs-ps"
 HELP = "gradient all-reduce vs a parameter server: same SGD trajectory; step time and bytes through the busiest rank"
 CLAIM = (

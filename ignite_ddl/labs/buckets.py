@@ -37,6 +37,8 @@ from ignite_ddl.config import ConfigError, TrainConfig
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option
 from ignite_ddl.text import format_table
 
+__all__ = ["CLAIM", "HELP", "NAME", "Options", "format_result", "run"]
+
 NAME = "bucket-size"
 HELP = "train one workload with several DDP bucket sizes: buckets, exposed communication and overlap per size"
 CLAIM = (

@@ -37,6 +37,29 @@ from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_l
 from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.text import format_table
 
+__all__ = [
+    "BARRIER_DELAY_S",
+    "BENCH_COLLECTIVES",
+    "BUS_FACTORS",
+    "CLAIM",
+    "ELEMENT",
+    "HELP",
+    "IDIST_OPS",
+    "NAME",
+    "REDUCE_OPS",
+    "OpBuilders",
+    "Options",
+    "bandwidth_rows",
+    "format_result",
+    "format_size",
+    "message_numel",
+    "message_sizes",
+    "moved_bytes",
+    "parse_size",
+    "run",
+    "time_collectives",
+]
+
 NAME = "collectives"
 HELP = "run idist's collectives on every rank and check each result (--bench: measure their bandwidth)"
 CLAIM = (

@@ -37,6 +37,22 @@ from ignite_ddl.models import small_cnn
 from ignite_ddl.text import format_table
 from ignite_ddl.trainer import create_trainer, place_model
 
+__all__ = [
+    "CLAIM",
+    "HELP",
+    "IMAGE",
+    "NAME",
+    "SEED",
+    "GlobalBatchNorm2d",
+    "Options",
+    "bn_cnn",
+    "first_sentence",
+    "format_result",
+    "run",
+    "sync_bn_refusals",
+    "train_variants",
+]
+
 NAME = "ddp-sgd"
 HELP = "N-process DDP = one-process SGD with the same global batch; BatchNorm breaks it, SyncBatchNorm restores it"
 CLAIM = (

@@ -47,6 +47,24 @@ from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.models import build_model, mlp
 from ignite_ddl.text import format_table
 
+__all__ = [
+    "BALANCED",
+    "CLAIM",
+    "FEATURES",
+    "GPU_IMAGE",
+    "HELP",
+    "NAME",
+    "SEED",
+    "SHAPE",
+    "Options",
+    "dataparallel_gpus",
+    "dataparallel_here",
+    "ddp_gpu_rank",
+    "ddp_structure",
+    "format_result",
+    "run",
+]
+
 NAME = "dp-vs-ddp"
 HELP = "DataParallel vs DDP: peak memory per GPU and throughput on >= 2 GPUs; on CPU, what each one really does"
 CLAIM = (

@@ -44,6 +44,22 @@ from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.models import mlp
 from ignite_ddl.text import format_table, kib
 
+__all__ = [
+    "CLAIM",
+    "HELP",
+    "MODES",
+    "NAME",
+    "PARTS",
+    "SEED",
+    "SHAPE",
+    "SHARD_SLACK",
+    "Options",
+    "format_result",
+    "local_bytes",
+    "run",
+    "train",
+]
+
 NAME = "fsdp"
 HELP = "DDP vs FSDP (fully_shard): bytes per rank for parameters, gradients, optimizer state; step time; same losses"
 CLAIM = (

@@ -48,6 +48,25 @@ from ignite_ddl.launcher import LaunchSettings, free_port, in_fresh_thread, laun
 from ignite_ddl.models import ToyModel
 from ignite_ddl.text import format_table
 
+__all__ = [
+    "CLAIM",
+    "HELP",
+    "IGNITE_CODE",
+    "LR",
+    "NAME",
+    "RAW_CODE",
+    "SEED",
+    "Options",
+    "code_lines",
+    "format_result",
+    "ignite_main",
+    "ignite_worker",
+    "raw_main",
+    "raw_worker",
+    "run",
+    "toy_dataset",
+]
+
 NAME = "raw-vs-ignite"
 HELP = "the DDP tutorial's ToyModel trained with raw torch.distributed and with Ignite: same weights, lines of code"
 CLAIM = "the DDP tutorial's program reaches the same weights written with raw torch.distributed and with Ignite"

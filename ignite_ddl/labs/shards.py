@@ -30,6 +30,8 @@ from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
 from ignite_ddl.launcher import LaunchSettings, launch
 
+__all__ = ["CLAIM", "GRID_SIDE", "HELP", "NAME", "SCENARIOS", "Options", "format_result", "run", "save_image_grid"]
+
 NAME = "shards"
 HELP = "show and check which samples each rank gets from auto_dataloader, epoch by epoch"
 CLAIM = (

@@ -32,6 +32,8 @@ from ignite_ddl.gather import gather_objects
 from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, lab_option, output_dir_option
 from ignite_ddl.launcher import LaunchSettings, launch
 
+__all__ = ["CLAIM", "FASTER_AT_TWO", "FREE_CORES_AT_TWO", "HELP", "NAME", "NOISE", "Options", "format_result", "run"]
+
 NAME = "speedup"
 HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"
 CLAIM = (

@@ -43,7 +43,7 @@ from ignite_ddl.report.stats import (
 )
 from ignite_ddl.results import load_results, read_json
 
-__all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load"]
+__all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
 
 # Options that only say how the processes are laid out or where output goes: the speed-up baseline of a
 # configuration is the configuration equal to it but for these, with one process.

@@ -16,7 +16,7 @@ from ignite_ddl.outputs import quiet_writer_threads
 from ignite_ddl.report.analysis import Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["write_hparams"]
+__all__ = ["config_metrics", "write_hparams"]
 
 
 def _hparam(value: Any) -> Any:
