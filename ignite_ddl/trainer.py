@@ -21,7 +21,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -57,7 +57,9 @@ from ignite_ddl.watchdog import StallWatchdog
 __all__ = [
     "AMP_DTYPES",
     "EXPLODING_FACTOR",
+    "EpochEvaluation",
     "EpochLog",
+    "EpochReport",
     "Handlers",
     "Parts",
     "TrainingRun",
@@ -294,6 +296,7 @@ class Handlers:
     to_save: dict[str, Any]
     scheduler: PiecewiseLinear | None
     epochs: EpochLog
+    evaluation: EpochEvaluation
     early: EarlyStopping | None
     checkpoint: Checkpoint | None
     tb: TensorboardLogger | None
@@ -315,8 +318,13 @@ def attach_handlers(
     if rank == 0:
         quiet_writer_threads()  # its write errors come back at the next call, as one line
         tb = TensorboardLogger(log_dir=str(out / "tb"))
-    epochs = EpochLog(loaders, evaluator, tb, log, recorder, config.eval_every)
+    # In this order at each epoch's end: the record, its validation, then its report.
+    epochs = EpochLog(recorder)
     epochs.attach(trainer)
+    evaluation = EpochEvaluation(evaluator, loaders.val, epochs, config.eval_every)
+    evaluation.attach(trainer)
+    report = EpochReport(epochs, tb, log)
+    report.attach(trainer)
     early = attach_early_stopping(trainer, evaluator, config.early_stopping) if config.early_stopping else None
     if early is not None:
         to_save["early_stopping"] = early  # a resumed run goes on counting evaluations without improvement
@@ -331,10 +339,10 @@ def attach_handlers(
     if rank == 0 and config.tracker == "mlflow":
         facts = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none"}
         tracker = MlflowTracker(config, trainer, facts)
-        epochs.listeners.append(tracker.log_epoch)
+        report.listeners.append(tracker.log_epoch)
     if rank == 0 and config.progress and _interactive():
         ProgressBar(persist=False).attach(trainer, output_transform=lambda o: {"loss": o["loss"]})
-    return Handlers(to_save, scheduler, epochs, early, checkpoint, tb, tracker)
+    return Handlers(to_save, scheduler, epochs, evaluation, early, checkpoint, tb, tracker)
 
 
 def attach_schedule(
@@ -430,7 +438,11 @@ def _finish(
         figures["contention"],
     )
     summary.update(
-        {"stopped_early_at_epoch": stopped_early, "confusion_matrix": handlers.epochs.confusion_matrix, "flops": flops}
+        {
+            "stopped_early_at_epoch": stopped_early,
+            "confusion_matrix": handlers.evaluation.confusion_matrix,
+            "flops": flops,
+        }
     )
     if idist.get_rank() == 0:
         write_json(out / "summary.json", summary)
@@ -455,39 +467,29 @@ def _start_epoch(engine: Engine, loaders: Loaders) -> None:
 
 
 class EpochLog:
-    """Per-epoch record on every rank: train loss and global throughput over all ranks, then validation every
-    ``eval_every`` epochs (0: only at the end; the last epoch is always evaluated).
+    """Per-epoch record on every rank: train loss and global throughput over all ranks, in ``history``.
 
     Training time runs from the epoch's start to its end, before evaluation; throughput is all ranks' samples
     divided by the slowest rank's time. The loss of the first iteration, computed before any update, is kept to
-    tell a diverging run (:func:`divergence`).
+    tell a diverging run (:func:`divergence`). :class:`EpochEvaluation` adds validation to a record and
+    :class:`EpochReport` writes it out; attached in that order, after this.
     """
 
     INITIAL_ITERATIONS = 1
 
-    def __init__(
-        self,
-        loaders: Loaders,
-        evaluator: Engine,
-        tb: TensorboardLogger | None,
-        log: logging.Logger,
-        recorder: StepRecorder | None = None,
-        eval_every: int = 1,
-    ):
-        self.loaders, self.evaluator, self.tb, self.log, self.recorder = loaders, evaluator, tb, log, recorder
-        self.eval_every = eval_every
+    def __init__(self, recorder: StepRecorder | None = None):
+        self.recorder = recorder
         self.epoch_start_iteration = 0
         self.history: list[EpochRecord] = []
+        self.steps: list[dict[str, Any] | None] = []  # each epoch's per-rank step statistics (with a recorder)
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
         self.initial_losses: list[float] = []
-        self.confusion_matrix: list[list[int]] | None = None  # of the last evaluation
-        self.listeners: list[Callable[[EpochRecord], None]] = []  # called with each epoch's record
 
     def attach(self, trainer: Engine) -> None:
         trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
         trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close, False)
-        trainer.add_event_handler(Events.COMPLETED, self._close, True)  # a run cut short by max_iters ends mid-epoch
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
+        trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
 
     def _start(self, engine: Engine) -> None:
         # Ranks leave evaluation at different times; aligning them here keeps a rank's wait for the others out of
@@ -510,41 +512,75 @@ class EpochLog:
         values = [v for v in gather_objects(local) if not math.isnan(v)]
         return sum(values) / len(values) if values else None
 
+    def _close(self, engine: Engine) -> None:
+        if self.history and self.history[-1]["iteration"] == engine.state.iteration:
+            return  # closed at EPOCH_COMPLETED already: COMPLETED at the same iteration adds nothing
+        # Ignite types all_reduce's result as tensor or number: it is what was reduced.
+        seconds = cast(float, idist.all_reduce(time.perf_counter() - self.start, op="MAX"))
+        totals = cast(torch.Tensor, idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])))
+        samples, loss_sum = totals.tolist()
+        self.steps.append(self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None)
+        self.history.append(
+            {
+                "epoch": engine.state.epoch,
+                "iteration": engine.state.iteration,
+                "train_loss": loss_sum / max(samples, 1.0),
+                "train_samples": int(samples),
+                "train_time_s": seconds,
+                "samples_per_s": samples / seconds if seconds > 0 else 0.0,
+                "val_accuracy": None,
+                "val_loss": None,
+            }
+        )
+
+
+class EpochEvaluation:
+    """Validation of the model every ``eval_every`` epochs (0: only at the end; the last epoch always), written
+    into that epoch's record of :class:`EpochLog`; the confusion matrix of the last evaluation is kept."""
+
+    def __init__(self, evaluator: Engine, loader: Iterable, epochs: EpochLog, eval_every: int = 1):
+        self.evaluator, self.loader, self.epochs, self.eval_every = evaluator, loader, epochs, eval_every
+        self.confusion_matrix: list[list[int]] | None = None
+
+    def attach(self, trainer: Engine) -> None:
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._run, False)
+        # A run stopped at an epoch's end by max_iters still gets its final evaluation here.
+        trainer.add_event_handler(Events.COMPLETED, self._run, True)
+
     def _due(self, engine: Engine, final: bool) -> bool:
         final = final or engine.state.epoch == engine.state.max_epochs
         return final or (self.eval_every > 0 and engine.state.epoch % self.eval_every == 0)
 
-    def _evaluate(self, record: EpochRecord) -> None:
-        self.evaluator.run(self.loaders.val)
+    def _run(self, engine: Engine, final: bool) -> None:
+        record = self.epochs.history[-1]
+        if record["val_accuracy"] is not None or not self._due(engine, final):
+            return
+        self.evaluator.run(self.loader)
         metrics = self.evaluator.state.metrics
         record.update({"val_accuracy": float(metrics["accuracy"]), "val_loss": float(metrics["loss"])})
         if "confusion_matrix" in metrics:
             self.confusion_matrix = metrics["confusion_matrix"].long().tolist()
 
-    def _close(self, engine: Engine, final: bool) -> None:
-        if self.history and self.history[-1]["iteration"] == engine.state.iteration:
-            # Already closed at EPOCH_COMPLETED; a run stopped there by max_iters still gets its final evaluation.
-            if final and self.history[-1]["val_accuracy"] is None:
-                self._evaluate(self.history[-1])
-            return
-        # Ignite types all_reduce's result as tensor or number: it is what was reduced.
-        seconds = cast(float, idist.all_reduce(time.perf_counter() - self.start, op="MAX"))
-        totals = cast(torch.Tensor, idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])))
-        samples, loss_sum = totals.tolist()
-        steps = self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None
-        record: EpochRecord = {
-            "epoch": engine.state.epoch,
-            "iteration": engine.state.iteration,
-            "train_loss": loss_sum / max(samples, 1.0),
-            "train_samples": int(samples),
-            "train_time_s": seconds,
-            "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-            "val_accuracy": None,
-            "val_loss": None,
-        }
-        if self._due(engine, final):
-            self._evaluate(record)
-        self.history.append(record)
+
+class EpochReport:
+    """Each epoch's record, once, when it is complete: a log line, TensorBoard scalars (rank 0, global and per
+    rank) and every listener (the MLflow tracker)."""
+
+    def __init__(self, epochs: EpochLog, tb: TensorboardLogger | None, log: logging.Logger):
+        self.epochs, self.tb, self.log = epochs, tb, log
+        self.listeners: list[Callable[[EpochRecord], None]] = []  # called with each epoch's record
+        self.reported = 0
+
+    def attach(self, trainer: Engine) -> None:
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._report)
+        trainer.add_event_handler(Events.COMPLETED, self._report)
+
+    def _report(self, engine: Engine) -> None:
+        for record, steps in zip(self.epochs.history[self.reported :], self.epochs.steps[self.reported :]):
+            self._write(record, steps)
+        self.reported = len(self.epochs.history)
+
+    def _write(self, record: EpochRecord, steps: dict[str, Any] | None) -> None:
         if self.tb is not None:
             self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
             self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
