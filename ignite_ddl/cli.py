@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ignite_ddl import __version__
@@ -31,9 +33,13 @@ from ignite_ddl.contention import CONTENTION_THRESHOLD
 from ignite_ddl.errors import LaunchFailed, RunFailed
 from ignite_ddl.labs import Lab, LabOptions, OptionSpec, claims_hold, lab_index, load_lab, option_specs
 from ignite_ddl.outputs import OutputError, as_output_error
+from ignite_ddl.projection import LINKS
 from ignite_ddl.results import write_json
 
+__all__ = ["CHOICES", "LINK_PRESETS", "PROG", "build_parser", "main"]
+
 PROG = "ignite-ddl"
+LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.projection imports no torch)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,15 +49,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 # Options with a fixed set of values: help shows them as {a,b,c}; TrainConfig.check refuses the rest in one line.
-CHOICES = {"backend": BACKENDS, "start_method": START_METHODS, "amp": AMP_MODES, "optimizer": OPTIMIZERS,
-           "profiler": PROFILERS, "tracker": TRACKERS}  # fmt: skip
+CHOICES = {
+    "backend": BACKENDS,
+    "start_method": START_METHODS,
+    "amp": AMP_MODES,
+    "optimizer": OPTIMIZERS,
+    "profiler": PROFILERS,
+    "tracker": TRACKERS,
+}
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(TrainConfig):
         kind, optional = field_types()[f.name]
-        spec = OptionSpec(help=f.metadata["help"], kind=kind, default=f.default, optional=optional,
-                          choices=CHOICES.get(f.name, ()))  # fmt: skip
+        spec = OptionSpec(
+            help=f.metadata["help"], kind=kind, default=f.default, optional=optional, choices=CHOICES.get(f.name, ())
+        )
         _add_option(parser, f.name, spec)
 
 
@@ -67,8 +80,115 @@ def _add_option(parser: argparse.ArgumentParser, name: str, spec: OptionSpec) ->
         parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=spec.help)
         return
     shown = spec.shown_default()
-    parser.add_argument(flag, type=spec.reader(), default=spec.default, metavar=spec.shown_metavar(),
-                        help=spec.help + ("" if shown is None else f" (default: {shown})"))  # fmt: skip
+    parser.add_argument(
+        flag,
+        type=spec.reader(),
+        default=spec.default,
+        metavar=spec.shown_metavar(),
+        help=spec.help + ("" if shown is None else f" (default: {shown})"),
+    )
+
+
+def _add_project(commands: Any) -> None:
+    """``ignite-ddl project``: its options only; the projection module is imported by the handler."""
+    project = commands.add_parser(
+        "project",
+        help="project step time, throughput and efficiency to 1..N workers (ring all-reduce vs parameter server)",
+        description="Project a data-parallel step to 1, 2, 4, ... workers with the alpha-beta model "
+        "(ignite_ddl.projection): a ring all-reduce with DDP's bucketed overlap, and one parameter server.",
+    )
+    project.add_argument("--run", metavar="DIR", help="a measured 1-process run (ignite-ddl train's output folder)")
+    project.add_argument(
+        "--compute-ms",
+        type=float,
+        metavar="MS",
+        help="or: one worker's compute per step, ms (split forward 1/3, backward 2/3)",
+    )
+    project.add_argument("--grad-mb", type=float, metavar="MIB", help="with --compute-ms: gradient MiB per step")
+    project.add_argument("--batch-size", type=int, metavar="B", help="with --compute-ms: the batch of one worker")
+    project.add_argument("--link", choices=LINK_PRESETS, help="the link between the workers: a preset")
+    project.add_argument("--alpha-us", type=float, metavar="US", help="or: the link's latency, microseconds")
+    project.add_argument(
+        "--beta-gbps",
+        type=float,
+        metavar="GB/S",
+        help="and its bandwidth per direction, GB/s (10^9 bytes/s: 100 GbE is 12.5)",
+    )
+    project.add_argument(
+        "--fit",
+        action="store_true",
+        help="or: fit alpha and beta to all-reduce times measured here on 2 gloo processes",
+    )
+    project.add_argument(
+        "--gpus-per-node",
+        type=int,
+        metavar="G",
+        help="workers per node: beyond G workers the --inter-link joins the nodes",
+    )
+    project.add_argument("--inter-link", choices=LINK_PRESETS, help="with --gpus-per-node: the link between nodes")
+    project.add_argument(
+        "--max-workers",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="project 1, 2, 4, ... up to N workers (default: 1024)",
+    )
+    project.add_argument(
+        "--bucket-mb",
+        type=float,
+        default=25.0,
+        metavar="MIB",
+        help="DDP gradient bucket size in MiB (default: 25, as DDP)",
+    )
+    project.add_argument(
+        "--output-dir",
+        default="runs/project",
+        metavar="DIR",
+        help="where projection.json, .csv and .png go (default: runs/project)",
+    )
+    project.set_defaults(handler=_project)
+
+
+def _project(args: argparse.Namespace) -> int:
+    from ignite_ddl import projection as pj
+
+    explicit = [args.compute_ms, args.grad_mb, args.batch_size]
+    if (args.run is None) == all(v is None for v in explicit):
+        raise ConfigError(
+            "give either --run DIR (a measured 1-process run) or --compute-ms, --grad-mb and --batch-size"
+        )
+    if args.run is None and any(v is None for v in explicit):
+        raise ConfigError("--compute-ms, --grad-mb and --batch-size go together: give all three")
+    custom = args.alpha_us is not None or args.beta_gbps is not None
+    if sum([args.link is not None, custom, args.fit]) != 1:
+        raise ConfigError("give one link: --link PRESET, --alpha-us with --beta-gbps, or --fit")
+    if custom and (args.alpha_us is None or args.beta_gbps is None):
+        raise ConfigError("--alpha-us and --beta-gbps go together: give both")
+    if (args.gpus_per_node is None) != (args.inter_link is None):
+        raise ConfigError("--gpus-per-node and --inter-link go together: give both (or neither, for one node)")
+    for name in ("compute_ms", "grad_mb", "alpha_us", "beta_gbps", "bucket_mb"):
+        value = getattr(args, name)
+        zero_ok = name in ("grad_mb", "alpha_us")  # a model without gradients, a link without latency
+        if value is not None and not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+            bound = ">= 0" if zero_ok else "> 0"
+            raise ConfigError(f"--{name.replace('_', '-')} must be a number {bound}, got {value:g}")
+    if args.run is not None:
+        compute = pj.compute_from_run(args.run)
+    else:
+        compute = pj.Compute.from_total(args.compute_ms / 1e3, args.grad_mb * pj.MIB, args.batch_size)
+    if args.link is not None:
+        link = pj.LINKS[args.link]
+    elif args.fit:
+        sizes, times = pj.measure_allreduce(2, log_dir=str(Path(args.output_dir) / "logs"))
+        link = pj.fit_alpha_beta(sizes, times, 2)
+    else:
+        link = pj.Link("given", args.alpha_us * 1e-6, args.beta_gbps * 1e9, "--alpha-us and --beta-gbps")
+    inter = pj.LINKS[args.inter_link] if args.inter_link is not None else None
+    result = pj.project(compute, link, args.max_workers, args.bucket_mb * pj.MIB, args.gpus_per_node, inter)
+    print(pj.format_projection(result))
+    paths = pj.write_projection(result, args.output_dir)
+    print(f"{PROG}: projection: {', '.join(str(p) for p in paths)}")
+    return 0
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -100,20 +220,41 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--name", help="sweep name (default: the spec's, or 'sweep')")
     sweep.add_argument("--repeats", type=int, help="runs per configuration")
     sweep.add_argument("--timeout-s", type=float, help="wall-time limit of one run, seconds")
-    sweep.add_argument("--order", choices=("interleaved", "shuffled", "grouped"),
-                       help="run order of the repeats (default interleaved: every configuration once per round)")
+    sweep.add_argument(
+        "--order",
+        choices=("interleaved", "shuffled", "grouped"),
+        help="run order of the repeats (default interleaved: every configuration once per round)",
+    )
     sweep.add_argument("--seed", type=int, help="seed of the shuffled order")
-    sweep.add_argument("--rerun-contended", type=int, metavar="N",
-                       help="re-run a run up to N times while other processes contend for the machine")
-    sweep.add_argument("--start", choices=("preloaded", "fresh"),
-                       help="start runs from a fork server with torch imported (default) or a fresh interpreter")
-    sweep.add_argument("--executor", choices=("local", "slurm"),
-                       help="run configurations here, one after another (default), or as SLURM jobs via submitit")
+    sweep.add_argument(
+        "--rerun-contended",
+        type=int,
+        metavar="N",
+        help="re-run a run up to N times while other processes contend for the machine",
+    )
+    sweep.add_argument(
+        "--start",
+        choices=("preloaded", "fresh"),
+        help="start runs from a fork server with torch imported (default) or a fresh interpreter",
+    )
+    sweep.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        help="run configurations here, one after another (default), or as SLURM jobs via submitit",
+    )
     sweep.add_argument("--partition", help="slurm executor: the partition (default: the cluster's default)")
-    sweep.add_argument("--time-limit-min", type=int, metavar="MIN",
-                       help="slurm executor: each job's time limit (default: timeout_s in whole minutes)")
-    sweep.add_argument("--gpus-per-node", type=int, metavar="N",
-                       help="slurm executor: GPUs per node (default: nproc_per_node for nccl runs)")
+    sweep.add_argument(
+        "--time-limit-min",
+        type=int,
+        metavar="MIN",
+        help="slurm executor: each job's time limit (default: timeout_s in whole minutes)",
+    )
+    sweep.add_argument(
+        "--gpus-per-node",
+        type=int,
+        metavar="N",
+        help="slurm executor: GPUs per node (default: nproc_per_node for nccl runs)",
+    )
     sweep.add_argument("--cpus-per-task", type=int, metavar="N", help="slurm executor: CPUs per task (rank)")
     sweep.add_argument("--output-dir", help="where results.jsonl, runs/ and the report go (default runs/<name>)")
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
@@ -122,9 +263,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write report.md/.html, plots and HParams for a sweep's results")
     report.add_argument("results_dir", help="a sweep's output directory (holding results.jsonl)")
-    report.add_argument("--include-contended", action="store_true",
-                        help="let contended runs count in the verdict (they are flagged either way)")
+    report.add_argument(
+        "--include-contended",
+        action="store_true",
+        help="let contended runs count in the verdict (they are flagged either way)",
+    )
     report.set_defaults(handler=_report)
+
+    _add_project(commands)
 
     for name, entry in lab_index().items():
         sub = commands.add_parser(name, help=entry.help, description=f"{entry.help}. Claim: {entry.claim}.")
@@ -166,8 +312,11 @@ def _train(args: argparse.Namespace) -> int:
             print(f"{PROG}: warning: the run diverged: {summary['diverged']}", file=sys.stderr)
         share = (summary.get("contention") or {}).get("foreign_cpu_share")
         if share is not None and share > CONTENTION_THRESHOLD:
-            print(f"{PROG}: warning: other processes used {share:.0%} of the CPUs while this run measured: "
-                  "its timings are not its own", file=sys.stderr)  # fmt: skip
+            print(
+                f"{PROG}: warning: other processes used {share:.0%} of the CPUs while this run measured: "
+                "its timings are not its own",
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -49,6 +49,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ignite_ddl.clock import device_synchronizer
+
 __all__ = ["NO_COMM", "CommTimer", "StepComm", "allreduce_bus_factor", "summarize", "time_allreduce", "waits"]
 
 
@@ -191,7 +193,7 @@ def time_allreduce(nbytes: int, dtype: torch.dtype, device: torch.device, iters:
     """
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     tensor = torch.zeros(numel, dtype=dtype, device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = device_synchronizer(device) or (lambda: None)
     for _ in range(warmup):
         dist.all_reduce(tensor)
     seconds = []

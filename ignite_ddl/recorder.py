@@ -47,7 +47,7 @@ from ignite_ddl.clock import device_synchronizer
 from ignite_ddl.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
 from ignite_ddl.gather import gather_objects
 from ignite_ddl.outputs import writing
-from ignite_ddl.text import format_table, milliseconds
+from ignite_ddl.text import all_reduce_wait, format_table, milliseconds
 
 __all__ = [
     "COLUMNS",
@@ -347,9 +347,7 @@ def format_steps(steps: dict[str, Any]) -> str:
 def wait_sentence(wait: dict[str, Any]) -> str:
     """``comm_wait`` in words: who waits how long per step, for which rank, inside the all-reduce."""
     others = [r for r in range(len(wait["wait_s"])) if r != wait["rank"]]
-    who = f"rank {others[0]} waits" if len(others) == 1 else f"the other {len(others)} ranks wait a median"
-    wait_ms = milliseconds(wait["median_wait_s"])
-    return f"{who} {wait_ms} ms per step for rank {wait['rank']} in the gradient all-reduce"
+    return all_reduce_wait(others, wait["median_wait_s"], wait["rank"])
 
 
 def _pct(share: float) -> str:

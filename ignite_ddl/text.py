@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["format_table", "kib", "milliseconds"]
+__all__ = ["all_reduce_wait", "format_table", "kib", "milliseconds"]
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -41,3 +41,15 @@ def milliseconds(seconds: Any, decimals: int = 2) -> str:
 def kib(nbytes: float) -> str:
     """Bytes as KiB with one decimal, e.g. ``kib(27688)`` is ``'27.0 KiB'``."""
     return f"{nbytes / 1024:.1f} KiB"
+
+
+def all_reduce_wait(waiting: Sequence[int], wait_s: float, rank: int) -> str:
+    """Who waits how long per step for which rank in the gradient all-reduce, in words (console and report).
+
+    >>> all_reduce_wait([1], 0.0136, 0)
+    'rank 1 waits 13.6 ms per step for rank 0 in the gradient all-reduce'
+    >>> all_reduce_wait([0, 2, 3], 0.004, 1)
+    'ranks 0, 2, 3 wait 4.0 ms per step for rank 1 in the gradient all-reduce'
+    """
+    who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {', '.join(map(str, waiting))} wait"
+    return f"{who} {1e3 * wait_s:.1f} ms per step for rank {rank} in the gradient all-reduce"

@@ -42,6 +42,7 @@ from ignite_ddl.report.stats import (
     welch_p,
 )
 from ignite_ddl.results import load_results, read_json
+from ignite_ddl.text import all_reduce_wait
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
 
@@ -669,11 +670,9 @@ def notes(analysis: Analysis) -> list[str]:
             )
         wait = config.comm_wait
         if wait and wait["share"] > COMM_WAIT_HIGH:
-            waiting = wait["waiting"]
-            who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {', '.join(map(str, waiting))} wait"
             found.append(
-                f"{config.name}: {who} {1e3 * wait['wait_s']:.1f} ms per step for rank {wait['rank']} in the "
-                f"all-reduce ({100 * wait['share']:.0f} % of the step) -> look at what rank {wait['rank']} does "
+                f"{config.name}: {all_reduce_wait(wait['waiting'], wait['wait_s'], wait['rank'])} "
+                f"({100 * wait['share']:.0f} % of the step) -> look at what rank {wait['rank']} does "
                 "differently before backward (its data, its device, other work on its cores)"
             )
         straggler = config.straggler
