@@ -31,6 +31,7 @@ import dataclasses
 import math
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -170,8 +171,13 @@ class JobExit(Exception):
 
 def run_job(argv: list[str]) -> int:
     """What a job runs, on every task: ``ignite-ddl`` with ``argv``; 0, or :class:`JobExit` with the status."""
+    import submitit
+
     from ignite_ddl.cli import main
 
+    # submitit has SLURM send this signal ahead of the time limit so that a job can checkpoint and be requeued. A
+    # measurement restarted is not the same run: the limit itself ends the job, and it is recorded as TIMEOUT.
+    signal.signal(getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}"), signal.SIG_IGN)
     code = main(argv)
     if code != 0:
         raise JobExit(code)

@@ -641,7 +641,10 @@ def slurm_record(run: Run, outcome: Outcome, threshold: float) -> RunRecord:
         "reason": state.reason if state else None,
         "exit_code": state.exit_code if state else None,
     }
-    if outcome.exit_code is None:  # SLURM ended the job before the run returned: its state says why
+    # SLURM stopped the job (time limit, scancel, a lost node ...) whatever the run managed to return: its state
+    # says why. A job that ran its course is COMPLETED, or FAILED when the run itself failed.
+    stopped = state is not None and state.state not in ("COMPLETED", "FAILED")
+    if outcome.exit_code is None or stopped:
         said = state.describe(outcome.job_id) if state else f"SLURM job {outcome.job_id} is unknown to SLURM"
         status = "timeout" if state is not None and state.state == "TIMEOUT" else "failed"
         last = _last_error(run_dir / "console.log")

@@ -217,6 +217,25 @@ def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     assert "Traceback" in (Path(failed["run_dir"]) / "console.log").read_text()  # the job's output, kept
 
 
+def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
+    # a run of thousands of epochs against a 1-minute limit: SLURM stops it (within its 30 s check period)
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="overtime",
+        base={**TINY, "epochs": 100_000},
+        grid={"seed": [0]},
+        executor="slurm",
+        slurm={"poll_s": 1, "time_limit_min": 1},
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = read_results(tmp_path / "out/results.jsonl")
+    job = record["slurm"]["job_id"]
+    assert record["status"] == "timeout" and record["summary"] is None
+    assert record["slurm"]["state"] == "TIMEOUT" and record["error"].startswith(f"SLURM job {job} TIMEOUT")
+    assert record["elapsed_s"] >= 60  # SLURM's run time of the job: at least its limit
+
+
 def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
     out = tmp_path / "out"
     # the second run lasts long enough to be cancelled while the first completes
