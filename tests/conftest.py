@@ -81,6 +81,19 @@ def run_script(name: str, *args: str, timeout: float = 180, env: dict | None = N
     return run([sys.executable, str(Path(__file__).with_name(name)), *args], timeout=timeout, env=env)
 
 
+def start_marked(cmd: list[str], marker: str) -> subprocess.Popen:
+    """Start ``cmd`` in its own session with its output piped, it and every descendant marked with ``marker``
+    (found again by :func:`processes_marked`)."""
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
+    )
+
+
 def processes_marked(marker: str) -> list[int]:
     """Live processes whose environment holds ``IGNITE_DDL_TEST_MARK=<marker>`` (every descendant inherits it,
     however it was started: fork server, forked ranks, DataLoader workers)."""

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_ok, processes_marked, run_cli, run_script, wait_gone
+from conftest import check_ok, processes_marked, run_cli, run_script, start_marked, wait_gone
 
 from ignite_ddl.cli import main
 from ignite_ddl.launcher import free_port
@@ -278,24 +278,15 @@ def test_the_rendezvous_store_listens_on_the_rendezvous_address_only(tmp_path):
     assert all(address.startswith("127.0.0.1:") for address in listeners), listeners
 
 
+def _node_of_two(node_rank: int, port: int, tmp_path):
+    """One node of a two-node run, alone, with a 4 s rendezvous timeout."""
+    options = ["--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", "127.0.0.1", "--master-port"]
+    return run_cli("train", *options, str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
+
+
 def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
     port = free_port()
-    result = run_cli(
-        "train",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "0",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "--timeout",
-        "4",
-        "--output-dir",
-        str(tmp_path / "out"),
-        timeout=120,
-    )
+    result = _node_of_two(0, port, tmp_path)
     assert result.returncode == 1, result.stderr
     assert f"waiting for nodes at 127.0.0.1:{port}: 1 of 2 present, missing node(s) 1" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
@@ -306,22 +297,7 @@ def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
 
 def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
     port = free_port()  # nobody listens there
-    result = run_cli(
-        "train",
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "1",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "--timeout",
-        "4",
-        "--output-dir",
-        str(tmp_path / "out"),
-        timeout=120,
-    )
+    result = _node_of_two(1, port, tmp_path)
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ignite-ddl: error: cannot reach the rendezvous at 127.0.0.1:{port} within 4 s") and (
@@ -382,14 +358,7 @@ def test_a_signal_stops_every_rank_and_worker(tmp_path, procs, sig, target):
         "--output-dir",
         str(out),
     ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
-    )
+    proc = start_marked(cmd, marker)
     try:
         wait_for(out / "logs" / "rank0.log", "batch ")  # the ranks are built and training
         time.sleep(1.0)
@@ -416,14 +385,7 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     # the second configuration trains long enough to be under way whenever the signal comes
     args = ["sweep", "--grid", "train_size=128,60000,192", *base, "--no-report"]
     marker = f"sweep-term-{os.getpid()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ignite_ddl", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
-    )
+    proc = start_marked([sys.executable, "-m", "ignite_ddl", *args], marker)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
@@ -611,14 +573,7 @@ def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
         json.dumps({"base": {"train_size": 60000, "val_size": 64, "epochs": 1}, "grid": {"seed": [1, 2]}, "repeats": 1})
     )
     marker = f"second-sweep-{os.getpid()}"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
-    )
+    first = start_marked([sys.executable, "-m", "ignite_ddl", "sweep", str(spec), "--output-dir", str(out)], marker)
     try:
         wait_for(out / "runs" / "cfg000-r0" / "logs" / "rank0.log", "rank 0/1")  # the first sweep is training
         second = run_cli("sweep", str(spec), "--output-dir", str(out), "--resume")

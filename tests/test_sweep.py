@@ -12,7 +12,7 @@ import time
 
 import pytest
 import yaml
-from conftest import run_cli, wait_gone
+from conftest import run_cli, start_marked, wait_gone
 
 from ignite_ddl.cli import main
 from ignite_ddl.sweep import expand, parse_spec, read_results
@@ -107,14 +107,7 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out)]
     marker = f"ctrl-c-{os.getpid()}-{start}"
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "IGNITE_DDL_TEST_MARK": marker},
-    )
+    proc = start_marked(cmd, marker)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(read_results(out / "results.jsonl")) < 1:
         time.sleep(0.2)
