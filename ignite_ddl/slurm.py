@@ -190,18 +190,14 @@ def submit(
     """Submit ``(key, config)`` runs, one job array per distinct set of resources; {key: job id}."""
     import submitit
 
-    groups: dict[str, list[tuple[str, TrainConfig]]] = {}
+    # One array per set of resources: the resources as a hashable key, the runs that need them.
+    groups: dict[tuple[tuple[str, Any], ...], list[tuple[str, TrainConfig]]] = {}
     for key, config in runs:
-        resources = job_resources(config, options, timeout_s)
-        groups.setdefault(repr(sorted(resources.items())), []).append((key, config))
+        groups.setdefault(tuple(sorted(job_resources(config, options, timeout_s).items())), []).append((key, config))
     submitted: dict[str, str] = {}
-    for group in groups.values():
+    for resources, group in groups.items():
         executor = submitit.SlurmExecutor(folder=folder)
-        executor.update_parameters(
-            job_name=f"ignite-ddl-{name}",
-            array_parallelism=len(group),
-            **job_resources(group[0][1], options, timeout_s),
-        )
+        executor.update_parameters(job_name=f"ignite-ddl-{name}", array_parallelism=len(group), **dict(resources))
         jobs = executor.map_array(run_job, [job_argv(config) for _, config in group])
         submitted.update({key: job.job_id for (key, _), job in zip(group, jobs)})
     return submitted
