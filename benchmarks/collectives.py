@@ -43,10 +43,10 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from ignite_ddl import TrainConfig, plan_launch
-from ignite_ddl.contention import ForeignLoad
+from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import collectives
-from ignite_ddl.launcher import free_port, in_fresh_thread
-from ignite_ddl.results import write_json
+from ignite_ddl.launcher.spawn import free_port, in_fresh_thread
+from ignite_ddl.measure.contention import ForeignLoad
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import machine  # noqa: E402  (the sibling benchmark script, not a package)

@@ -1,5 +1,5 @@
 """What the communication timing hook costs: per-step time of the real trainer with DDP's built-in all-reduce and
-with the timing hook (``ignite_ddl.comm``), on the same work.
+with the timing hook (``ignite_ddl.measure.comm``), on the same work.
 
 Both variants are ``train(config)`` with the same model, data, global batch, processes and threads; only
 ``comm_timing`` differs. Each run is timed as ``overhead.py`` times ours: the clock is read at the end of warm-up
@@ -34,12 +34,12 @@ import torch
 from overhead import Window, bench_config, machine, run_ours
 from torch import nn
 
-from ignite_ddl.comm import CommTimer
-from ignite_ddl.contention import ForeignLoad
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.models import build_model
+from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.measure.comm import CommTimer
+from ignite_ddl.measure.contention import ForeignLoad
+from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.report.stats import mean_interval
+from ignite_ddl.trainer.models import build_model
 
 VARIANTS = {"ddp-default": False, "timing-hook": True}
 

@@ -1,7 +1,7 @@
 """Per-step overhead of ignite_ddl's trainer against a hand-written PyTorch loop doing the same work.
 
-Two sides train the same model (``ignite_ddl.models.build_model``) on the same synthetic data
-(``ignite_ddl.data.build_datasets``) with the same global batch, the same SGD optimizer (TrainConfig's lr and
+Two sides train the same model (``ignite_ddl.trainer.models.build_model``) on the same synthetic data
+(``ignite_ddl.trainer.data.build_datasets``) with the same global batch, the same SGD optimizer (TrainConfig's lr and
 momentum), one ``loss.item()`` per step and the same number of intra-op threads per process
 (``plan_launch(config.launch_settings()).threads``):
 
@@ -22,8 +22,8 @@ window is closed (the final evaluation and checkpoint). The training set holds e
 evaluation) falls inside it. Each rank measures its own window; a run's figure is the slowest rank's window / M.
 Runs alternate (ours, raw, ours, raw, ...) R times for each process count, so slow drifts of the machine hit both
 sides alike. Each run also reports how much of the CPUs other processes used meanwhile
-(:class:`ignite_ddl.contention.ForeignLoad`): with 2 threads on 2 cores, another busy process can make steps several
-times slower.
+(:class:`ignite_ddl.measure.contention.ForeignLoad`): with 2 threads on 2 cores, another busy process can make
+steps several times slower.
 
 Reading the result: ``ours/raw`` is the median step time of ours divided by that of raw. 1.00 means the trainer
 costs nothing measurable per step; 1.03 means ignite_ddl makes each step 3 % slower than the hand-written loop.
@@ -62,12 +62,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ignite_ddl import TrainConfig, plan_launch, train
-from ignite_ddl.contention import ForeignLoad
-from ignite_ddl.data import build_datasets
-from ignite_ddl.environment import cpu_cores, cpu_name, versions
-from ignite_ddl.launcher import free_port, in_fresh_thread
-from ignite_ddl.models import build_model
-from ignite_ddl.trainer import TrainingRun
+from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
+from ignite_ddl.launcher.spawn import free_port, in_fresh_thread
+from ignite_ddl.measure.contention import ForeignLoad
+from ignite_ddl.trainer.data import build_datasets
+from ignite_ddl.trainer.models import build_model
+from ignite_ddl.trainer.run import TrainingRun
 
 
 @dataclass(frozen=True)

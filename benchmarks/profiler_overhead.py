@@ -25,7 +25,7 @@ from typing import Any
 
 from overhead import Window, bench_config, machine, run_ours
 
-from ignite_ddl.contention import ForeignLoad
+from ignite_ddl.measure.contention import ForeignLoad
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "none": {"record_steps": False, "profiler": "none"},

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.environment import cpu_cores, cpu_name, versions
+from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.report import load
-from ignite_ddl.sweep import PRELOAD, load_spec, parse_spec, sweep
+from ignite_ddl.sweep.runner import PRELOAD, load_spec, parse_spec, sweep
 
 SPEC = Path(__file__).parents[1] / "experiments" / "quickstart" / "spec.yaml"
 

@@ -30,12 +30,14 @@ __version__ = "0.1.0"
 # The public names load on first use, so that `import ignite_ddl.colab` (run before torch may be imported, to set up
 # a TPU runtime) and the CLI's refusals do not pay for importing torch and Ignite.
 _HOMES = {
-    "ConfigError": "config",
-    "TrainConfig": "config",
-    "Interrupted": "signals",
-    "train": "trainer",
-    "training": "trainer",
-    **dict.fromkeys(("LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "launch", "plan_launch"), "launcher"),
+    "ConfigError": "core.config",
+    "TrainConfig": "core.config",
+    "Interrupted": "launcher.signals",
+    "train": "trainer.run",
+    "training": "trainer.run",
+    **dict.fromkeys(
+        ("LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "launch", "plan_launch"), "launcher.spawn"
+    ),
 }
 
 

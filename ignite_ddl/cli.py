@@ -1,4 +1,4 @@
-"""The ``ignite-ddl`` command. Options of ``train`` are generated from :class:`~ignite_ddl.config.TrainConfig`,
+"""The ``ignite-ddl`` command. Options of ``train`` are generated from :class:`~ignite_ddl.core.config.TrainConfig`,
 those of each lab from its ``Options`` dataclass (:mod:`ignite_ddl.labs`).
 
 Exit status: 0 success, 1 a rank failed (or the ranks could not be brought together), 2 a setup refused before
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ignite_ddl import __version__
-from ignite_ddl.config import (
+from ignite_ddl.core.config import (
     AMP_MODES,
     BACKENDS,
     OPTIMIZERS,
@@ -29,17 +29,17 @@ from ignite_ddl.config import (
     field_types,
     option_flag,
 )
-from ignite_ddl.contention import CONTENTION_THRESHOLD
-from ignite_ddl.errors import LaunchFailed, RunFailed
+from ignite_ddl.core.errors import LaunchFailed, RunFailed
+from ignite_ddl.core.outputs import OutputError, as_output_error
+from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import Lab, LabOptions, OptionSpec, claims_hold, lab_index, load_lab, option_specs
-from ignite_ddl.outputs import OutputError, as_output_error
-from ignite_ddl.projection import LINKS
-from ignite_ddl.results import write_json
+from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.projection.model import LINKS
 
 __all__ = ["CHOICES", "LINK_PRESETS", "PROG", "build_parser", "main"]
 
 PROG = "ignite-ddl"
-LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.projection imports no torch)
+LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.projection.model imports no torch)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,7 +95,7 @@ def _add_project(commands: Any) -> None:
         "project",
         help="project step time, throughput and efficiency to 1..N workers (ring all-reduce vs parameter server)",
         description="Project a data-parallel step to 1, 2, 4, ... workers with the alpha-beta model "
-        "(ignite_ddl.projection): a ring all-reduce with DDP's bucketed overlap, and one parameter server.",
+        "(ignite_ddl.projection.model): a ring all-reduce with DDP's bucketed overlap, and one parameter server.",
     )
     project.add_argument("--run", metavar="DIR", help="a measured 1-process run (ignite-ddl train's output folder)")
     project.add_argument(
@@ -150,7 +150,7 @@ def _add_project(commands: Any) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
-    from ignite_ddl import projection as pj
+    from ignite_ddl.projection import model as pj
 
     explicit = [args.compute_ms, args.grad_mb, args.batch_size]
     if (args.run is None) == all(v is None for v in explicit):
@@ -297,7 +297,7 @@ def _lab(lab: Lab) -> Callable[[argparse.Namespace], int]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ignite_ddl.trainer import train  # imported here so `--help` stays fast
+    from ignite_ddl.trainer.run import train  # imported here so `--help` stays fast
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
     summary = train(TrainConfig(**values))
@@ -322,7 +322,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.report import write_report
-    from ignite_ddl.sweep import load_spec, parse_spec, sweep, sweep_dir
+    from ignite_ddl.sweep.runner import load_spec, parse_spec, sweep, sweep_dir
 
     if not args.spec and not args.grid:
         raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from ignite_ddl.tpu import tpu_attached, tpu_available
+from ignite_ddl.launcher.tpu import tpu_attached, tpu_available
 
 __all__ = ["COLAB_URL", "INSTALL_CELL", "TPU_PACKAGES", "Runtime", "on_colab", "prepare_runtime"]
 
@@ -86,7 +86,7 @@ def prepare_runtime(install: bool = True, show: bool = True) -> Runtime:
     import ignite
     import torch
 
-    from ignite_ddl.environment import cpu_cores
+    from ignite_ddl.core.environment import cpu_cores
 
     gpus = torch.cuda.device_count()  # does not initialise CUDA: the kernel can still fork ranks afterwards
     runtime = Runtime(

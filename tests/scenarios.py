@@ -19,7 +19,7 @@ import ignite.distributed as idist
 from ignite.engine import Engine, Events
 
 from ignite_ddl import RunFailed, TrainConfig, train
-from ignite_ddl.trainer import TrainingRun
+from ignite_ddl.trainer.run import TrainingRun
 
 DELAY_S = 0.03
 BASE = {"train_size": 2048, "val_size": 64, "batch_size": 64, "epochs": 1, "progress": False}
@@ -131,7 +131,7 @@ def list_listeners(run: TrainingRun) -> None:
     @run.trainer.on(Events.ITERATION_COMPLETED(once=2))
     def _record(engine: Engine) -> None:
         if idist.get_rank() == 0:
-            from ignite_ddl.contention import process_tree_pids
+            from ignite_ddl.measure.contention import process_tree_pids
 
             pids = process_tree_pids(os.getppid())
             Path(run.config.output_dir, "listeners.json").write_text(json.dumps(_listening(_socket_inodes(pids))))

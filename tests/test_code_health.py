@@ -41,4 +41,4 @@ def test_module_declares_its_public_names(name):
 
 
 def test_the_modules_are_found():
-    assert {"ignite_ddl", "ignite_ddl.launcher", "ignite_ddl.labs", "ignite_ddl.labs.fsdp"} <= set(MODULES)
+    assert {"ignite_ddl", "ignite_ddl.launcher.spawn", "ignite_ddl.labs", "ignite_ddl.labs.fsdp"} <= set(MODULES)

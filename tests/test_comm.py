@@ -12,10 +12,10 @@ import torch
 from conftest import QUICK, check_ok, run_cli
 from torch import nn
 
-from ignite_ddl.comm import CommTimer, summarize, waits
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.trainer import autocast
+from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.measure.comm import CommTimer, summarize, waits
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.trainer.run import autocast
 
 STEPS = 4
 
@@ -75,7 +75,7 @@ def test_timing_hook_reduces_like_ddp_and_its_figures_hold(amp, bucket_cap_mb):
 
 def test_summary_of_buckets_is_the_union_of_their_intervals():
     # 0 -> 4 ms and 1 -> 2 ms overlap (one interval, 4 ms), then 6 -> 7 ms; the last ready is at 6 ms
-    from ignite_ddl.comm import _Bucket
+    from ignite_ddl.measure.comm import _Bucket
 
     step = summarize([_Bucket(0, 100, 0.000, 0.004), _Bucket(1, 50, 0.001, 0.002), _Bucket(2, 50, 0.006, 0.007)], 4)
     assert step.comm_s == pytest.approx(0.005)

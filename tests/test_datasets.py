@@ -12,7 +12,7 @@ import torch
 from conftest import check_ok, load_summary, run_cli
 
 from ignite_ddl import ConfigError, TrainConfig
-from ignite_ddl.data import ShardSampler, build_datasets, check_dataset, synthetic_images
+from ignite_ddl.trainer.data import ShardSampler, build_datasets, check_dataset, synthetic_images
 
 
 def write_mnist(root, n_train=40, n_test=20):

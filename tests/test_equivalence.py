@@ -6,7 +6,7 @@ import torch
 from conftest import check_ok, run_cli
 from ignite.utils import manual_seed
 
-from ignite_ddl.models import build_model
+from ignite_ddl.trainer.models import build_model
 
 SGD_RUN = [
     "--model",

@@ -20,9 +20,9 @@ import pytest
 from conftest import check_ok, processes_marked, run_cli, run_script, start_marked, wait_gone
 
 from ignite_ddl.cli import main
-from ignite_ddl.launcher import free_port
+from ignite_ddl.core.results import append_record, load_results, read_results, rejected_path, repair_results
+from ignite_ddl.launcher.spawn import free_port
 from ignite_ddl.report import load, write_report
-from ignite_ddl.results import append_record, load_results, read_results, rejected_path, repair_results
 
 
 def good_record(index: int, repeat: int, rate: float) -> dict:

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ignite_ddl.flops import (
+from ignite_ddl.measure.flops import (
     PEAKS,
     FlopCount,
     achieved_flops,
@@ -164,7 +164,7 @@ def test_matmul_precision():
 _TF32_SCRIPT = """
 import os, sys, traceback
 import torch
-from ignite_ddl.flops import _cuda_tf32, matmul_precision
+from ignite_ddl.measure.flops import _cuda_tf32, matmul_precision
 
 matmul = torch.backends.cuda.matmul
 

@@ -7,7 +7,7 @@ import torch
 from conftest import check_ok, run_cli
 
 from ignite_ddl.labs import claims_hold, dp_vs_ddp
-from ignite_ddl.models import mlp
+from ignite_ddl.trainer.models import mlp
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 or more GPUs the lab measures them instead")

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from ignite_ddl.cli import build_parser, main
-from ignite_ddl.config import ConfigError
+from ignite_ddl.core.config import ConfigError
 from ignite_ddl.labs import Lab, LabOptions, collectives, ddp_sgd, lab_modules, option_specs, shards, speedup
 
 

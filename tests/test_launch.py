@@ -12,8 +12,8 @@ import pytest
 from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
 
 from ignite_ddl import LaunchSettings, launch
-from ignite_ddl.errors import LaunchFailed
-from ignite_ddl.launcher import free_port
+from ignite_ddl.core.errors import LaunchFailed
+from ignite_ddl.launcher.spawn import free_port
 
 
 def big_result(local_rank: int) -> dict:
@@ -154,7 +154,7 @@ def world_size(local_rank: int) -> int:
 
 
 def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd):
-    from ignite_ddl import launcher
+    from ignite_ddl.launcher import spawn as launcher
 
     monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 3.0)
     monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", False))
@@ -164,7 +164,7 @@ def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd)
 
 
 def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
-    from ignite_ddl import launcher
+    from ignite_ddl.launcher import spawn as launcher
 
     monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 2.0)
     monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", True))

@@ -313,8 +313,8 @@ def test_make_plots_writes_pngs(tmp_path):
 
 def test_a_report_made_from_another_folder_finds_the_runs(tmp_path):
     # A sweep records run_dir relative to the folder it was started in; the report may be made from anywhere.
+    from ignite_ddl.core.results import append_record
     from ignite_ddl.report import load
-    from ignite_ddl.results import append_record
 
     out = tmp_path / "sweep"
     (out / "runs").mkdir(parents=True)

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from conftest import QUICK, check_ok, load_summary, run, run_cli
 
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.slurm import JobState, _seconds, job_argv, job_resources, parse_slurm_options
-from ignite_ddl.sweep import expand, load_spec, read_results
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.sweep.runner import expand, load_spec, read_results
+from ignite_ddl.sweep.slurm import JobState, _seconds, job_argv, job_resources, parse_slurm_options
 
 REPO = Path(__file__).parents[1]
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}

@@ -13,7 +13,7 @@ from conftest import QUICK, check_ok, run_cli, run_script
 from ignite.engine import Engine
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from ignite_ddl.recorder import COLUMNS, StepRecorder, wait_sentence
+from ignite_ddl.measure.recorder import COLUMNS, StepRecorder, wait_sentence
 
 
 def scenario(name: str, out: Path, **env: str) -> dict:

@@ -15,7 +15,7 @@ import pytest
 from conftest import check_ok, run_cli
 
 from ignite_ddl.report import load
-from ignite_ddl.sweep import parse_spec, read_results, run_order
+from ignite_ddl.sweep.runner import parse_spec, read_results, run_order
 
 TINY = ["--set", "train_size=1024", "--set", "val_size=64", "--set", "batch_size=32", "--set", "epochs=2"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

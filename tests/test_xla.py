@@ -1,5 +1,5 @@
-"""The xla-tpu backend through ignite_ddl.xla, on torch_xla's CPU PJRT runtime with two replicas: collectives, data
-shards, gradient averaging, the trainer and the step recorder's timing.
+"""The xla-tpu backend through ignite_ddl.launcher.xla, on torch_xla's CPU PJRT runtime with two replicas:
+collectives, data shards, gradient averaging, the trainer and the step recorder's timing.
 
 Runs only where torch_xla is installed (``.ci/xla`` builds such an environment). A process can start PJRT replicas
 only while it has not used an XLA device, so every case runs in a fresh interpreter: ``python test_xla.py CASE DIR``
@@ -28,9 +28,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from ignite_ddl import ConfigError, LaunchSettings, RunFailed, launch, xla
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.launcher import plan_launch
-from ignite_ddl.recorder import StepRecorder
+from ignite_ddl.launcher.spawn import plan_launch
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.recorder import StepRecorder
 
 REPLICAS = 2
 XLA_ENV = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(REPLICAS)}

@@ -23,7 +23,7 @@ Example:
     >>> ddp_sgd.run(procs=[4], batch_size=30)  # refused before any process starts
     Traceback (most recent call last):
     ...
-    ignite_ddl.config.ConfigError: batch_size 30 cannot be split evenly over [4] processes
+    ignite_ddl.core.config.ConfigError: batch_size 30 cannot be split evenly over [4] processes
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
-from ignite_ddl.config import ConfigError, option_kind
+from ignite_ddl.core.config import ConfigError, option_kind
 
 __all__ = [
     "LAB_BACKENDS",
@@ -259,7 +259,7 @@ def at_least(low: int, **values: int | Sequence[int]) -> None:
     >>> at_least(1, procs=())
     Traceback (most recent call last):
     ...
-    ignite_ddl.config.ConfigError: procs must be one or more values >= 1, got ()
+    ignite_ddl.core.config.ConfigError: procs must be one or more values >= 1, got ()
     """
     for name, value in values.items():
         if isinstance(value, int):
@@ -287,7 +287,7 @@ def launch_lab(fn: Callable[..., Any], options: LaunchOptions, nproc: int, *fn_a
     One process runs here, without a process group: plain single-process training, the reference of the labs.
     """
     # Imported here: the launcher imports torch, and listing the labs (lab_index) must not.
-    from ignite_ddl.launcher import LaunchSettings, launch
+    from ignite_ddl.launcher.spawn import LaunchSettings, launch
 
     backend = "none" if nproc == 1 else options.backend
     settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=lab_logs(options.output_dir))

@@ -9,8 +9,9 @@ one big tensor (the ``mlp``: 3 MB of its 3.3 MB in the first layer) stays one bu
 size, which is why the default workload is the ``cnn``, whose gradients are spread over its layers.
 Smaller buckets start earlier and overlap more, but each is one more collective call with its own latency, and on
 a CPU the all-reduce competes with backward for the same cores. The lab trains the same workload with several
-bucket sizes through the real trainer and reads the communication timing hook's figures (:mod:`ignite_ddl.comm`):
-buckets per step, bytes per step, communication, exposed communication, overlap and step time.
+bucket sizes through the real trainer and reads the communication timing hook's figures
+(:mod:`ignite_ddl.measure.comm`): buckets per step, bytes per step, communication, exposed communication,
+overlap and step time.
 
 The checked claims are the ones that must hold on any machine: the bytes per step are the model's gradient bytes
 whatever the bucket size, smaller buckets mean more all-reduce calls, a single bucket overlaps nothing, and several
@@ -23,7 +24,7 @@ Example:
     >>> run(nproc_per_node=1)
     Traceback (most recent call last):
     ...
-    ignite_ddl.config.ConfigError: bucket-size needs at least 2 processes: one process has no gradients to all-reduce
+    ignite_ddl.core.config.ConfigError: bucket-size needs at least 2 processes: one process has no gradients to ...
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option
-from ignite_ddl.text import format_table
 
 __all__ = ["CLAIM", "HELP", "NAME", "Options", "format_result", "run"]
 
@@ -66,7 +67,7 @@ class Options(LaunchOptions):
 
 
 def _train(opts: Options, cap: float) -> dict[str, Any]:
-    from ignite_ddl.trainer import train  # imports torch and the trainer: only when the lab runs
+    from ignite_ddl.trainer.run import train  # imports torch and the trainer: only when the lab runs
 
     config = TrainConfig(
         backend=opts.backend,

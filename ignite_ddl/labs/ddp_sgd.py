@@ -30,12 +30,12 @@ import torch.distributed as dist
 from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl.data import synthetic_images
+from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
-from ignite_ddl.models import small_cnn
-from ignite_ddl.text import format_table
-from ignite_ddl.trainer import create_trainer, place_model
+from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.models import small_cnn
+from ignite_ddl.trainer.run import create_trainer, place_model
 
 __all__ = [
     "CLAIM",

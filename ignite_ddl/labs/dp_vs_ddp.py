@@ -37,15 +37,15 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
 
-from ignite_ddl.clock import now
-from ignite_ddl.config import ConfigError
-from ignite_ddl.data import synthetic_images
-from ignite_ddl.gather import gather_objects
+from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, launch_lab
 from ignite_ddl.labs._weights import gradients
-from ignite_ddl.launcher import LaunchSettings, launch
-from ignite_ddl.models import build_model, mlp
-from ignite_ddl.text import format_table
+from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.measure.clock import now
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.models import build_model, mlp
 
 __all__ = [
     "BALANCED",

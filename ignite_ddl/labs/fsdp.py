@@ -35,14 +35,14 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from ignite_ddl.clock import now
-from ignite_ddl.config import ConfigError
-from ignite_ddl.data import synthetic_images
-from ignite_ddl.gather import gather_objects
+from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.text import format_table, kib
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
-from ignite_ddl.models import mlp
-from ignite_ddl.text import format_table, kib
+from ignite_ddl.measure.clock import now
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.models import mlp
 
 __all__ = [
     "CLAIM",

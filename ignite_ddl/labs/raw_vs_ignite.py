@@ -41,12 +41,12 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ignite_ddl.environment import cpu_cores
+from ignite_ddl.core.environment import cpu_cores
+from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff
-from ignite_ddl.launcher import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
-from ignite_ddl.models import ToyModel
-from ignite_ddl.text import format_table
+from ignite_ddl.launcher.spawn import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
+from ignite_ddl.trainer.models import ToyModel
 
 __all__ = [
     "CLAIM",

@@ -24,11 +24,11 @@ import ignite.distributed as idist
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ignite_ddl.config import ConfigError
-from ignite_ddl.data import synthetic_images
-from ignite_ddl.gather import gather_objects
+from ignite_ddl.core.config import ConfigError
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
-from ignite_ddl.launcher import LaunchSettings, launch
+from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.trainer.data import synthetic_images
 
 __all__ = ["CLAIM", "GRID_SIDE", "HELP", "NAME", "SCENARIOS", "Options", "format_result", "run", "save_image_grid"]
 
@@ -65,7 +65,7 @@ def _shards_rank(local_rank: int, size: int, batch_size: int, epochs: int, image
     row: dict[str, Any] = {"rank": idist.get_rank()}
     for scenario, set_epoch in SCENARIOS.items():
         # A fresh loader per scenario: the sampler remembers the last epoch it was given.
-        # The cast: a DataLoader, or on XLA the loader of ignite_ddl.xla that answers DataLoader's attributes.
+        # The cast: a DataLoader, or on XLA the loader of ignite_ddl.launcher.xla that answers DataLoader's attributes.
         loader = cast(DataLoader, idist.auto_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=0))
         row[scenario], row["batch_sizes"] = _epochs_seen(loader, epochs, set_epoch)  # same batches both times
     row["per_rank_batch"] = loader.batch_size

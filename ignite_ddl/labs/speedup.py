@@ -25,12 +25,12 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
-from ignite_ddl.clock import device_synchronizer
-from ignite_ddl.config import ConfigError
-from ignite_ddl.environment import cpu_cores
-from ignite_ddl.gather import gather_objects
+from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, lab_option, output_dir_option
-from ignite_ddl.launcher import LaunchSettings, launch
+from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.measure.clock import device_synchronizer
+from ignite_ddl.measure.gather import gather_objects
 
 __all__ = ["CLAIM", "FASTER_AT_TWO", "FREE_CORES_AT_TWO", "HELP", "NAME", "NOISE", "Options", "format_result", "run"]
 

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from ignite_ddl.contention import CONTENTION_THRESHOLD
+from ignite_ddl.core.results import load_results, read_json
+from ignite_ddl.core.text import all_reduce_wait
+from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.stats import (
     CONFIDENCE,
     Estimate,
@@ -41,8 +43,6 @@ from ignite_ddl.report.stats import (
     separated,
     welch_p,
 )
-from ignite_ddl.results import load_results, read_json
-from ignite_ddl.text import all_reduce_wait
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
 

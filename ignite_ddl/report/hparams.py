@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.outputs import quiet_writer_threads
+from ignite_ddl.core.outputs import quiet_writer_threads
 from ignite_ddl.report.analysis import Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 

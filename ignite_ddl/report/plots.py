@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from ignite_ddl.outputs import writing
+from ignite_ddl.core.outputs import writing
 from ignite_ddl.report.analysis import LAYOUT_OPTIONS, STEP_PARTS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 

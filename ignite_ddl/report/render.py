@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.outputs import output_errors, write_bytes
-from ignite_ddl.profilers import format_profile
+from ignite_ddl.core.outputs import output_errors, write_bytes
+from ignite_ddl.measure.profilers import format_profile
 from ignite_ddl.report.analysis import FLAG_MEANINGS, MIN_REPEATS, Analysis, ConfigResult, load, notes
 from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots

@@ -3,7 +3,7 @@ torchvision classification model.
 
 Example:
     >>> import torch
-    >>> from ignite_ddl.models import build_model
+    >>> from ignite_ddl.trainer.models import build_model
     >>> build_model("cnn", in_channels=3, image_size=32, num_classes=10)(torch.zeros(2, 3, 32, 32)).shape
     torch.Size([2, 10])
 """
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torchvision import models as tv_models
 
-from ignite_ddl.config import ConfigError
+from ignite_ddl.core.config import ConfigError
 
 __all__ = [
     "OWN_MODELS",

@@ -53,7 +53,7 @@ BETWEEN, EVALUATING = 5, 6
 
 
 class StallWatchdog:
-    """See the module docstring. ``recorder`` (a :class:`~ignite_ddl.recorder.StepRecorder`) refines "in the
+    """See the module docstring. ``recorder`` (a :class:`~ignite_ddl.measure.recorder.StepRecorder`) refines "in the
     step" into forward / backward / optimizer; ``report`` prints the diagnosis and exits with status 1 (a process
     of its own, not a spawned rank whose launcher reports it)."""
 

@@ -28,8 +28,8 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
 from torch import nn
 
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.outputs import save_torch
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.outputs import save_torch
 
 __all__ = ["attach_best_model", "attach_checkpoints", "check_checkpoint", "load_checkpoint", "saved_objects"]
 
@@ -93,8 +93,8 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
     The model is built on the ``meta`` device for the comparison: no memory, no computation, nothing that would make
     forking ranks afterwards unsafe.
     """
-    from ignite_ddl.data import dataset_info
-    from ignite_ddl.models import build_model
+    from ignite_ddl.trainer.data import dataset_info
+    from ignite_ddl.trainer.models import build_model
 
     state = load_checkpoint(path)
     if state and all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -123,7 +123,7 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
 
 
 class _Saver(DiskSaver):
-    """Ignite's ``DiskSaver`` writing through :func:`~ignite_ddl.outputs.save_torch`: a full disk is reported as
+    """Ignite's ``DiskSaver`` writing through :func:`~ignite_ddl.core.outputs.save_torch`: a full disk is reported as
     such, with the checkpoint's path, instead of torch's "unexpected pos"."""
 
     def _save_func(self, checkpoint: Mapping, path: Path, func: Callable) -> None:

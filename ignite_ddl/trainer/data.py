@@ -6,7 +6,7 @@ of an epoch sees exactly the batches the uninterrupted run would have seen; eval
 
 Example:
     >>> from ignite_ddl import TrainConfig
-    >>> from ignite_ddl.data import build_datasets
+    >>> from ignite_ddl.trainer.data import build_datasets
     >>> train, val, info = build_datasets(TrainConfig(train_size=256, val_size=64))
     >>> len(train), info.num_classes
     (256, 10)
@@ -27,7 +27,7 @@ from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets
 from torchvision import transforms as T
 
-from ignite_ddl.config import ConfigError, TrainConfig
+from ignite_ddl.core.config import ConfigError, TrainConfig
 
 __all__ = [
     "CIFAR10",
@@ -271,7 +271,7 @@ def build_loaders(config: TrainConfig) -> Loaders:
     train_sampler = ShardSampler(train_ds, world, rank, shuffle=config.shuffle, seed=config.seed)
     val_sampler = ShardSampler(val_ds, world, rank, shuffle=False, seed=config.seed, pad=False)
     common = _worker_options(config.num_workers)
-    # The casts: a DataLoader, or on XLA the loader of ignite_ddl.xla that answers DataLoader's attributes.
+    # The casts: a DataLoader, or on XLA the loader of ignite_ddl.launcher.xla that answers DataLoader's attributes.
     train = cast(
         DataLoader,
         idist.auto_dataloader(train_ds, batch_size=config.batch_size, sampler=train_sampler, drop_last=True, **common),

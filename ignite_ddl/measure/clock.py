@@ -29,7 +29,7 @@ def device_synchronizer(device: torch.device, launch: bool = False) -> Callable[
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     if device.type == "xla":
-        from ignite_ddl import xla
+        from ignite_ddl.launcher import xla
 
         return lambda: xla.wait(device, launch=launch)
     return None

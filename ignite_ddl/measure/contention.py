@@ -201,7 +201,7 @@ class ContentionMonitor:
     """Ignite handler measuring, on every rank, what other processes used during the measured iterations.
 
     Attach it to the trainer; after the run, :meth:`gather` (a collective) returns the combined figures
-    (schema: :class:`ignite_ddl.results.Contention`), or None if the window never opened.
+    (schema: :class:`ignite_ddl.core.results.Contention`), or None if the window never opened.
     """
 
     def __init__(self, warmup: int, device: Any = None):
@@ -265,7 +265,7 @@ class ContentionMonitor:
 
     def gather(self) -> dict[str, Any] | None:
         """Collective: the run's contention over all ranks and nodes."""
-        from ignite_ddl.gather import gather_objects
+        from ignite_ddl.measure.gather import gather_objects
 
         parts = gather_objects(self.part())
         if all(p["busy_cpu_s"] is None for p in parts) and all(p["gpu_share"] is None for p in parts):

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.config import ConfigError
+from ignite_ddl.core.config import ConfigError
 
 __all__ = [
     "CSV_COLUMNS",
@@ -206,7 +206,7 @@ class Compute:
     @classmethod
     def from_total(cls, compute_s: float, grad_bytes: float, batch_size: int, source: str = "given") -> Compute:
         """A step of ``compute_s`` seconds split as the FLOPs split it: forward 1/3, backward 2/3 (a layer's backward
-        multiplies twice as much as its forward, see :mod:`ignite_ddl.flops`); no optimizer or data time."""
+        multiplies twice as much as its forward, see :mod:`ignite_ddl.measure.flops`); no optimizer or data time."""
         if not (math.isfinite(compute_s) and compute_s > 0):
             raise ConfigError(f"the compute per step must be a positive number of seconds, got {compute_s}")
         return cls(compute_s / 3, 2 * compute_s / 3, 0.0, batch_size, grad_bytes, source=source)
@@ -409,7 +409,7 @@ def project(
 
 def format_projection(p: Projection) -> str:
     """The projection as a table (a row per N) and a line per scheme saying where it saturates."""
-    from ignite_ddl.text import format_table, milliseconds
+    from ignite_ddl.core.text import format_table, milliseconds
 
     c = p.compute
     header = [
@@ -558,9 +558,9 @@ def figure(p: Projection) -> Any:
 
 def write_projection(p: Projection, output_dir: str | Path) -> list[Path]:
     """projection.json (inputs and a record per N), projection.csv and projection.png in ``output_dir``."""
-    from ignite_ddl.outputs import writing
+    from ignite_ddl.core.outputs import writing
+    from ignite_ddl.core.results import write_json
     from ignite_ddl.report.plots import pyplot
-    from ignite_ddl.results import write_json
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -588,9 +588,9 @@ def grad_bytes_of_run(config: dict[str, Any]) -> int:
     Gradients have the parameters' dtype (float32, also under autocast)."""
     import torch
 
-    from ignite_ddl.config import TrainConfig
-    from ignite_ddl.data import dataset_info
-    from ignite_ddl.models import build_model
+    from ignite_ddl.core.config import TrainConfig
+    from ignite_ddl.trainer.data import dataset_info
+    from ignite_ddl.trainer.models import build_model
 
     train_config = TrainConfig.from_dict(config)
     info = dataset_info(train_config)
@@ -604,7 +604,7 @@ def compute_from_run(run_dir: str | Path) -> Compute:
     backward and optimizer times of its summary (``steps.ranks[0]``), the rest of its measured step time (data wait
     and handlers: per-rank batch / samples per second minus the three phases), its per-rank batch, and the
     gradient bytes of its model."""
-    from ignite_ddl.results import read_json
+    from ignite_ddl.core.results import read_json
 
     run_dir = Path(run_dir)
     try:
@@ -685,12 +685,12 @@ FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB,
 
 
 def _allreduce_times(local_rank: int, sizes: list[int], iters: int, warmup: int) -> list[list[float]]:
-    """On every rank: :func:`ignite_ddl.comm.time_allreduce` for each size; every rank's seconds, rank order."""
+    """On every rank: :func:`ignite_ddl.measure.comm.time_allreduce` for each size; every rank's seconds, rank order."""
     import ignite.distributed as idist
     import torch
 
-    from ignite_ddl.comm import time_allreduce
-    from ignite_ddl.gather import gather_objects
+    from ignite_ddl.measure.comm import time_allreduce
+    from ignite_ddl.measure.gather import gather_objects
 
     return gather_objects([time_allreduce(size, torch.float32, idist.device(), iters, warmup) for size in sizes])
 
@@ -704,9 +704,9 @@ def measure_allreduce(
     log_dir: str | None = None,
 ) -> tuple[list[int], list[float]]:
     """All-reduce times on this machine: ``nproc`` real processes each time one all-reduce of each size with
-    :func:`ignite_ddl.comm.time_allreduce` (median of ``iters`` calls, each after a barrier); per size, the mean
+    :func:`ignite_ddl.measure.comm.time_allreduce` (median of ``iters`` calls, each after a barrier); per size, the mean
     over the ranks (nccl-tests' convention). Returns (sizes, seconds), ready for :func:`fit_alpha_beta`."""
-    from ignite_ddl.launcher import LaunchSettings, launch
+    from ignite_ddl.launcher.spawn import LaunchSettings, launch
 
     settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_allreduce_times, settings, list(sizes), iters, warmup)
@@ -738,12 +738,12 @@ def validate_this_machine(
     (the fit and every run below the contention threshold); also written to validation.json. A round that other
     processes disturbed is run again, up to ``rerun_contended`` times, and its last attempt kept.
     """
-    from ignite_ddl.config import TrainConfig
-    from ignite_ddl.contention import CONTENTION_THRESHOLD, ForeignLoad
-    from ignite_ddl.environment import host, versions
-    from ignite_ddl.launcher import plan_launch
-    from ignite_ddl.results import write_json
-    from ignite_ddl.trainer import train
+    from ignite_ddl.core.config import TrainConfig
+    from ignite_ddl.core.environment import host, versions
+    from ignite_ddl.core.results import write_json
+    from ignite_ddl.launcher.spawn import plan_launch
+    from ignite_ddl.measure.contention import CONTENTION_THRESHOLD, ForeignLoad
+    from ignite_ddl.trainer.run import train
 
     out = Path(output_dir)
     base: dict[str, Any] = {
@@ -867,14 +867,14 @@ NVIDIA_RESNET50: dict[str, Any] = {
 def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, Any]:
     """Predict NVIDIA's published 1 -> 8 GPU speed-up of ResNet-50 v1.5 on a DGX A100 and compare.
 
-    Compute per step: 3 x the forward FLOPs per image (2 FLOPs per multiply-add, as :mod:`ignite_ddl.flops`
-    counts) x 256 images, at the A100's datasheet peak (:data:`ignite_ddl.flops.PEAKS`) times a utilisation
+    Compute per step: 3 x the forward FLOPs per image (2 FLOPs per multiply-add, as :mod:`ignite_ddl.measure.flops`
+    counts) x 256 images, at the A100's datasheet peak (:data:`ignite_ddl.measure.flops.PEAKS`) times a utilisation
     *calibrated* so that one GPU reproduces the published 1-GPU throughput: the compute per step is therefore the
     published one, and only the communication is predicted. Forward 1/3, backward 2/3 of it, no optimizer time;
     gradients 25.6 M x 4 bytes (float32, under AMP too); ``link`` NVLink 3 by default. Returns, per precision, the
     predicted 8-GPU speed-up and throughput and their relative errors against the published figures.
     """
-    from ignite_ddl.flops import PEAKS
+    from ignite_ddl.measure.flops import PEAKS
 
     link = link if link is not None else LINKS["nvlink3"]
     ref = NVIDIA_RESNET50

@@ -28,7 +28,7 @@ from typing import Any
 
 from ignite.engine import Engine, Events
 
-from ignite_ddl.config import TRACKERS, ConfigError, TrainConfig
+from ignite_ddl.core.config import TRACKERS, ConfigError, TrainConfig
 
 __all__ = ["TRACKERS", "MlflowTracker", "check_tracker", "tracking_uri"]
 
@@ -73,7 +73,7 @@ class MlflowTracker:
         )
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
-        """Per-epoch figures of an :class:`~ignite_ddl.trainer.EpochLog` record, at step = epoch."""
+        """Per-epoch figures of an :class:`~ignite_ddl.trainer.run.EpochLog` record, at step = epoch."""
         metrics = {f"epoch/{name}": record[name] for name in EPOCH_METRICS if record.get(name) is not None}
         self.logger.log_metrics(metrics, step=record["epoch"])
 

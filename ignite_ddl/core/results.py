@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypedDict, Union
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
-from ignite_ddl.outputs import write_bytes, writing
+from ignite_ddl.core.outputs import write_bytes, writing
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -401,7 +401,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (SweepSession, "each entry of `sessions`"),
 ]
 
-_BEGIN, _END = "<!-- schema: generated from ignite_ddl/results.py -->", "<!-- end of generated schema -->"
+_BEGIN, _END = "<!-- schema: generated from ignite_ddl/core/results.py -->", "<!-- end of generated schema -->"
 
 
 def schema_markdown() -> str:

@@ -12,7 +12,7 @@ What it guarantees on top of ``idist.Parallel``:
   store on a socket bound to the rendezvous address (127.0.0.1 on one node), and the ranks join it as clients,
   as they would join torchrun's agent store; nothing listens on other interfaces.
 - **Signals stop everything.** SIGINT or SIGTERM to the launcher stops every rank and its DataLoader workers
-  within seconds and raises :class:`~ignite_ddl.signals.Interrupted`; ranks ignore the terminal's SIGINT so
+  within seconds and raises :class:`~ignite_ddl.launcher.signals.Interrupted`; ranks ignore the terminal's SIGINT so
   that only the launcher decides.
 - **Clean failures.** A rank killed by a signal is reported as such (SIGKILL: out of memory?); torch's
   per-process error files go to a private folder that is removed afterwards.
@@ -58,14 +58,14 @@ import torch.distributed as dist
 from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
-from ignite_ddl import xla
-from ignite_ddl.config import BACKENDS, START_METHODS, ConfigError
-from ignite_ddl.contention import process_tree_pids
-from ignite_ddl.environment import cpu_cores
-from ignite_ddl.errors import LaunchFailed, RunFailed
-from ignite_ddl.signals import Interrupted, interruptible
-from ignite_ddl.tpu import tpu_available
-from ignite_ddl.watchdog import clear_stall, read_stall
+from ignite_ddl.core.config import BACKENDS, START_METHODS, ConfigError
+from ignite_ddl.core.environment import cpu_cores
+from ignite_ddl.core.errors import LaunchFailed, RunFailed
+from ignite_ddl.launcher import xla
+from ignite_ddl.launcher.signals import Interrupted, interruptible
+from ignite_ddl.launcher.tpu import tpu_available
+from ignite_ddl.launcher.watchdog import clear_stall, read_stall
+from ignite_ddl.measure.contention import process_tree_pids
 
 __all__ = [
     "LaunchFailed",
@@ -263,8 +263,9 @@ def launch(fn: Callable[..., Any], settings: LaunchSettings | LaunchPlan, *args:
     """Run ``fn(local_rank, *args, **kwargs)`` on every rank; return what rank 0 returned.
 
     Raises :class:`ConfigError` (nothing started), :class:`LaunchFailed` (the ranks could not be brought together),
-    :class:`RunFailed` (a rank raised or died) or :class:`~ignite_ddl.signals.Interrupted` (SIGINT / SIGTERM: every
-    rank was stopped). On the nodes other than the first one of a multi-node run the return value is None.
+    :class:`RunFailed` (a rank raised or died) or :class:`~ignite_ddl.launcher.signals.Interrupted` (SIGINT /
+    SIGTERM: every rank was stopped). On the nodes other than the first one of a multi-node run the return value
+    is None.
     """
     plan = settings if isinstance(settings, LaunchPlan) else plan_launch(settings)
     # Ignite 0.5.5's XLA support on torch_xla's PJRT runtime: installed by a launch, never by an import. Not only

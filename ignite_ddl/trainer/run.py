@@ -6,7 +6,7 @@ engines on their own, for notebooks that want to attach handlers of their own.
 
 Example:
     >>> from ignite_ddl import TrainConfig
-    >>> from ignite_ddl.trainer import train
+    >>> from ignite_ddl.trainer.run import train
     >>> summary = train(TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run", overwrite=True))
     >>> summary["world_size"]
     2
@@ -36,23 +36,31 @@ from ignite.metrics import Accuracy, ConfusionMatrix, Loss
 from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl import launcher
-from ignite_ddl.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
-from ignite_ddl.comm import CommTimer
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.data import Loaders, build_loaders, check_dataset
-from ignite_ddl.environment import cpu_cores, device_info, host, versions
-from ignite_ddl.flops import format_flops
-from ignite_ddl.folders import claim_run_folder, lock
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.launcher import LaunchPlan
-from ignite_ddl.measuring import FlopsProbe, attach_measurement
-from ignite_ddl.models import build_model, check_model, unwrap
-from ignite_ddl.outputs import OutputFileHandler, output_errors, quiet_writer_threads
-from ignite_ddl.recorder import StepRecorder, format_steps
-from ignite_ddl.results import SCHEMA_VERSION, Contention, EpochRecord, ProfilerResult, StepStats, Summary, write_json
-from ignite_ddl.tracking import MlflowTracker, check_tracker
-from ignite_ddl.watchdog import StallWatchdog
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.environment import cpu_cores, device_info, host, versions
+from ignite_ddl.core.folders import claim_run_folder, lock
+from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
+from ignite_ddl.core.results import (
+    SCHEMA_VERSION,
+    Contention,
+    EpochRecord,
+    ProfilerResult,
+    StepStats,
+    Summary,
+    write_json,
+)
+from ignite_ddl.launcher import spawn as launcher
+from ignite_ddl.launcher.spawn import LaunchPlan
+from ignite_ddl.launcher.watchdog import StallWatchdog
+from ignite_ddl.measure.comm import CommTimer
+from ignite_ddl.measure.flops import format_flops
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.recorder import StepRecorder, format_steps
+from ignite_ddl.trainer.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
+from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset
+from ignite_ddl.trainer.measurement import FlopsProbe, attach_measurement
+from ignite_ddl.trainer.models import build_model, check_model, unwrap
+from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
 
 __all__ = [
     "AMP_DTYPES",

@@ -60,7 +60,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ignite_ddl.models import unwrap
+from ignite_ddl.trainer.models import unwrap
 
 __all__ = [
     "PEAKS",

@@ -54,7 +54,7 @@ from ignite.distributed import utils as idist_utils
 from ignite.distributed.comp_models import xla as ignite_xla
 from ignite.handlers.checkpoint import DiskSaver
 
-from ignite_ddl.config import ConfigError
+from ignite_ddl.core.config import ConfigError
 
 __all__ = [
     "XLA_TPU",

@@ -26,7 +26,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from ignite_ddl.config import ConfigError
+from ignite_ddl.core.config import ConfigError
 
 __all__ = ["RUN_OUTPUTS", "claim_run_folder", "lock", "previous_run"]
 

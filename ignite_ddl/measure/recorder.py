@@ -43,11 +43,11 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
-from ignite_ddl.clock import device_synchronizer
-from ignite_ddl.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.outputs import writing
-from ignite_ddl.text import all_reduce_wait, format_table, milliseconds
+from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
+from ignite_ddl.measure.clock import device_synchronizer
+from ignite_ddl.measure.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
+from ignite_ddl.measure.gather import gather_objects
 
 __all__ = [
     "COLUMNS",
@@ -251,7 +251,7 @@ def rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> di
 
 
 def comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> dict[str, Any]:
-    """Gradient communication over a rank's measured rows (see :mod:`ignite_ddl.comm`); NaN where not timed."""
+    """Gradient communication over a rank's measured rows (see :mod:`ignite_ddl.measure.comm`); NaN where not timed."""
     timed = [r for r in rows if not math.isnan(r.get("comm_s", math.nan))]
     comm, exposed = sum(r["comm_s"] for r in timed), sum(r["exposed_comm_s"] for r in timed)
     nbytes = sum(r["comm_bytes"] for r in timed)
@@ -300,7 +300,7 @@ def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "busbw_Bps": _mean([r.get("busbw_Bps", math.nan) for r in ranks]),
         },
         "straggler": straggler,
-        # Who waits for whom inside the all-reduce: the fast ranks' extra exposed communication (ignite_ddl.comm).
+        # Who waits for whom inside the all-reduce: the fast ranks' extra exposed communication (measure.comm).
         "comm_wait": waits([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
     }
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.results import read_json, write_json
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.results import read_json, write_json
 
 __all__ = [
     "SLURM_KEYS",

@@ -30,7 +30,7 @@ seconds of imports every fresh interpreter pays; ``start: fresh`` runs a new int
 server never runs a torch operation, so its forks are safe (see ``launcher.in_fresh_thread``).
 
 **Contention.** Each run records how much of the machine other processes used while it measured
-(:mod:`ignite_ddl.contention`); a run above ``contention_threshold`` is recorded as contended, and with
+(:mod:`ignite_ddl.measure.contention`); a run above ``contention_threshold`` is recorded as contended, and with
 ``rerun_contended: N`` re-run up to N times at the end of the sweep.
 
 Example:
@@ -60,11 +60,10 @@ from typing import Any, cast
 
 import yaml
 
-from ignite_ddl.config import ConfigError, TrainConfig
-from ignite_ddl.contention import CONTENTION_THRESHOLD
-from ignite_ddl.environment import host, versions
-from ignite_ddl.folders import lock
-from ignite_ddl.results import (
+from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.environment import host, versions
+from ignite_ddl.core.folders import lock
+from ignite_ddl.core.results import (
     RunRecord,
     SweepMeta,
     SweepSession,
@@ -75,8 +74,9 @@ from ignite_ddl.results import (
     repair_results,
     write_json,
 )
-from ignite_ddl.signals import end_with, interruptible, sigterm_with_parent
-from ignite_ddl.slurm import Outcome, check_cluster, load_jobs, parse_slurm_options, save_jobs, submit, wait_for
+from ignite_ddl.launcher.signals import end_with, interruptible, sigterm_with_parent
+from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.sweep.slurm import Outcome, check_cluster, load_jobs, parse_slurm_options, save_jobs, submit, wait_for
 
 __all__ = [
     "ORDERS",
@@ -128,7 +128,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "ev
 # Options that change the work done per sample: configurations are compared only within one workload.
 WORKLOAD_OPTIONS = ("model", "dataset", "amp", "optimizer", "sync_bn")
 # Imported once by the fork server, so that runs start without importing them again.
-PRELOAD = ("ignite_ddl.cli", "ignite_ddl.trainer", "torch.utils.tensorboard")
+PRELOAD = ("ignite_ddl.cli", "ignite_ddl.trainer.run", "torch.utils.tensorboard")
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class Spec:
     workload: tuple[str, ...] = WORKLOAD_OPTIONS
     contention_threshold: float = CONTENTION_THRESHOLD
     rerun_contended: int = 0
-    executor: str = "local"  # local: one run after another here; slurm: every run a SLURM job (ignite_ddl.slurm)
+    executor: str = "local"  # local: one run after another here; slurm: every run a SLURM job (ignite_ddl.sweep.slurm)
     slurm: dict[str, Any] = field(default_factory=dict)  # the slurm executor's options (SlurmOptions' fields)
 
     def to_dict(self) -> dict[str, Any]:

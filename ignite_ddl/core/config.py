@@ -159,9 +159,9 @@ class TrainConfig:
         return cls(**values)
 
     def launch_settings(self) -> Any:
-        """The distribution settings of this run (:class:`~ignite_ddl.launcher.LaunchSettings`); rank logs go to
+        """The distribution settings of this run (:class:`~ignite_ddl.launcher.spawn.LaunchSettings`); rank logs go to
         ``<output_dir>/logs``."""
-        from ignite_ddl.launcher import LaunchSettings
+        from ignite_ddl.launcher.spawn import LaunchSettings
 
         return LaunchSettings(
             backend=self.backend,

@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ignite_ddl.clock import device_synchronizer
+from ignite_ddl.measure.clock import device_synchronizer
 
 __all__ = ["NO_COMM", "CommTimer", "StepComm", "allreduce_bus_factor", "summarize", "time_allreduce", "waits"]
 

@@ -1,17 +1,17 @@
 """What a training run measures besides training, attached to its engines and gathered from every rank at the end.
 
 :func:`attach_measurement` attaches, first of all handlers (so that nothing attached later counts as step time):
-the step recorder (:mod:`ignite_ddl.recorder`), the contention monitor (:mod:`ignite_ddl.contention`), the chosen
-profiler (:mod:`ignite_ddl.profilers`) and, with 2 or more ranks, the stall watchdog (:mod:`ignite_ddl.watchdog`).
-:class:`FlopsProbe` counts the model's FLOPs and measures the matmul rate before training
-(:mod:`ignite_ddl.flops`). After the run, :meth:`Measuring.gather` (a collective) returns every rank's figures as
-plain data for the summary.
+the step recorder (:mod:`ignite_ddl.measure.recorder`), the contention monitor
+(:mod:`ignite_ddl.measure.contention`), the chosen profiler (:mod:`ignite_ddl.measure.profilers`) and, with 2 or
+more ranks, the stall watchdog (:mod:`ignite_ddl.launcher.watchdog`). :class:`FlopsProbe` counts the model's FLOPs
+and measures the matmul rate before training (:mod:`ignite_ddl.measure.flops`). After the run,
+:meth:`Measuring.gather` (a collective) returns every rank's figures as plain data for the summary.
 
 Example (one process; the trainer does the same on every rank):
     >>> import torch
     >>> from ignite.engine import Engine
-    >>> from ignite_ddl.config import TrainConfig
-    >>> from ignite_ddl.recorder import StepRecorder
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> from ignite_ddl.measure.recorder import StepRecorder
     >>> trainer, evaluator = Engine(lambda e, b: None), Engine(lambda e, b: None)
     >>> recorder = StepRecorder(warmup=1)
     >>> config = TrainConfig(warmup_iters=1)
@@ -34,11 +34,13 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
-from ignite_ddl.comm import CommTimer, allreduce_bus_factor, time_allreduce
-from ignite_ddl.config import TrainConfig
-from ignite_ddl.contention import ContentionMonitor
-from ignite_ddl.data import DatasetInfo
-from ignite_ddl.flops import (
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.outputs import writing
+from ignite_ddl.launcher.spawn import LaunchPlan
+from ignite_ddl.launcher.watchdog import StallWatchdog
+from ignite_ddl.measure.comm import CommTimer, allreduce_bus_factor, time_allreduce
+from ignite_ddl.measure.contention import ContentionMonitor
+from ignite_ddl.measure.flops import (
     FlopCount,
     MatmulRate,
     Peak,
@@ -48,12 +50,10 @@ from ignite_ddl.flops import (
     matmul_precision,
     utilisation_record,
 )
-from ignite_ddl.gather import gather_objects
-from ignite_ddl.launcher import LaunchPlan
-from ignite_ddl.outputs import writing
-from ignite_ddl.profilers import Profiler, attach_profiler, format_profile
-from ignite_ddl.recorder import StepRecorder
-from ignite_ddl.watchdog import StallWatchdog
+from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.profilers import Profiler, attach_profiler, format_profile
+from ignite_ddl.measure.recorder import StepRecorder
+from ignite_ddl.trainer.data import DatasetInfo
 
 __all__ = ["FlopsProbe", "Measuring", "attach_measurement", "reference_allreduce"]
 
@@ -62,7 +62,7 @@ MATMUL_PROBE_S = 0.1  # the matmul-rate measurement before training: enough repe
 
 @dataclass(frozen=True)
 class FlopsProbe:
-    """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.flops`): the model's
+    """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.measure.flops`): the model's
     FLOPs per sample and the matmul rate this rank attains."""
 
     count: FlopCount
@@ -158,7 +158,7 @@ def attach_measurement(
 
 def reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
     """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
-    (:func:`~ignite_ddl.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
+    (:func:`~ignite_ddl.measure.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
     timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank
     if not timed:
         return None

@@ -47,9 +47,9 @@ from ignite.engine import Engine, Events
 from ignite.handlers import BasicTimeProfiler, HandlersTimeProfiler, Timer
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from ignite_ddl.config import PROFILERS
-from ignite_ddl.outputs import writing
-from ignite_ddl.text import format_table, milliseconds
+from ignite_ddl.core.config import PROFILERS
+from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.text import format_table, milliseconds
 
 __all__ = [
     "TOP_OPS_COLUMNS",

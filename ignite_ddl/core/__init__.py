@@ -1,0 +1,3 @@
+"""core"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""launcher"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""measure"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""projection"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""sweep"""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""trainer"""
+
+__all__: list[str] = []
