@@ -45,7 +45,7 @@ import torch.multiprocessing as torch_mp
 from ignite_ddl import TrainConfig, plan_launch
 from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import collectives
-from ignite_ddl.launcher.spawn import free_port, in_fresh_thread
+from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.measure.contention import ForeignLoad
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -84,7 +84,7 @@ def raw_rank(rank: int, threads: int, *args: Any) -> None:
 
 
 def run_raw(config: TrainConfig, options: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    plan = plan_launch(config.launch_settings())  # the same backend, start method and threads per process as ours gets
+    plan = plan_launch(config)  # the same backend, start method and threads per process as ours gets
     world, port = plan.world_size, plan.master_port or free_port(plan.master_addr)
     torch_mp.start_processes(
         raw_rank,

@@ -34,7 +34,7 @@ import torch
 from overhead import Window, bench_config, machine, run_ours
 from torch import nn
 
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.measure.comm import CommTimer
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.measure.gather import gather_objects

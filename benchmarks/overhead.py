@@ -3,7 +3,7 @@
 Two sides train the same model (``ignite_ddl.trainer.models.build_model``) on the same synthetic data
 (``ignite_ddl.trainer.data.build_datasets``) with the same global batch, the same SGD optimizer (TrainConfig's lr and
 momentum), one ``loss.item()`` per step and the same number of intra-op threads per process
-(``plan_launch(config.launch_settings()).threads``):
+(``plan_launch(config).threads``):
 
 * **ours**: the real job, ``train(config, setup=...)``, with every default handler on (step recorder,
   per-epoch log and evaluation, TensorBoard, checkpointing, the ``max_iters`` stop) and only the progress bar off.
@@ -63,7 +63,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ignite_ddl import TrainConfig, plan_launch, train
 from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
-from ignite_ddl.launcher.spawn import free_port, in_fresh_thread
+from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.trainer.data import build_datasets
 from ignite_ddl.trainer.models import build_model
@@ -197,7 +197,7 @@ def raw_rank(rank: int, *args: Any) -> None:
 
 
 def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
-    plan = plan_launch(config.launch_settings())  # the same threads per process and start method as ours gets
+    plan = plan_launch(config)  # the same threads per process and start method as ours gets
     run_dir.mkdir(parents=True)
     world = plan.world_size
     args = (config, world, plan.threads, plan.master_port or free_port(plan.master_addr), window, run_dir)
@@ -249,7 +249,7 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
     }
     return {
         "procs": procs,
-        "threads_per_process": plan_launch(config.launch_settings()).threads,
+        "threads_per_process": plan_launch(config).threads,
         "per_rank_batch": args.batch_size // procs,
         **stats,
         "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],

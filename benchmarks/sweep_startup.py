@@ -23,7 +23,9 @@ from typing import Any
 
 from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.report import load
-from ignite_ddl.sweep.runner import PRELOAD, load_spec, parse_spec, sweep
+from ignite_ddl.sweep.local import PRELOAD
+from ignite_ddl.sweep.runner import sweep
+from ignite_ddl.sweep.spec import load_spec, parse_spec
 
 SPEC = Path(__file__).parents[1] / "experiments" / "quickstart" / "spec.yaml"
 

@@ -1,5 +1,16 @@
 """ignite-ddl: run, measure and compare data-parallel training with PyTorch-Ignite on CPU, GPU and TPU.
 
+The package is laid out by concern, in layers that import only downwards:
+
+- ``core``: options (one declaration per option), the run configuration, errors, safe outputs, the results schema;
+- ``launcher``: starting ranks (settings, backends, rendezvous, supervision, signals, watchdog, XLA);
+- ``measure``: what a rank measures (steps, communication, FLOPs, memory, contention, profilers);
+- ``trainer``: the Ignite engines and a run (strategies, data, models, checkpoints, tracking);
+- ``report`` and ``projection``: what a sweep's results say; how a step would scale;
+- ``sweep``: grids of runs, executed here or on SLURM;
+- ``labs``: one experiment per idea of data-parallel training;
+- ``cli`` and ``colab``: the command line and the notebooks' runtime set-up.
+
 Example:
     >>> from ignite_ddl import TrainConfig, train
     >>> summary = train(TrainConfig(nproc_per_node=2, epochs=1, train_size=512, output_dir="/tmp/run", overwrite=True))
@@ -9,8 +20,8 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ignite_ddl.core.commands import VERSION
+from ignite_ddl.core.exports import lazy_exports
 
 __all__ = [
     "ConfigError",
@@ -25,27 +36,23 @@ __all__ = [
     "train",
     "training",
 ]
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # The public names load on first use, so that `import ignite_ddl.colab` (run before torch may be imported, to set up
 # a TPU runtime) and the CLI's refusals do not pay for importing torch and Ignite.
-_HOMES = {
-    "ConfigError": "core.config",
-    "TrainConfig": "core.config",
-    "Interrupted": "launcher.signals",
-    "train": "trainer.run",
-    "training": "trainer.run",
-    **dict.fromkeys(
-        ("LaunchFailed", "LaunchPlan", "LaunchSettings", "RunFailed", "launch", "plan_launch"), "launcher.spawn"
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"ignite_ddl.{_HOMES[name]}"), name)
-    raise AttributeError(f"module 'ignite_ddl' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "ConfigError": "core.errors",
+        "Interrupted": "core.errors",
+        "LaunchFailed": "core.errors",
+        "RunFailed": "core.errors",
+        "TrainConfig": "core.config",
+        "LaunchPlan": "launcher.settings",
+        "LaunchSettings": "launcher.settings",
+        "plan_launch": "launcher.settings",
+        "launch": "launcher.spawn",
+        "train": "trainer.run",
+        "training": "trainer.run",
+    },
+)

@@ -8,37 +8,23 @@ anything started, 128 + signal number when interrupted (130 for SIGINT, 143 for 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ignite_ddl import __version__
-from ignite_ddl.core.config import (
-    AMP_MODES,
-    BACKENDS,
-    OPTIMIZERS,
-    PROFILERS,
-    START_METHODS,
-    TRACKERS,
-    ConfigError,
-    TrainConfig,
-    field_types,
-    option_flag,
-)
-from ignite_ddl.core.errors import LaunchFailed, RunFailed
-from ignite_ddl.core.outputs import OutputError, as_output_error
+from ignite_ddl.core.commands import PROG, VERSION, run_command
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import add_to_parser, option_specs
 from ignite_ddl.core.results import write_json
-from ignite_ddl.labs import Lab, LabOptions, OptionSpec, claims_hold, lab_index, load_lab, option_specs
-from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
 from ignite_ddl.projection.model import LINKS
+from ignite_ddl.sweep.spec import SlurmOptions, Spec
 
-__all__ = ["CHOICES", "LINK_PRESETS", "PROG", "build_parser", "main"]
+__all__ = ["LINK_PRESETS", "build_parser", "main"]
 
-PROG = "ignite-ddl"
 LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.projection.model imports no torch)
 
 
@@ -46,47 +32,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, no usage block: the user sees what is wrong and `--help` tells the rest.
         self.exit(2, f"{PROG}: error: {message}\n")
-
-
-# Options with a fixed set of values: help shows them as {a,b,c}; TrainConfig.check refuses the rest in one line.
-CHOICES = {
-    "backend": BACKENDS,
-    "start_method": START_METHODS,
-    "amp": AMP_MODES,
-    "optimizer": OPTIMIZERS,
-    "profiler": PROFILERS,
-    "tracker": TRACKERS,
-}
-
-
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    for f in dataclasses.fields(TrainConfig):
-        kind, optional = field_types()[f.name]
-        spec = OptionSpec(
-            help=f.metadata["help"], kind=kind, default=f.default, optional=optional, choices=CHOICES.get(f.name, ())
-        )
-        _add_option(parser, f.name, spec)
-
-
-def _add_lab_options(parser: argparse.ArgumentParser, options: type[LabOptions]) -> None:
-    for name, spec in option_specs(options).items():
-        _add_option(parser, name, spec)
-
-
-def _add_option(parser: argparse.ArgumentParser, name: str, spec: OptionSpec) -> None:
-    """``--name`` read as ``spec`` says: a bool as ``--name`` / ``--no-name``, anything else as a typed value."""
-    flag = option_flag(name)
-    if spec.kind is bool:
-        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=spec.default, help=spec.help)
-        return
-    shown = spec.shown_default()
-    parser.add_argument(
-        flag,
-        type=spec.reader(),
-        default=spec.default,
-        metavar=spec.shown_metavar(),
-        help=spec.help + ("" if shown is None else f" (default: {shown})"),
-    )
 
 
 def _add_project(commands: Any) -> None:
@@ -195,10 +140,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``ignite-ddl`` parser. Nothing here imports torch: a lab's options (its module imports torch) are added
     only when ``command`` is that lab, so ``--help`` and ``train --help`` stay fast."""
     parser = _Parser(prog=PROG, description="Run, measure and compare data-parallel training with PyTorch-Ignite.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {VERSION}")
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     train = commands.add_parser("train", help="train one configuration (serial, spawned, torchrun or SLURM)")
-    _add_config_options(train)
+    add_to_parser(train, TrainConfig)
     train.set_defaults(handler=_train)
 
     sweep = commands.add_parser("sweep", help="run a grid of configurations and write a profiling report")
@@ -217,46 +162,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="OPTION=VALUE",
         help="a train option for every configuration, e.g. --set epochs=1 (repeatable)",
     )
-    sweep.add_argument("--name", help="sweep name (default: the spec's, or 'sweep')")
-    sweep.add_argument("--repeats", type=int, help="runs per configuration")
-    sweep.add_argument("--timeout-s", type=float, help="wall-time limit of one run, seconds")
-    sweep.add_argument(
-        "--order",
-        choices=("interleaved", "shuffled", "grouped"),
-        help="run order of the repeats (default interleaved: every configuration once per round)",
-    )
-    sweep.add_argument("--seed", type=int, help="seed of the shuffled order")
-    sweep.add_argument(
-        "--rerun-contended",
-        type=int,
-        metavar="N",
-        help="re-run a run up to N times while other processes contend for the machine",
-    )
-    sweep.add_argument(
-        "--start",
-        choices=("preloaded", "fresh"),
-        help="start runs from a fork server with torch imported (default) or a fresh interpreter",
-    )
-    sweep.add_argument(
-        "--executor",
-        choices=("local", "slurm"),
-        help="run configurations here, one after another (default), or as SLURM jobs via submitit",
-    )
-    sweep.add_argument("--partition", help="slurm executor: the partition (default: the cluster's default)")
-    sweep.add_argument(
-        "--time-limit-min",
-        type=int,
-        metavar="MIN",
-        help="slurm executor: each job's time limit (default: timeout_s in whole minutes)",
-    )
-    sweep.add_argument(
-        "--gpus-per-node",
-        type=int,
-        metavar="N",
-        help="slurm executor: GPUs per node (default: nproc_per_node for nccl runs)",
-    )
-    sweep.add_argument("--cpus-per-task", type=int, metavar="N", help="slurm executor: CPUs per task (rank)")
-    sweep.add_argument("--output-dir", help="where results.jsonl, runs/ and the report go (default runs/<name>)")
+    # Every spec key (and the slurm executor's options) has its flag; given, it overrides the spec file's value.
+    add_to_parser(sweep, Spec, overrides=True)
+    add_to_parser(sweep, SlurmOptions, overrides=True)
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
     sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
     sweep.set_defaults(handler=_sweep)
@@ -276,7 +184,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=entry.help, description=f"{entry.help}. Claim: {entry.claim}.")
         if name == command:
             lab = load_lab(name)
-            _add_lab_options(sub, lab.Options)
+            add_to_parser(sub, lab.Options)
             sub.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
             sub.set_defaults(handler=_lab(lab))
     return parser
@@ -297,43 +205,27 @@ def _lab(lab: Lab) -> Callable[[argparse.Namespace], int]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ignite_ddl.trainer.run import train  # imported here so `--help` stays fast
+    from ignite_ddl.trainer.run import train_command  # imported here so `--help` stays fast
 
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)}
-    summary = train(TrainConfig(**values))
-    if summary is not None:
-        accuracy = summary["val_accuracy"]
-        print(
-            f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: "
-            f"{summary['samples_per_s']:.0f} samples/s, val accuracy "
-            f"{'-' if accuracy is None else format(accuracy, '.4f')} -> {values['output_dir']}/summary.json"
-        )
-        if summary.get("diverged"):
-            print(f"{PROG}: warning: the run diverged: {summary['diverged']}", file=sys.stderr)
-        share = (summary.get("contention") or {}).get("foreign_cpu_share")
-        if share is not None and share > CONTENTION_THRESHOLD:
-            print(
-                f"{PROG}: warning: other processes used {share:.0%} of the CPUs while this run measured: "
-                "its timings are not its own",
-                file=sys.stderr,
-            )
-    return 0
+    return train_command(TrainConfig(**{name: getattr(args, name) for name in option_specs(TrainConfig)}))
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.report import write_report
-    from ignite_ddl.sweep.runner import load_spec, parse_spec, sweep, sweep_dir
+    from ignite_ddl.sweep.plan import sweep_dir
+    from ignite_ddl.sweep.runner import sweep
+    from ignite_ddl.sweep.spec import load_spec, parse_spec
 
     if not args.spec and not args.grid:
         raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")
     spec: dict[str, Any] = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
-    for key in ("name", "repeats", "timeout_s", "output_dir", "order", "seed", "rerun_contended", "start", "executor"):
-        if getattr(args, key) is not None:
+    for key, declared in option_specs(Spec).items():
+        if declared.kind is not dict and getattr(args, key) is not None:  # base, grid, slurm: merged above
             spec[key] = getattr(args, key)
-    slurm = {key: getattr(args, key) for key in ("partition", "time_limit_min", "gpus_per_node", "cpus_per_task")}
-    spec["slurm"] = {**(spec.get("slurm") or {}), **{k: v for k, v in slurm.items() if v is not None}}
+    slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
+    spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
     parsed = parse_spec(spec)
     records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
     failed = [r for r in records if r["status"] != "completed"]
@@ -390,19 +282,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    try:
-        return args.handler(args)
-    except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except (RunFailed, LaunchFailed, OutputError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # a failed write outside a run (sweep records, report files) or another system error
-        error = as_output_error(e, "the output")
-        print(f"{PROG}: error: {error or (f'{e.filename}: {e.strerror}' if e.filename else e)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted (SIGINT / SIGTERM) after every child was stopped
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"{PROG}: interrupted by {signal.Signals(signum).name}: stopped", file=sys.stderr)
-        return 128 + signum
+    return run_command(args.handler, args)

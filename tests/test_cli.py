@@ -39,7 +39,8 @@ def test_train_help_shows_defaults_and_choices():
     text = run_cli("train", "--help").stdout
     flat = " ".join(text.split())
     assert "--amp {none,bf16,fp16}" in flat and "--backend {auto,none,gloo,nccl,xla-tpu}" in flat
-    assert "GLOBAL batch size; each rank gets batch_size // world_size (default: 128)" in flat
+    assert "GLOBAL batch size; each rank gets batch_size // world_size [>= 1] (default: 128)" in flat
+    assert "--checkpoints, --no-checkpoints save resumable checkpoints" in flat and "(default: on)" in flat
 
 
 def test_every_lab_is_listed_without_importing_it():

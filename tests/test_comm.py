@@ -12,10 +12,10 @@ import torch
 from conftest import QUICK, check_ok, run_cli
 from torch import nn
 
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.launcher import LaunchSettings, launch
 from ignite_ddl.measure.comm import CommTimer, summarize, waits
 from ignite_ddl.measure.gather import gather_objects
-from ignite_ddl.trainer.run import autocast
+from ignite_ddl.trainer.engines import autocast
 
 STEPS = 4
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ignite_ddl.sweep.runner import expand, load_spec
+from ignite_ddl.sweep import expand, load_spec
 
 EXPERIMENTS = sorted(p.parent for p in (Path(__file__).parents[1] / "experiments").glob("*/spec.yaml"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run, run_script
 
-from ignite_ddl.launcher.spawn import free_port
+from ignite_ddl.launcher import free_port
 
 
 @pytest.mark.parametrize("how", ["raise", "exit"])

@@ -21,7 +21,7 @@ from conftest import check_ok, processes_marked, run_cli, run_script, start_mark
 
 from ignite_ddl.cli import main
 from ignite_ddl.core.results import append_record, load_results, read_results, rejected_path, repair_results
-from ignite_ddl.launcher.spawn import free_port
+from ignite_ddl.launcher import free_port
 from ignite_ddl.report import load, write_report
 
 
@@ -174,7 +174,7 @@ def refused(capsys, *argv: str) -> str:
         (["--data-dir", " "], "data_dir must not be empty"),
         (["--tracking-uri", ""], "tracking_uri must not be empty"),
         (["--resume", "."], "checkpoint to resume from is a folder: . (pass one of the files in checkpoints/)"),
-        (["--timeout", "0"], "timeout must be a positive number of seconds, got 0.0"),
+        (["--timeout", "0"], "timeout must be >= 1, got 0.0"),
         (["--stall-timeout", "-1"], "stall_timeout must be >= 0, got -1.0"),
         (["--stall-timeout", "400"], "stall_timeout (400 s) must be shorter than timeout (300 s)"),
         (["--early-stopping", "2", "--eval-every", "0"], "early_stopping needs evaluations to compare"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import check_ok, run_cli
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import allreduce_vs_ps, claims_hold
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import check_ok, run, run_cli
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import collectives
 
 

@@ -10,8 +10,9 @@ import dataclasses
 import pytest
 
 from ignite_ddl.cli import build_parser, main
-from ignite_ddl.core.config import ConfigError
-from ignite_ddl.labs import Lab, LabOptions, collectives, ddp_sgd, lab_modules, option_specs, shards, speedup
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import option_specs
+from ignite_ddl.labs import Lab, LabOptions, collectives, ddp_sgd, lab_modules, shards, speedup
 
 
 def test_every_lab_module_is_a_lab():

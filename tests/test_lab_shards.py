@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import check_ok, run_cli
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import shards
 
 

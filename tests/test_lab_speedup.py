@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import check_ok, run_cli
 
-from ignite_ddl.core.config import ConfigError
 from ignite_ddl.core.environment import cpu_cores
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import speedup
 
 

@@ -13,7 +13,7 @@ from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
 
 from ignite_ddl import LaunchSettings, launch
 from ignite_ddl.core.errors import LaunchFailed
-from ignite_ddl.launcher.spawn import free_port
+from ignite_ddl.launcher import free_port
 
 
 def big_result(local_rank: int) -> dict:

@@ -11,7 +11,7 @@ import matplotlib.image
 import pytest
 from conftest import QUICK, check_ok, run_cli
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.projection.model import (
     LINKS,
     NVIDIA_RESNET50,

@@ -87,7 +87,7 @@ def test_auto_backend():
 
 
 def test_threads_split_cores(monkeypatch):
-    monkeypatch.setattr("ignite_ddl.launcher.spawn.cpu_cores", lambda: 8)
+    monkeypatch.setattr("ignite_ddl.launcher.settings.cpu_cores", lambda: 8)
     assert plan_launch(LaunchSettings(nproc_per_node=4), cuda_devices=0, environ={}).threads == 2
     assert plan_launch(LaunchSettings(nproc_per_node=16), cuda_devices=0, environ={}).threads == 1
     assert plan_launch(LaunchSettings(nproc_per_node=4, threads=3), cuda_devices=0, environ={}).threads == 3

@@ -14,9 +14,9 @@ from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from ignite_ddl.core.results import append_record
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
-from ignite_ddl.sweep.runner import append_record
 
 
 def record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "cnn", batch: int = 64, **extra) -> dict:

@@ -20,9 +20,12 @@ import pytest
 import yaml
 from conftest import QUICK, check_ok, load_summary, run, run_cli
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
-from ignite_ddl.sweep.runner import expand, load_spec, read_results
-from ignite_ddl.sweep.slurm import JobState, _seconds, job_argv, job_resources, parse_slurm_options
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.results import read_results
+from ignite_ddl.sweep import expand, load_spec
+from ignite_ddl.sweep.slurm import JobState, _seconds, job_config, job_resources
+from ignite_ddl.sweep.spec import SlurmOptions
 
 REPO = Path(__file__).parents[1]
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
@@ -32,7 +35,7 @@ TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size":
 
 
 def test_job_resources_follow_the_configuration():
-    options = parse_slurm_options({"partition": "gpu", "cpus_per_task": 8})
+    options = SlurmOptions(partition="gpu", cpus_per_task=8)
     two_nodes = TrainConfig(nproc_per_node=4, nnodes=2, backend="nccl")
     assert job_resources(two_nodes, options, timeout_s=90) == {
         "nodes": 2,
@@ -42,26 +45,27 @@ def test_job_resources_follow_the_configuration():
         "gpus_per_node": 4,
         "cpus_per_task": 8,
     }
-    assert job_resources(TrainConfig(), parse_slurm_options({"time_limit_min": 7}), 600)["time"] == 7
-    # the ranks are SLURM's tasks: process counts and rendezvous leave the command line
-    argv = job_argv(TrainConfig(nproc_per_node=4, nnodes=2, node_rank=0, master_addr="n1", master_port=29500))
-    assert not {"--nproc-per-node", "--node-rank", "--master-addr", "--master-port"} & set(argv)
+    assert job_resources(TrainConfig(), SlurmOptions(time_limit_min=7), 600)["time"] == 7
+    # the ranks are SLURM's tasks: process counts and rendezvous are not the job's to set
+    config = job_config(TrainConfig(nproc_per_node=4, nnodes=2, node_rank=0, master_addr="n1", master_port=29500))
+    assert config["nnodes"] == 1
+    assert all(config[k] is None for k in ("nproc_per_node", "node_rank", "master_addr", "master_port"))
 
 
 @pytest.mark.parametrize(
     "options, message",
     [
         ({"partition": "a b"}, "partition name"),
-        ({"cpus_per_task": 0}, "positive integer"),
-        ({"gpus_per_node": True}, "positive integer"),
-        ({"queue": "x"}, "unknown slurm key"),
+        ({"cpus_per_task": 0}, "cpus_per_task must be >= 1"),
+        ({"gpus_per_node": True}, "gpus_per_node expects int"),
+        ({"queue": "x"}, "unknown option"),
         ({"poll_s": -1}, "poll_s"),
         (["gpu"], "must be a mapping"),
     ],
 )
 def test_bad_slurm_options_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
-        parse_slurm_options(options)
+        SlurmOptions.from_dict(options)
 
 
 def test_slurm_times_are_read():

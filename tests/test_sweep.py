@@ -15,7 +15,8 @@ import yaml
 from conftest import run_cli, start_marked, wait_gone
 
 from ignite_ddl.cli import main
-from ignite_ddl.sweep.runner import expand, parse_spec, read_results
+from ignite_ddl.core.results import read_results
+from ignite_ddl.sweep import expand, parse_spec
 
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
 

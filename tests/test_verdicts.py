@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import check_ok, run_cli
 
+from ignite_ddl.core.results import read_results
 from ignite_ddl.report import load
-from ignite_ddl.sweep.runner import parse_spec, read_results, run_order
+from ignite_ddl.sweep.plan import run_order
+from ignite_ddl.sweep.spec import parse_spec
 
 TINY = ["--set", "train_size=1024", "--set", "val_size=64", "--set", "batch_size=32", "--set", "epochs=2"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

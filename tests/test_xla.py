@@ -27,8 +27,8 @@ from ignite.engine import Engine
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from ignite_ddl import ConfigError, LaunchSettings, RunFailed, launch, xla
-from ignite_ddl.launcher.spawn import plan_launch
+from ignite_ddl import ConfigError, LaunchSettings, RunFailed, launch
+from ignite_ddl.launcher import plan_launch, xla
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder
 
@@ -189,7 +189,8 @@ def test_plan_uses_every_device_and_nothing_else():
 PLAIN_PROCESS = """
 import ignite.distributed as idist
 from ignite.utils import manual_seed
-from ignite_ddl import ConfigError, LaunchSettings, plan_launch, xla
+from ignite_ddl import ConfigError, LaunchSettings, plan_launch
+from ignite_ddl.launcher import xla
 
 xla.install()  # what every launch does first
 manual_seed(0)  # Ignite's: it starts the XLA runtime in this process

@@ -26,12 +26,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 
-__all__ = ["RUN_OUTPUTS", "claim_run_folder", "lock", "previous_run"]
+__all__ = ["claim_run_folder", "lock", "previous_run"]
 
 # What a training run writes into its output folder (docs/results.md): a folder holding any of these holds a run.
-RUN_OUTPUTS = (
+_RUN_OUTPUTS = (
     "config.json",
     "summary.json",
     "steps_rank*.csv",
@@ -67,11 +67,11 @@ def lock(folder: str | Path, what: str) -> Iterator[None]:
 
 
 def previous_run(folder: str | Path) -> list[str]:
-    """The files and folders of an earlier run in ``folder`` (see :data:`RUN_OUTPUTS`)."""
+    """The files and folders of an earlier run in ``folder`` (see :data:`_RUN_OUTPUTS`)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(str(p.relative_to(folder)) for pattern in RUN_OUTPUTS for p in folder.glob(pattern))
+    return sorted(str(p.relative_to(folder)) for pattern in _RUN_OUTPUTS for p in folder.glob(pattern))
 
 
 def claim_run_folder(folder: str | Path, resume: bool, overwrite: bool) -> None:

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.core.errors import OutputError
+
 __all__ = [
-    "WRITE_ERRNOS",
-    "OutputError",
     "OutputFileHandler",
     "as_output_error",
     "output_errors",
@@ -43,15 +43,7 @@ __all__ = [
 ]
 
 # Errors that only a write can raise: where one of these surfaces without a file name, the output is to blame.
-WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
-
-
-class OutputError(RuntimeError):
-    """Writing ``path`` failed; ``error`` is the operating system's error."""
-
-    def __init__(self, path: str | Path, error: OSError):
-        self.path, self.error = str(path), error
-        super().__init__(f"cannot write {path}: {error.strerror or error}")
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
 
 
 @contextlib.contextmanager
@@ -68,7 +60,7 @@ def as_output_error(error: BaseException, folder: str | Path) -> OutputError | N
     file), else None."""
     if isinstance(error, OutputError):
         return error
-    if isinstance(error, OSError) and error.errno in WRITE_ERRNOS:
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
         return OutputError(error.filename or folder, error)
     return None
 

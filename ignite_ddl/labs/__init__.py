@@ -4,9 +4,10 @@ returns the result as plain data (for notebooks and reports) plus a readable pri
 A lab module is a :class:`Lab`: it defines
 
 - ``NAME`` (its ``ignite-ddl`` subcommand), ``HELP`` (one line) and ``CLAIM`` (what it proves, one line);
-- ``Options``: a frozen dataclass of its options, each field made with :func:`lab_option`: typed, with its default
-  and help line. It is a :class:`LabOptions`, or a :class:`LaunchOptions` (``backend``, ``output_dir``) for a lab
-  that starts its ranks on a process group. Building one checks every value (a one-line ``ConfigError``);
+- ``Options``: a frozen dataclass of its options, each field declared with :func:`~ignite_ddl.core.options.option`
+  as every option of the suite is: typed, with its default, help line and role. It is a :class:`LabOptions`, or a
+  :class:`LabLaunchOptions` (``backend``, ``output_dir``) for a lab that starts its ranks on a process group.
+  Building one checks every value (a one-line ``ConfigError``);
 - ``run(**options) -> dict``: runs the lab with keyword arguments named as the fields of ``Options`` (the rest at
   their defaults) and returns the result, whose ``"checks"`` list holds one :func:`check` record per claim;
 - ``format_result(result) -> str``: the printout.
@@ -23,32 +24,29 @@ Example:
     >>> ddp_sgd.run(procs=[4], batch_size=30)  # refused before any process starts
     Traceback (most recent call last):
     ...
-    ignite_ddl.core.config.ConfigError: batch_size 30 cannot be split evenly over [4] processes
+    ignite_ddl.core.errors.ConfigError: batch_size 30 cannot be split evenly over [4] processes
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
-import dataclasses
 import functools
 import importlib
 import pkgutil
-import typing
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
-from ignite_ddl.core.config import ConfigError, option_kind
+from ignite_ddl.core.config import BACKENDS
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Options, Role, option
 
 __all__ = [
-    "LAB_BACKENDS",
     "Lab",
     "LabEntry",
+    "LabLaunchOptions",
     "LabOptions",
-    "LaunchOptions",
-    "OptionSpec",
     "at_least",
     "check",
     "claims_hold",
@@ -56,10 +54,8 @@ __all__ = [
     "lab_index",
     "lab_logs",
     "lab_modules",
-    "lab_option",
     "launch_lab",
     "load_lab",
-    "option_specs",
     "output_dir_option",
     "split_evenly",
 ]
@@ -67,19 +63,10 @@ __all__ = [
 # -- what a lab is
 
 
-@dataclass(frozen=True)
-class LabOptions:
-    """Base of every lab's ``Options``. Building one checks each field against its annotation (``int``, ``float``,
-    ``str``, ``bool``, ``X | None``, ``tuple[X, ...]``) and its choices, stores a sequence as a tuple and an int
-    given for a float as a float, then runs :meth:`check`."""
-
-    def __post_init__(self) -> None:
-        for name, spec in option_specs(type(self)).items():
-            object.__setattr__(self, name, spec.coerce(name, getattr(self, name)))
-        self.check()
-
-    def check(self) -> None:
-        """Refuse values that are wrong whatever the machine, with a one-line :class:`ConfigError`."""
+@dataclass(frozen=True, kw_only=True)
+class LabOptions(Options):
+    """Base of every lab's ``Options``: fields declared with :func:`~ignite_ddl.core.options.option` (typed, with
+    a default, a help line and a role); building one checks every value, then runs :meth:`check`."""
 
 
 @runtime_checkable
@@ -98,139 +85,21 @@ class Lab(Protocol):
     def format_result(self, result: dict[str, Any]) -> str: ...
 
 
-# -- options: typed dataclass fields, read from the command line
-
-
-@dataclass(frozen=True)
-class OptionSpec:
-    """One option: its type, default and help line, and how the command line reads and shows it."""
-
-    help: str
-    kind: type  # int, float, str or bool: of the value, or of each item when ``many``
-    default: Any = None
-    optional: bool = False  # None is a value too
-    many: bool = False  # a tuple of ``kind``, given on the command line as comma-separated values
-    choices: tuple[str, ...] = ()
-    parse: Callable[[str], Any] | None = None  # command-line text to value, when ``kind`` (or a list of it) won't do
-    show: Callable[[Any], str] | None = None  # the default as the help shows it
-    metavar: str | None = None
-
-    def coerce(self, name: str, value: Any) -> Any:
-        """``value`` checked against this option's type and choices (a ConfigError says what is wrong)."""
-        if value is None and self.optional:
-            return None
-        if not self.many:
-            return self._scalar(name, value)
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            raise ConfigError(f"option {name} expects a sequence of {self.kind.__name__}, got {value!r}")
-        return tuple(self._scalar(name, item) for item in value)
-
-    def _scalar(self, name: str, value: Any) -> Any:
-        allowed = (int, float) if self.kind is float else (self.kind,)  # an int is a fine float
-        if isinstance(value, bool) != (self.kind is bool) or not isinstance(value, allowed):
-            many, optional = "a sequence of " if self.many else "", " or None" if self.optional else ""
-            raise ConfigError(f"option {name} expects {many}{self.kind.__name__}{optional}, got {value!r}")
-        if self.choices and value not in self.choices:
-            raise ConfigError(f"unknown {name} '{value}' (choose from: {', '.join(self.choices)})")
-        return float(value) if self.kind is float and isinstance(value, (int, float)) else value
-
-    def reader(self) -> Callable[[str], Any]:
-        """The ``argparse`` type of this option: ``parse``, comma-separated values of ``kind``, or ``kind``."""
-        if self.parse is not None:
-            return self.parse
-        return functools.partial(_comma_separated, self.kind) if self.many else self.kind
-
-    def shown_default(self) -> str | None:
-        """The default as ``--help`` shows it (None: not shown, for a flag or an option without a default)."""
-        if self.default is None or self.kind is bool:
-            return None
-        if self.show is not None:
-            return self.show(self.default)
-        return ",".join(map(str, self.default)) if self.many else str(self.default)
-
-    def shown_metavar(self) -> str:
-        if self.metavar is not None:
-            return self.metavar
-        if self.choices:
-            return "{" + ",".join(self.choices) + "}"
-        name = self.kind.__name__.upper()
-        return f"{name}[,{name}...]" if self.many else name
-
-
-def _comma_separated(kind: type, text: str) -> list[Any]:
-    try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}") from None
-
-
-def lab_option(
-    default: Any,
-    help: str,
-    *,
-    choices: Sequence[str] = (),
-    parse: Callable[[str], Any] | None = None,
-    show: Callable[[Any], str] | None = None,
-    metavar: str | None = None,
-) -> Any:
-    """A field of a lab's ``Options``: its default and help line (the help shows the default), and optionally the
-    values allowed, how the command line reads the text (``parse``), shows the default (``show``) and names the
-    value (``metavar``). The field's type is its annotation."""
-    return field(
-        default=default,
-        metadata={"help": help, "choices": tuple(choices), "parse": parse, "show": show, "metavar": metavar},
-    )
-
-
 def output_dir_option() -> Any:
-    return lab_option("runs/lab", "where the ranks write their logs", metavar="DIR")
-
-
-LAB_BACKENDS = ("auto", "gloo", "nccl", "xla-tpu")
+    return option("runs/lab", "where the ranks write their logs", role=Role.OUTPUT, path=True, metavar="DIR")
 
 
 @dataclass(frozen=True, kw_only=True)
-class LaunchOptions(LabOptions):
+class LabLaunchOptions(LabOptions):
     """The options every lab that starts its ranks on a process group shares (its process counts are its own)."""
 
-    backend: str = lab_option(
-        "auto", "process group backend; auto: xla-tpu on a TPU, nccl on GPUs, else gloo", choices=LAB_BACKENDS
+    backend: str = option(
+        "auto",
+        "process group backend; auto: xla-tpu on a TPU, nccl on GPUs, else gloo",
+        role=Role.LAUNCH,
+        choices=tuple(b for b in BACKENDS if b != "none"),  # a lab's process group is its subject
     )
     output_dir: str = output_dir_option()
-
-
-def option_specs(options: type[LabOptions]) -> dict[str, OptionSpec]:
-    """Each field of a lab's ``Options`` class as an :class:`OptionSpec`, in field order.
-
-    Example:
-        >>> from ignite_ddl.labs import ddp_sgd
-        >>> spec = option_specs(ddp_sgd.Options)["procs"]
-        >>> spec.kind, spec.many, spec.shown_default(), spec.shown_metavar()
-        (<class 'int'>, True, '1,2,4', 'INT[,INT...]')
-    """
-    if options in _SPECS:
-        return _SPECS[options]
-    hints = typing.get_type_hints(options)
-    specs = {}
-    for f in dataclasses.fields(options):
-        kind, optional, many = option_kind(hints[f.name])
-        meta = f.metadata
-        specs[f.name] = OptionSpec(
-            help=meta["help"],
-            kind=kind,
-            default=f.default,
-            optional=optional,
-            many=many,
-            choices=meta["choices"],
-            parse=meta["parse"],
-            show=meta["show"],
-            metavar=meta["metavar"],
-        )
-    _SPECS[options] = specs
-    return specs
-
-
-_SPECS: dict[type[LabOptions], dict[str, OptionSpec]] = {}  # read once per class
 
 
 # -- helpers of the labs
@@ -259,7 +128,7 @@ def at_least(low: int, **values: int | Sequence[int]) -> None:
     >>> at_least(1, procs=())
     Traceback (most recent call last):
     ...
-    ignite_ddl.core.config.ConfigError: procs must be one or more values >= 1, got ()
+    ignite_ddl.core.errors.ConfigError: procs must be one or more values >= 1, got ()
     """
     for name, value in values.items():
         if isinstance(value, int):
@@ -281,13 +150,14 @@ def lab_logs(output_dir: str) -> str:
     return str(Path(output_dir) / "logs")
 
 
-def launch_lab(fn: Callable[..., Any], options: LaunchOptions, nproc: int, *fn_args: Any) -> Any:
+def launch_lab(fn: Callable[..., Any], options: LabLaunchOptions, nproc: int, *fn_args: Any) -> Any:
     """``fn(local_rank, *fn_args)`` on ``nproc`` processes with the lab's ``backend``; rank 0's return value.
 
     One process runs here, without a process group: plain single-process training, the reference of the labs.
     """
     # Imported here: the launcher imports torch, and listing the labs (lab_index) must not.
-    from ignite_ddl.launcher.spawn import LaunchSettings, launch
+    from ignite_ddl.launcher.settings import LaunchSettings
+    from ignite_ddl.launcher.spawn import launch
 
     backend = "none" if nproc == 1 else options.backend
     settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=lab_logs(options.output_dir))

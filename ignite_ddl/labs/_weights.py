@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import nn
 
-from ignite_ddl.trainer.models import unwrap
+from ignite_ddl.trainer.strategies import unwrap
 
 __all__ = ["gradients", "max_abs_diff", "weights"]
 

@@ -33,9 +33,10 @@ from ignite.utils import manual_seed
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table, kib
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.labs._weights import gradients
 from ignite_ddl.measure.clock import now
@@ -47,7 +48,6 @@ __all__ = [
     "CLAIM",
     "HELP",
     "NAME",
-    "SCHEMES",
     "SEED",
     "SHAPE",
     "Options",
@@ -67,19 +67,19 @@ CLAIM = (
 
 SHAPE = (1, 4, 8)  # 32 input features
 SEED = 543
-SCHEMES = ("ps", "all-reduce")
+_SCHEMES = ("ps", "all-reduce")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
+class Options(LabLaunchOptions):
     # no nproc_per_node: N workers are N processes with all-reduce, N + 1 with a parameter server
-    workers: tuple[int, ...] = lab_option((2, 4), "worker counts, each >= 2")
-    sizes: tuple[int, ...] = lab_option((64, 512), "MLP widths: model sizes")
-    steps: int = lab_option(20, "SGD steps")
-    warmup: int = lab_option(3, "first steps left out of step times")
-    batch_size: int = lab_option(64, "GLOBAL batch, split over the workers")
-    lr: float = lab_option(0.2, "SGD learning rate")
-    tolerance: float = lab_option(1e-5, "max |difference| of losses and weights")
+    workers: tuple[int, ...] = option((2, 4), "worker counts, each >= 2", role=Role.LAYOUT)
+    sizes: tuple[int, ...] = option((64, 512), "MLP widths: model sizes", role=Role.WORKLOAD)
+    steps: int = option(20, "SGD steps", role=Role.TRAINING)
+    warmup: int = option(3, "first steps left out of step times", role=Role.MEASUREMENT)
+    batch_size: int = option(64, "GLOBAL batch, split over the workers", role=Role.TRAINING)
+    lr: float = option(0.2, "SGD learning rate", role=Role.TRAINING)
+    tolerance: float = option(1e-5, "max |difference| of losses and weights", role=Role.MEASUREMENT)
 
     def check(self) -> None:
         if not self.workers or min(self.workers) < 2:
@@ -262,7 +262,7 @@ def run(**options: Any) -> dict[str, Any]:
     rows, pairs = [], []
     for workers in sorted(set(opts.workers)):
         got = {}
-        for scheme in SCHEMES:
+        for scheme in _SCHEMES:
             procs = workers + 1 if scheme == "ps" else workers  # the server is a process of its own
             runs = launch_lab(train, opts, procs, scheme, widths, opts.steps, opts.batch_size, opts.lr)
             got[scheme] = {w: _summary(scheme, workers, w, runs[w], opts.steps, opts.warmup) for w in widths}

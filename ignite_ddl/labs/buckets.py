@@ -24,7 +24,7 @@ Example:
     >>> run(nproc_per_node=1)
     Traceback (most recent call last):
     ...
-    ignite_ddl.core.config.ConfigError: bucket-size needs at least 2 processes: one process has no gradients to ...
+    ignite_ddl.core.errors.ConfigError: bucket-size needs at least 2 processes: one process has no gradients to ...
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks
 
 __all__ = ["CLAIM", "HELP", "NAME", "Options", "format_result", "run"]
 
@@ -49,12 +51,12 @@ CLAIM = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(2, "processes to start")
-    caps: tuple[float, ...] = lab_option((0.01, 0.04, 25.0), "bucket sizes in MiB to compare")
-    model: str = lab_option("cnn", "model to train (cnn: 119 kB of gradients in 6 tensors)")
-    batch_size: int = lab_option(128, "global batch")
-    train_size: int = lab_option(4096, "synthetic training samples")
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    caps: tuple[float, ...] = option((0.01, 0.04, 25.0), "bucket sizes in MiB to compare", role=Role.LAYOUT)
+    model: str = option("cnn", "model to train (cnn: 119 kB of gradients in 6 tensors)", role=Role.WORKLOAD)
+    batch_size: int = option(128, "global batch", role=Role.TRAINING)
+    train_size: int = option(4096, "synthetic training samples", role=Role.TRAINING)
 
     def check(self) -> None:
         if self.nproc_per_node < 2:

@@ -29,10 +29,12 @@ from typing import Any, cast
 import ignite.distributed as idist
 import torch
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
+from ignite_ddl.launcher.settings import LaunchSettings
+from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.comm import allreduce_bus_factor
 from ignite_ddl.measure.gather import gather_objects
@@ -40,21 +42,15 @@ from ignite_ddl.measure.gather import gather_objects
 __all__ = [
     "BARRIER_DELAY_S",
     "BENCH_COLLECTIVES",
-    "BUS_FACTORS",
     "CLAIM",
-    "ELEMENT",
     "HELP",
-    "IDIST_OPS",
     "NAME",
-    "REDUCE_OPS",
     "OpBuilders",
     "Options",
     "bandwidth_rows",
     "format_result",
     "format_size",
-    "message_numel",
     "message_sizes",
-    "moved_bytes",
     "parse_size",
     "run",
     "time_collectives",
@@ -67,7 +63,7 @@ CLAIM = (
     "nccl-tests' definitions"
 )
 
-REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
+_REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
 BARRIER_DELAY_S = 0.2  # how late the last rank reaches the barrier: the others must wait that long
 
 # -- checking what each collective returns
@@ -102,7 +98,7 @@ def _collectives_rank(local_rank: int) -> dict[str, Any]:
     value, src = rank + 1, world - 1  # broadcast from the last rank: any rank can be the source
     row: dict[str, Any] = {"rank": rank, "input": value}
     # idist's collectives are typed for every kind of input they take; given a tensor, they return one.
-    for op in REDUCE_OPS:
+    for op in _REDUCE_OPS:
         total = idist.all_reduce(torch.tensor(float(value), device=device), op=op)
         row[f"all_reduce {op}"] = cast(torch.Tensor, total).item()
     gathered = idist.all_gather(torch.full((2,), float(value), device=device))
@@ -184,16 +180,16 @@ def _collective_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- bandwidth: the timing loop and the figures, shared with benchmarks/collectives.py
 
 BENCH_COLLECTIVES = ("all_reduce", "all_gather", "broadcast")
-ELEMENT = torch.float32
+_ELEMENT = torch.float32
 # nccl-tests' bus bandwidth factors: the share of the message each rank must send over its link.
-BUS_FACTORS: dict[str, Callable[[int], float]] = {
+_BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": allreduce_bus_factor,
     "all_gather": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
 }
 # Every op builder takes the rank's input tensor and returns the call to time.
 OpBuilders = Mapping[str, Callable[[torch.Tensor], Callable[[], Any]]]
-IDIST_OPS: OpBuilders = {
+_IDIST_OPS: OpBuilders = {
     "all_reduce": lambda t: partial(idist.all_reduce, t),
     "all_gather": lambda t: partial(idist.all_gather, t),
     "broadcast": lambda t: partial(idist.broadcast, t, src=0),
@@ -229,13 +225,13 @@ def message_sizes(min_size: int, max_size: int) -> list[int]:
     return sizes if sizes[-1] == max_size else [*sizes, max_size]
 
 
-def message_numel(collective: str, size: int, world: int) -> int:
+def _message_numel(collective: str, size: int, world: int) -> int:
     """Elements of each rank's input: for all_gather ``size`` is the gathered total (nccl-tests' convention)."""
-    return size // (ELEMENT.itemsize * (world if collective == "all_gather" else 1))
+    return size // (_ELEMENT.itemsize * (world if collective == "all_gather" else 1))
 
 
-def moved_bytes(collective: str, numel: int, world: int) -> int:
-    return numel * ELEMENT.itemsize * (world if collective == "all_gather" else 1)
+def _moved_bytes(collective: str, numel: int, world: int) -> int:
+    return numel * _ELEMENT.itemsize * (world if collective == "all_gather" else 1)
 
 
 def time_collectives(
@@ -257,7 +253,7 @@ def time_collectives(
     seconds = []
     for size in sizes:
         for collective in BENCH_COLLECTIVES:
-            call = ops[collective](torch.zeros(message_numel(collective, size, world), dtype=ELEMENT, device=device))
+            call = ops[collective](torch.zeros(_message_numel(collective, size, world), dtype=_ELEMENT, device=device))
             for _ in range(warmup):
                 call()
             sync()
@@ -277,7 +273,7 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
     for size in sizes:
         for collective in BENCH_COLLECTIVES:
             ranks = next(timings)
-            nbytes = moved_bytes(collective, message_numel(collective, size, world), world)
+            nbytes = _moved_bytes(collective, _message_numel(collective, size, world), world)
             seconds = sum(ranks) / len(ranks)
             algbw = nbytes / seconds / 1e9
             rows.append(
@@ -288,7 +284,7 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
                     "time_s": seconds,
                     "time_max_s": max(ranks),
                     "algbw_GBps": algbw,
-                    "busbw_GBps": algbw * BUS_FACTORS[collective](world),
+                    "busbw_GBps": algbw * _BUS_FACTORS[collective](world),
                 }
             )
     return rows
@@ -296,7 +292,7 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
 
 def _bench_rank(local_rank: int, sizes: list[int], warmup: int, iters: int) -> dict[str, Any]:
     world, device = idist.get_world_size(), idist.device()
-    seconds = time_collectives(IDIST_OPS, sizes, world, device, idist.barrier, warmup, iters)
+    seconds = time_collectives(_IDIST_OPS, sizes, world, device, idist.barrier, warmup, iters)
     return {"backend": idist.backend(), "device": str(device), "seconds": gather_objects(seconds)}
 
 
@@ -304,7 +300,7 @@ def _bench_checks(rows: list[dict[str, Any]], world: int) -> list[dict[str, Any]
     keys = ("time_s", "algbw_GBps", "busbw_GBps")
     bad = [_label(r) for r in rows if not all(math.isfinite(r[k]) and r[k] > 0 for k in keys)]
     # Recomputed from bytes and time alone, so a slip in units or in the order of the timings shows.
-    factor = {c: BUS_FACTORS[c](world) for c in BENCH_COLLECTIVES}
+    factor = {c: _BUS_FACTORS[c](world) for c in BENCH_COLLECTIVES}
     inconsistent = [
         _label(r)
         for r in rows
@@ -329,21 +325,27 @@ def _label(row: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(4, "processes to start")
-    bench: bool = lab_option(False, "measure all_reduce, all_gather, broadcast bandwidth")
-    min_size: int = lab_option(
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(4, "processes to start", role=Role.LAUNCH)
+    bench: bool = option(False, "measure all_reduce, all_gather, broadcast bandwidth", role=Role.MEASUREMENT)
+    min_size: int = option(
         1 << 10,
         "smallest message of --bench in bytes: 4096, 64K, 1M, ...",
         parse=parse_size,
         show=format_size,
         metavar="SIZE",
+        role=Role.MEASUREMENT,
     )
-    max_size: int = lab_option(
-        64 << 20, "largest message of --bench", parse=parse_size, show=format_size, metavar="SIZE"
+    max_size: int = option(
+        64 << 20,
+        "largest message of --bench",
+        parse=parse_size,
+        show=format_size,
+        metavar="SIZE",
+        role=Role.MEASUREMENT,
     )
-    warmup: int = lab_option(5, "untimed calls before each measurement of --bench")
-    iters: int = lab_option(20, "timed calls of --bench per size and collective")
+    warmup: int = option(5, "untimed calls before each measurement of --bench", role=Role.MEASUREMENT)
+    iters: int = option(20, "timed calls of --bench per size and collective", role=Role.MEASUREMENT)
 
     def check(self) -> None:
         at_least(1, nproc_per_node=self.nproc_per_node)
@@ -353,7 +355,7 @@ class Options(LaunchOptions):
             raise ConfigError("the bandwidth benchmark (bench) needs at least 2 processes: busbw of one process is 0")
         at_least(0, warmup=self.warmup)
         at_least(1, iters=self.iters)
-        smallest = ELEMENT.itemsize * self.nproc_per_node  # all_gather sends min_size / N bytes from each rank
+        smallest = _ELEMENT.itemsize * self.nproc_per_node  # all_gather sends min_size / N bytes from each rank
         if not smallest <= self.min_size <= self.max_size:
             raise ConfigError(f"need {smallest} <= min_size <= max_size (an element per rank at least)")
 
@@ -401,7 +403,7 @@ def _short(value: Any) -> str:
 
 _CHECK_COLUMNS = (
     "input",
-    *(f"all_reduce {op}" for op in REDUCE_OPS),
+    *(f"all_reduce {op}" for op in _REDUCE_OPS),
     "all_gather number",
     "broadcast tensor",
     "broadcast number",

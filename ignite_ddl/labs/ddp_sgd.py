@@ -30,27 +30,25 @@ import torch.distributed as dist
 from ignite.utils import manual_seed
 from torch import nn
 
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
 from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.engines import create_trainer
 from ignite_ddl.trainer.models import small_cnn
-from ignite_ddl.trainer.run import create_trainer, place_model
+from ignite_ddl.trainer.strategies import place_model
 
 __all__ = [
     "CLAIM",
     "HELP",
-    "IMAGE",
     "NAME",
     "SEED",
     "GlobalBatchNorm2d",
     "Options",
-    "bn_cnn",
-    "first_sentence",
     "format_result",
     "run",
     "sync_bn_refusals",
-    "train_variants",
 ]
 
 NAME = "ddp-sgd"
@@ -60,18 +58,18 @@ CLAIM = (
     "and global-batch statistics restore it"
 )
 
-IMAGE = (3, 16, 16)
+_IMAGE = (3, 16, 16)
 SEED = 543
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
+class Options(LabLaunchOptions):
     # no nproc_per_node: one run per process count of procs
-    procs: tuple[int, ...] = lab_option((1, 2, 4), "process counts")
-    steps: int = lab_option(5, "SGD steps")
-    batch_size: int = lab_option(32, "GLOBAL batch, divisible by every count")
-    lr: float = lab_option(0.1, "SGD learning rate")
-    tolerance: float = lab_option(1e-5, "max |weight difference| allowed")
+    procs: tuple[int, ...] = option((1, 2, 4), "process counts", role=Role.LAYOUT)
+    steps: int = option(5, "SGD steps", role=Role.TRAINING)
+    batch_size: int = option(32, "GLOBAL batch, divisible by every count", role=Role.TRAINING)
+    lr: float = option(0.1, "SGD learning rate", role=Role.TRAINING)
+    tolerance: float = option(1e-5, "max |weight difference| allowed", role=Role.MEASUREMENT)
 
     def check(self) -> None:
         at_least(1, procs=self.procs, steps=self.steps, batch_size=self.batch_size)
@@ -117,10 +115,10 @@ class GlobalBatchNorm2d(nn.BatchNorm2d):
         return centred * torch.rsqrt(var + self.eps).view(shape) * self.weight.view(shape) + self.bias.view(shape)
 
 
-def bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
+def _bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
     """A small CNN with a normalisation layer (``norm``) after each convolution."""
     return nn.Sequential(
-        nn.Conv2d(IMAGE[0], 16, 3, padding=1),
+        nn.Conv2d(_IMAGE[0], 16, 3, padding=1),
         norm(16),
         nn.ReLU(),
         nn.MaxPool2d(2),
@@ -133,7 +131,7 @@ def bn_cnn(norm: type[nn.Module] = nn.BatchNorm2d) -> nn.Sequential:
     )
 
 
-def first_sentence(error: BaseException) -> str:
+def _first_sentence(error: BaseException) -> str:
     """The first sentence of an exception's message (torch's dispatcher errors run to several paragraphs)."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text.split(". ")[0].rstrip(".")
@@ -141,7 +139,7 @@ def first_sentence(error: BaseException) -> str:
 
 def sync_bn_refusals(ddp_error: BaseException) -> list[dict[str, str]]:
     """Why SyncBatchNorm cannot run on this device: DDP's refusal, then the layer's own and its kernel's."""
-    reasons = [{"by": "DistributedDataParallel", "message": first_sentence(ddp_error)}]
+    reasons = [{"by": "DistributedDataParallel", "message": _first_sentence(ddp_error)}]
     x = torch.randn(4, 2, 3, 3)
     attempts = {
         "SyncBatchNorm.forward": lambda: nn.SyncBatchNorm(2)(x),  # refused before any collective: no rank waits
@@ -151,7 +149,7 @@ def sync_bn_refusals(ddp_error: BaseException) -> list[dict[str, str]]:
         try:
             attempt()
         except (ValueError, NotImplementedError, RuntimeError) as e:
-            reasons.append({"by": who, "message": first_sentence(e)})
+            reasons.append({"by": who, "message": _first_sentence(e)})
     return reasons
 
 
@@ -163,7 +161,7 @@ def _train(model: nn.Module, data: torch.utils.data.Dataset, batch_size: int, lr
     return weights(model)
 
 
-def train_variants(
+def _train_variants(
     local_rank: int, steps: int, batch_size: int, lr: float, reference: dict | None = None
 ) -> dict[str, Any]:
     """Train each model variant for ``steps`` steps on this rank and return the final weights of each.
@@ -171,22 +169,22 @@ def train_variants(
     Given ``reference`` (the one-process run's weights), it returns each variant's max |weight difference| from
     the reference instead: a few numbers, not whole models, cross back to the parent process.
     """
-    data = synthetic_images(steps * batch_size, 10, IMAGE, SEED)
+    data = synthetic_images(steps * batch_size, 10, _IMAGE, SEED)
     manual_seed(SEED)
-    model = small_cnn(IMAGE[0], 10)
+    model = small_cnn(_IMAGE[0], 10)
     start = weights(model)
     final = {"plain": _train(place_model(model), data, batch_size, lr)}
     manual_seed(SEED)
-    final["batchnorm"] = _train(place_model(bn_cnn()), data, batch_size, lr)
+    final["batchnorm"] = _train(place_model(_bn_cnn()), data, batch_size, lr)
     result = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
     if idist.get_world_size() > 1:
         manual_seed(SEED)
         try:
-            model = place_model(bn_cnn(), sync_bn=True)
+            model = place_model(_bn_cnn(), sync_bn=True)
             result["sync_bn"] = {"layer": "SyncBatchNorm", "refusals": []}
         except ValueError as e:  # DDP refuses SyncBatchNorm in CPU modules
             manual_seed(SEED)
-            model = place_model(bn_cnn(GlobalBatchNorm2d))
+            model = place_model(_bn_cnn(GlobalBatchNorm2d))
             result["sync_bn"] = {"layer": "GlobalBatchNorm2d (stand-in)", "refusals": sync_bn_refusals(e)}
         # Synchronised statistics are those of the global batch: the one-process BatchNorm run is their reference.
         final["sync_bn"] = _train(model, data, batch_size, lr)
@@ -200,10 +198,10 @@ def run(**options: Any) -> dict[str, Any]:
     """Train one process, then each larger count, and compare their weights. ``options``: the fields of
     :class:`Options`."""
     opts = Options(**options)
-    reference = launch_lab(train_variants, opts, 1, opts.steps, opts.batch_size, opts.lr)
+    reference = launch_lab(_train_variants, opts, 1, opts.steps, opts.batch_size, opts.lr)
     rows = []
     for n in sorted(set(opts.procs) - {1}):
-        got = launch_lab(train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
+        got = launch_lab(_train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
         sync_bn = got["sync_bn"]
         rows.append(
             {
@@ -277,7 +275,7 @@ def format_result(result: dict[str, Any]) -> str:
     ]
     lines = [
         f"{NAME}: {result['steps']} plain-SGD steps (lr {result['lr']}), global batch {result['global_batch']}, "
-        f"unshuffled {'x'.join(map(str, IMAGE))} synthetic images; each run compared with 1 process",
+        f"unshuffled {'x'.join(map(str, _IMAGE))} synthetic images; each run compared with 1 process",
         format_table(["procs", "batch/rank", "no BN max|dw|", "BatchNorm max|dw|", "global-stats BN max|dw|"], rows),
     ]
     if result["runs"]:

@@ -37,30 +37,25 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, launch_lab
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, launch_lab
 from ignite_ddl.labs._weights import gradients
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.launcher.settings import LaunchSettings
+from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.trainer.data import synthetic_images
 from ignite_ddl.trainer.models import build_model, mlp
 
 __all__ = [
-    "BALANCED",
     "CLAIM",
-    "FEATURES",
-    "GPU_IMAGE",
     "HELP",
     "NAME",
     "SEED",
     "SHAPE",
     "Options",
-    "dataparallel_gpus",
-    "dataparallel_here",
-    "ddp_gpu_rank",
-    "ddp_structure",
     "format_result",
     "run",
 ]
@@ -74,19 +69,19 @@ CLAIM = (
 
 SEED = 543
 SHAPE = (1, 4, 8)  # the CPU demonstration's inputs: 32 features for its MLP
-FEATURES = SHAPE[0] * SHAPE[1] * SHAPE[2]
-BALANCED = 1.1  # DDP ranks' peak memory within 10 % of each other
-GPU_IMAGE = (3, 32, 32)
+_FEATURES = SHAPE[0] * SHAPE[1] * SHAPE[2]
+_BALANCED = 1.1  # DDP ranks' peak memory within 10 % of each other
+_GPU_IMAGE = (3, 32, 32)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(2, "processes to start")
-    model: str = lab_option("resnet18", "model measured on GPUs")
-    batch_size: int = lab_option(256, "GLOBAL batch on GPUs")
-    steps: int = lab_option(30, "measured steps on GPUs")
-    warmup: int = lab_option(5, "steps before measuring on GPUs")
-    bucket_cap_mb: float = lab_option(0.25, "DDP bucket size on CPU, MiB")
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    model: str = option("resnet18", "model measured on GPUs", role=Role.WORKLOAD)
+    batch_size: int = option(256, "GLOBAL batch on GPUs", role=Role.TRAINING)
+    steps: int = option(30, "measured steps on GPUs", role=Role.TRAINING)
+    warmup: int = option(5, "steps before measuring on GPUs", role=Role.MEASUREMENT)
+    bucket_cap_mb: float = option(0.25, "DDP bucket size on CPU, MiB", role=Role.LAYOUT)
 
     def check(self) -> None:
         if self.nproc_per_node < 2:
@@ -105,11 +100,11 @@ def _digest(tensor: torch.Tensor) -> str:
 # -- on any machine: what DDP and DataParallel do
 
 
-def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]:
+def _ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]:
     """One rank of a DDP model: pids, weights before and after wrapping, bucket launches during backward."""
     rank, device = idist.get_rank(), idist.device()
     manual_seed(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
-    model = mlp(FEATURES, 10, hidden=(256, 256, 256)).to(device)
+    model = mlp(_FEATURES, 10, hidden=(256, 256, 256)).to(device)
     before = _digest(parameters_to_vector(model.parameters()))
     # DDP: auto_model wraps in it on a process group of 2 or more CPU ranks or GPUs
     ddp = cast(DistributedDataParallel, idist.auto_model(model, bucket_cap_mb=bucket_cap_mb))
@@ -146,12 +141,12 @@ def ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]
     )
 
 
-def dataparallel_here() -> dict[str, Any]:
+def _dataparallel_here() -> dict[str, Any]:
     """What ``nn.DataParallel`` does with fewer than 2 GPUs, for a model's forward pass."""
     device = "cuda:0" if torch.cuda.is_available() else "cpu"  # DataParallel wants the model on its first GPU
     with torch.random.fork_rng():  # leaves the caller's random state alone
         torch.manual_seed(SEED)
-        model, x = mlp(FEATURES, 10, hidden=(64,)).to(device), torch.randn(8, FEATURES, device=device)
+        model, x = mlp(_FEATURES, 10, hidden=(64,)).to(device), torch.randn(8, _FEATURES, device=device)
         dp = nn.DataParallel(model)
         same = torch.equal(dp(x), model(x))
     return {"device_ids": list(dp.device_ids), "same_module": dp.module is model, "same_output": same}
@@ -183,15 +178,15 @@ def _all_gpus_now() -> float:
 
 
 def _batch(size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    x, y = synthetic_images(size, 10, GPU_IMAGE, SEED).tensors
+    x, y = synthetic_images(size, 10, _GPU_IMAGE, SEED).tensors
     return x.to(device), y.to(device)
 
 
-def dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int) -> dict[str, Any]:
+def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int) -> dict[str, Any]:
     """DataParallel in this process over every visible GPU: peak memory of each GPU, samples per second."""
     gpus = torch.cuda.device_count()
     manual_seed(SEED)
-    model = nn.DataParallel(build_model(model_name, GPU_IMAGE[0], GPU_IMAGE[1], 10).to("cuda:0"))
+    model = nn.DataParallel(build_model(model_name, _GPU_IMAGE[0], _GPU_IMAGE[1], 10).to("cuda:0"))
     for d in range(gpus):
         torch.cuda.reset_peak_memory_stats(d)
     seconds = _timed_steps(model, *_batch(batch_size, torch.device("cuda:0")), steps, warmup, _all_gpus_now)
@@ -199,11 +194,11 @@ def dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int)
     return {"peak_bytes": peaks, "samples_per_s": batch_size * steps / seconds}
 
 
-def ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> dict:
+def _ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> dict:
     """One DDP rank on its own GPU: its peak memory and time; rank 0 returns them all."""
     device = idist.device()
     manual_seed(SEED)
-    model = idist.auto_model(build_model(model_name, GPU_IMAGE[0], GPU_IMAGE[1], 10))
+    model = idist.auto_model(build_model(model_name, _GPU_IMAGE[0], _GPU_IMAGE[1], 10))
     torch.cuda.reset_peak_memory_stats(device)
     x, y = _batch(batch // idist.get_world_size(), device)
     seconds = _timed_steps(model, x, y, steps, warmup, lambda: now(device))  # this rank's GPU only
@@ -218,8 +213,8 @@ def _measure_gpus(opts: Options, gpus: int) -> dict[str, Any]:
     settings = LaunchSettings(
         backend="nccl", nproc_per_node=gpus, start_method="spawn", log_dir=lab_logs(opts.output_dir)
     )
-    ddp = launch(ddp_gpu_rank, settings, opts.model, opts.batch_size, opts.steps, opts.warmup)
-    dp = dataparallel_gpus(opts.model, opts.batch_size, opts.steps, opts.warmup)
+    ddp = launch(_ddp_gpu_rank, settings, opts.model, opts.batch_size, opts.steps, opts.warmup)
+    dp = _dataparallel_gpus(opts.model, opts.batch_size, opts.steps, opts.warmup)
     return {"measured": True, "gpus": gpus, "model": opts.model, "global_batch": opts.batch_size, "dp": dp, "ddp": ddp}
 
 
@@ -229,12 +224,12 @@ def run(**options: Any) -> dict[str, Any]:
     opts = Options(**options)
     gpus = torch.cuda.device_count()  # counted without initialising CUDA
     # First, while this process has not touched CUDA, so that the launcher may fork the ranks.
-    cpu = {"ddp_ranks": launch_lab(ddp_structure, opts, opts.nproc_per_node, opts.bucket_cap_mb)}
+    cpu = {"ddp_ranks": launch_lab(_ddp_structure, opts, opts.nproc_per_node, opts.bucket_cap_mb)}
     if gpus >= 2:
         gpu = _measure_gpus(opts, gpus)
     else:
         gpu = {"measured": False, "gpus": gpus, "reason": f"needs 2 or more CUDA GPUs; {gpus} visible here"}
-        cpu["dataparallel"] = dataparallel_here()
+        cpu["dataparallel"] = _dataparallel_here()
     result = {"lab": NAME, "gpu": gpu, "structure": cpu, "parent_pid": os.getpid()}
     result["checks"] = _gpu_checks(gpu) + _structure_checks(result)
     return result
@@ -254,7 +249,7 @@ def _gpu_checks(gpu: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         check(
             "DDP's peak memory is balanced across GPUs",
-            max(ddp["peak_bytes"]) <= BALANCED * min(ddp["peak_bytes"]),
+            max(ddp["peak_bytes"]) <= _BALANCED * min(ddp["peak_bytes"]),
             f"peak MiB per GPU: {ddp_mib}",
         ),
         check(

@@ -24,7 +24,6 @@ or from Python: ``fsdp.run(nproc_per_node=2)``.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,29 +32,27 @@ import torch
 from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table, kib
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_option, launch_lab, split_evenly
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.memory import HELD_PARTS, held_bytes, local_bytes
 from ignite_ddl.trainer.data import synthetic_images
 from ignite_ddl.trainer.models import mlp
 
 __all__ = [
     "CLAIM",
     "HELP",
-    "MODES",
     "NAME",
     "PARTS",
     "SEED",
     "SHAPE",
-    "SHARD_SLACK",
     "Options",
     "format_result",
-    "local_bytes",
     "run",
     "train",
 ]
@@ -69,21 +66,21 @@ CLAIM = (
 
 SHAPE = (1, 4, 8)  # 32 input features
 SEED = 543
-MODES = ("ddp", "fsdp")
-PARTS = ("params", "grads", "optimizer")
-SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divide by N leaves one rank a little more
+_MODES = ("ddp", "fsdp")
+PARTS = HELD_PARTS
+_SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divide by N leaves one rank a little more
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(2, "processes to start")
-    width: int = lab_option(512, "MLP width")
-    layers: int = lab_option(4, "Linear layers, at least 2")
-    steps: int = lab_option(8, "Adam steps")
-    warmup: int = lab_option(2, "first steps left out of step times")
-    batch_size: int = lab_option(64, "GLOBAL batch")
-    lr: float = lab_option(1e-3, "Adam learning rate")
-    tolerance: float = lab_option(1e-5, "max |loss difference| allowed")
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    width: int = option(512, "MLP width", role=Role.WORKLOAD)
+    layers: int = option(4, "Linear layers, at least 2", role=Role.WORKLOAD)
+    steps: int = option(8, "Adam steps", role=Role.TRAINING)
+    warmup: int = option(2, "first steps left out of step times", role=Role.MEASUREMENT)
+    batch_size: int = option(64, "GLOBAL batch", role=Role.TRAINING)
+    lr: float = option(1e-3, "Adam learning rate", role=Role.TRAINING)
+    tolerance: float = option(1e-5, "max |loss difference| allowed", role=Role.MEASUREMENT)
 
     def check(self) -> None:
         if self.nproc_per_node < 2:
@@ -92,13 +89,6 @@ class Options(LaunchOptions):
         at_least(1, width=self.width, steps=self.steps)
         at_least(0, warmup=self.warmup)
         split_evenly(self.batch_size, [self.nproc_per_node])
-
-
-def local_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes this rank holds for ``tensors``: the local shard of a DTensor, the whole tensor otherwise."""
-    return sum(
-        (t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size() for t in tensors if t is not None
-    )
 
 
 def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
@@ -131,11 +121,7 @@ def train(
         optimizer.step()
         losses.append(loss.item())
         times.append(now(device) - start)
-    held = {  # after the last step, as they stay until the next one
-        "params": local_bytes(wrapped.parameters()),
-        "grads": local_bytes(p.grad for p in wrapped.parameters()),
-        "optimizer": local_bytes(t for state in optimizer.state.values() for t in state.values()),
-    }
+    held = held_bytes(wrapped, optimizer)  # after the last step, as they stay until the next one
     ranks = gather_objects({"losses": losses, "times": times, "bytes": held})
     return {"ranks": ranks, "largest_layer_bytes": largest_layer}
 
@@ -165,7 +151,7 @@ def run(**options: Any) -> dict[str, Any]:
             opts.steps,
             opts.warmup,
         )
-        for mode in MODES
+        for mode in _MODES
     }
     ddp, fsdp = modes["ddp"], modes["fsdp"]
     result = {
@@ -190,7 +176,7 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     shards_add_up = all(
         sum(r[part] for r in fsdp["bytes_per_rank"]) == ddp["max_rank_bytes"][part] for part in ("params", "grads")
     )
-    about_1_over_n = all(result["ratio"][part] <= SHARD_SLACK / n for part in PARTS)
+    about_1_over_n = all(result["ratio"][part] <= _SHARD_SLACK / n for part in PARTS)
     ratios = ", ".join(f"{part} {result['ratio'][part]:.3f}" for part in (*PARTS, "total"))
     return [
         check(

@@ -42,19 +42,20 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ignite_ddl.core.environment import cpu_cores
+from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option, split_evenly
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff
-from ignite_ddl.launcher.spawn import LaunchSettings, free_port, in_fresh_thread, launch, plan_launch
+from ignite_ddl.launcher.rendezvous import free_port
+from ignite_ddl.launcher.settings import LaunchSettings, plan_launch
+from ignite_ddl.launcher.spawn import in_fresh_thread, launch
 from ignite_ddl.trainer.models import ToyModel
 
 __all__ = [
     "CLAIM",
     "HELP",
-    "IGNITE_CODE",
     "LR",
     "NAME",
-    "RAW_CODE",
     "SEED",
     "Options",
     "code_lines",
@@ -64,7 +65,6 @@ __all__ = [
     "raw_main",
     "raw_worker",
     "run",
-    "toy_dataset",
 ]
 
 NAME = "raw-vs-ignite"
@@ -76,18 +76,18 @@ LR = 0.01
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(2, "processes to start")
-    steps: int = lab_option(10, "SGD steps")
-    batch_size: int = lab_option(40, "GLOBAL batch")
-    tolerance: float = lab_option(1e-6, "max |weight difference| allowed")
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    steps: int = option(10, "SGD steps", role=Role.TRAINING)
+    batch_size: int = option(40, "GLOBAL batch", role=Role.TRAINING)
+    tolerance: float = option(1e-6, "max |weight difference| allowed", role=Role.MEASUREMENT)
 
     def check(self) -> None:
         at_least(1, nproc_per_node=self.nproc_per_node, steps=self.steps, batch_size=self.batch_size)
         split_evenly(self.batch_size, [self.nproc_per_node])
 
 
-def toy_dataset(steps: int, batch_size: int) -> TensorDataset:
+def _toy_dataset(steps: int, batch_size: int) -> TensorDataset:
     """``steps`` global batches of the tutorial's data: random inputs of 10 features, random targets of 5."""
     generator = torch.Generator().manual_seed(SEED)
     size = steps * batch_size
@@ -105,7 +105,7 @@ def raw_worker(rank: int, world_size: int, port: int, steps: int, batch_size: in
     torch.manual_seed(SEED)
     model = ToyModel()
     ddp_model = DistributedDataParallel(model)
-    dataset = toy_dataset(steps, batch_size)
+    dataset = _toy_dataset(steps, batch_size)
     sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=batch_size // world_size, sampler=sampler)
     loss_fn = nn.MSELoss()
@@ -135,7 +135,7 @@ def ignite_worker(local_rank: int, steps: int, batch_size: int) -> dict[str, tor
     model = ToyModel()
     ddp_model = idist.auto_model(model)
     optimizer = idist.auto_optim(optim.SGD(ddp_model.parameters(), lr=LR))
-    loader = idist.auto_dataloader(toy_dataset(steps, batch_size), batch_size=batch_size, shuffle=False)
+    loader = idist.auto_dataloader(_toy_dataset(steps, batch_size), batch_size=batch_size, shuffle=False)
     trainer = create_supervised_trainer(ddp_model, optimizer, nn.MSELoss(), device=idist.device())
     trainer.run(loader, max_epochs=1)
     return {name: tensor.cpu() for name, tensor in model.state_dict().items()}
@@ -149,8 +149,8 @@ def ignite_main(backend: str, nproc: int, steps: int, batch_size: int, output_di
 
 # -- the comparison
 
-RAW_CODE = (raw_worker, raw_main)
-IGNITE_CODE = (ignite_worker, ignite_main)
+_RAW_CODE = (raw_worker, raw_main)
+_IGNITE_CODE = (ignite_worker, ignite_main)
 
 
 def _fresh_thread_rank(rank: int, worker: Callable[..., None], world_size: int, *args: Any) -> None:
@@ -202,7 +202,8 @@ def run(**options: Any) -> dict[str, Any]:
         torch.manual_seed(SEED)
         moved = max_abs_diff(raw, ToyModel().state_dict())
     lines = {
-        side: {fn.__name__: code_lines(fn) for fn in fns} for side, fns in (("raw", RAW_CODE), ("ignite", IGNITE_CODE))
+        side: {fn.__name__: code_lines(fn) for fn in fns}
+        for side, fns in (("raw", _RAW_CODE), ("ignite", _IGNITE_CODE))
     }
     diff = max_abs_diff(raw, ours)
     result: dict[str, Any] = {

@@ -24,9 +24,11 @@ import ignite.distributed as idist
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ignite_ddl.core.config import ConfigError
-from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
+from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
+from ignite_ddl.launcher.settings import LaunchSettings
+from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.trainer.data import synthetic_images
 
@@ -139,7 +141,7 @@ def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
     """Each rank's first batch as an 8 x 8 grid of images, labelled with the sample indices (a PNG)."""
     from torchvision.utils import make_grid
 
-    from ignite_ddl.report.plots import pyplot
+    from ignite_ddl.core.figures import pyplot, save_figure
 
     plt = pyplot()
 
@@ -154,17 +156,18 @@ def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
         ax.set_title(f"rank {row['rank']}: first batch ({len(indices)} samples)")
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(LaunchOptions):
-    nproc_per_node: int = lab_option(3, "processes to start")
-    dataset_size: int = lab_option(100, "samples in the dataset")
-    batch_size: int = lab_option(12, "GLOBAL batch size")
-    epochs: int = lab_option(2, "epochs to compare orders over, >= 2")
-    image_grid: str | None = lab_option(None, "also save each rank's first batch as a PNG grid", metavar="PATH")
+class Options(LabLaunchOptions):
+    nproc_per_node: int = option(3, "processes to start", role=Role.LAUNCH)
+    dataset_size: int = option(100, "samples in the dataset", role=Role.WORKLOAD)
+    batch_size: int = option(12, "GLOBAL batch size", role=Role.TRAINING)
+    epochs: int = option(2, "epochs to compare orders over, >= 2", role=Role.TRAINING)
+    image_grid: str | None = option(
+        None, "also save each rank's first batch as a PNG grid", metavar="PATH", role=Role.OUTPUT
+    )
 
     def check(self) -> None:
         at_least(1, nproc_per_node=self.nproc_per_node, batch_size=self.batch_size)

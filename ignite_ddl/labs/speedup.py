@@ -25,14 +25,16 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
-from ignite_ddl.core.config import ConfigError
 from ignite_ddl.core.environment import cpu_cores
-from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, lab_option, output_dir_option
-from ignite_ddl.launcher.spawn import LaunchSettings, launch
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, option
+from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, output_dir_option
+from ignite_ddl.launcher.settings import LaunchSettings
+from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.gather import gather_objects
 
-__all__ = ["CLAIM", "FASTER_AT_TWO", "FREE_CORES_AT_TWO", "HELP", "NAME", "NOISE", "Options", "format_result", "run"]
+__all__ = ["CLAIM", "FREE_CORES_AT_TWO", "HELP", "NAME", "Options", "format_result", "run"]
 
 NAME = "speedup"
 HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"
@@ -41,9 +43,9 @@ CLAIM = (
     "than it allows; with --transfer, moving the data once beats moving it in every iteration"
 )
 
-FASTER_AT_TWO = 1.3  # 2 processes on 2 free cores give about 1.9x; background noise still leaves well over 1.3x
+_FASTER_AT_TWO = 1.3  # 2 processes on 2 free cores give about 1.9x; background noise still leaves well over 1.3x
 FREE_CORES_AT_TWO = 1.6  # below this the 2 ranks did not get 2 cores (another job was computing): no verdict
-NOISE = 1.15  # speedup can exceed the core count only by timing noise on the one-process run
+_NOISE = 1.15  # speedup can exceed the core count only by timing noise on the one-process run
 
 
 def _sort_tasks(tasks: range, work: int) -> None:
@@ -111,10 +113,10 @@ def _scaling_checks(rows: list[dict[str, Any]], tasks: int, cores: int) -> list[
     if cores >= 2 and 2 in by_procs:
         two = by_procs[2]
         detail = f"speedup {two['speedup']:.2f}x, the ranks had {two['cores_used']:.2f} cores while computing"
-        ok = two["speedup"] > FASTER_AT_TWO
+        ok = two["speedup"] > _FASTER_AT_TWO
         if not ok and two["cores_used"] < FREE_CORES_AT_TWO:  # another job held the cores: no verdict
             ok, detail = True, f"{detail}: other processes held the cores, not judged"
-        claim = f"2 processes given 2 of the {cores} cores run faster than 1 (speedup > {FASTER_AT_TWO})"
+        claim = f"2 processes given 2 of the {cores} cores run faster than 1 (speedup > {_FASTER_AT_TWO})"
         checks.append(check(claim, ok, detail))
     for row in rows:
         if row["procs"] > cores:
@@ -122,7 +124,7 @@ def _scaling_checks(rows: list[dict[str, Any]], tasks: int, cores: int) -> list[
                 check(
                     f"{row['procs']} processes on {cores} cores (oversubscribed): no faster than the core count "
                     f"allows, efficiency <= {cores}/{row['procs']}",
-                    row["speedup"] <= cores * NOISE,
+                    row["speedup"] <= cores * _NOISE,
                     f"speedup {row['speedup']:.2f}x, efficiency {row['efficiency']:.2f}",
                 )
             )
@@ -191,12 +193,14 @@ def _transfer(opts: Options) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabOptions):
-    procs: tuple[int, ...] = lab_option((1, 2, 4, 8), "process counts, with 1")
-    work: int = lab_option(2_500_000, "floats sorted per task")
-    tasks: int | None = lab_option(None, "tasks in the whole job (default: 8, or the largest process count)")
-    repeats: int = lab_option(3, "runs per process count, the best kept")
-    transfer: bool = lab_option(False, "instead: .to(device) inside the loop vs once")
-    transfer_iters: int = lab_option(10, "loop iterations with --transfer")
+    procs: tuple[int, ...] = option((1, 2, 4, 8), "process counts, with 1", role=Role.LAYOUT)
+    work: int = option(2_500_000, "floats sorted per task", role=Role.WORKLOAD)
+    tasks: int | None = option(
+        None, "tasks in the whole job (default: 8, or the largest process count)", role=Role.WORKLOAD
+    )
+    repeats: int = option(3, "runs per process count, the best kept", role=Role.MEASUREMENT)
+    transfer: bool = option(False, "instead: .to(device) inside the loop vs once", role=Role.MEASUREMENT)
+    transfer_iters: int = option(10, "loop iterations with --transfer", role=Role.MEASUREMENT)
     output_dir: str = output_dir_option()
 
     def check(self) -> None:

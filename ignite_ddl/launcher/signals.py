@@ -26,18 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Interrupted", "end_with", "interruptible", "sigterm_with_parent"]
+from ignite_ddl.core.errors import Interrupted
+
+__all__ = ["end_with", "interruptible", "sigterm_with_parent"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived; ``signum`` says which (exit status by convention: 128 + signum)."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-        super().__init__(self.name)
 
 
 @contextmanager

@@ -34,9 +34,9 @@ from typing import Any
 
 from ignite.engine import Engine, Events
 
-__all__ = ["STALL_EXIT", "StallWatchdog", "clear_stall", "read_stall"]
+__all__ = ["StallWatchdog", "clear_stall", "read_stall"]
 
-STALL_EXIT = 86  # a spawned rank ended by the watchdog exits with this; the launcher then reads stalled.json
+_STALL_EXIT = 86  # a spawned rank ended by the watchdog exits with this; the launcher then reads stalled.json
 STALL_FILE = "stalled.json"
 _KEY = "ignite_ddl/position/"
 # Where a rank can be, in the order an iteration goes through them.
@@ -165,7 +165,7 @@ class StallWatchdog:
                 pass
         if self.report:
             print(f"ignite-ddl: error: rank {culprits[0]} failed: {message}", file=sys.stderr, flush=True)
-        os._exit(1 if self.report else STALL_EXIT)
+        os._exit(1 if self.report else _STALL_EXIT)
 
 
 def _store() -> Any:

@@ -54,10 +54,9 @@ from ignite.distributed import utils as idist_utils
 from ignite.distributed.comp_models import xla as ignite_xla
 from ignite.handlers.checkpoint import DiskSaver
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 
 __all__ = [
-    "XLA_TPU",
     "auto_dataloader",
     "auto_model",
     "auto_optim",
@@ -65,13 +64,12 @@ __all__ = [
     "install",
     "local_device_count",
     "replicas",
-    "save_checkpoint",
     "spawn",
     "sync",
     "wait",
 ]
 
-XLA_TPU = "xla-tpu"
+_XLA_TPU = "xla-tpu"
 available = ignite_xla.has_xla_support  # Ignite imported torch_xla successfully
 
 if available:
@@ -162,7 +160,7 @@ def spawn(
     nproc_per_node: int | str | None = None,
     nnodes: int = 1,
     node_rank: int = 0,
-    backend: str = XLA_TPU,
+    backend: str = _XLA_TPU,
     start_method: str = "fork",
     **ignored: Any,  # master_addr / master_port: PJRT finds its peers itself
 ) -> None:
@@ -248,8 +246,8 @@ if available:
             return PjrtModel() if _in_replica() else None
 
         @staticmethod
-        def create_from_backend(backend: str = XLA_TPU, **kwargs: Any) -> PjrtModel:
-            if backend != XLA_TPU:
+        def create_from_backend(backend: str = _XLA_TPU, **kwargs: Any) -> PjrtModel:
+            if backend != _XLA_TPU:
                 raise ValueError(f"Backend should be one of '{PjrtModel.available_backends}'")
             return PjrtModel(backend=backend, **kwargs)
 
@@ -326,7 +324,7 @@ _ignite: dict[str, Callable[..., Any]] = {
 
 
 def _on_xla() -> bool:
-    return idist.backend() == XLA_TPU
+    return idist.backend() == _XLA_TPU
 
 
 def auto_model(model: torch.nn.Module, sync_bn: bool = False, **kwargs: Any) -> torch.nn.Module:
@@ -352,7 +350,7 @@ def auto_dataloader(dataset: Any, **kwargs: Any) -> Any:
     return loader
 
 
-def save_checkpoint(saver: DiskSaver, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+def _save_checkpoint(saver: DiskSaver, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
     """``DiskSaver.__call__`` writing from ``save_on_rank`` alone. Ignite's saves through ``xm.save`` on every rank of
     any backend once torch_xla is installed (starting the XLA runtime in gloo and nccl ranks), and each XLA replica
     moves a temporary file of its own over the checkpoint while only the master's holds data."""
@@ -373,6 +371,6 @@ def install() -> None:
     for name, helper in (("auto_model", auto_model), ("auto_optim", auto_optim), ("auto_dataloader", auto_dataloader)):
         setattr(idist_auto, name, helper)
         setattr(idist, name, helper)
-    # Replacing Ignite's method on its class is the point here (see save_checkpoint); mypy refuses any method
+    # Replacing Ignite's method on its class is the point here (see _save_checkpoint); mypy refuses any method
     # assignment, and compares the plain function with the bound method's signature.
-    DiskSaver.__call__ = save_checkpoint  # type: ignore[method-assign, assignment]
+    DiskSaver.__call__ = _save_checkpoint  # type: ignore[method-assign, assignment]

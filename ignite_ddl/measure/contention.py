@@ -25,21 +25,18 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ignite_ddl.launcher.processes import children_map, process_tree_pids
+
 __all__ = [
     "ContentionMonitor",
     "ForeignLoad",
     "GpuLoad",
-    "combine_nodes",
-    "machine_busy_s",
-    "proc_stat_cpus",
-    "process_tree_cpu_s",
-    "process_tree_pids",
 ]
 
 CONTENTION_THRESHOLD = 0.10  # default share of the machine others may use before a run counts as contended
 
 
-def machine_busy_s() -> float | None:
+def _machine_busy_s() -> float | None:
     """CPU seconds all CPUs of the machine spent busy since boot (None where ``/proc/stat`` is missing)."""
     try:
         with open("/proc/stat") as f:
@@ -50,27 +47,13 @@ def machine_busy_s() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def proc_stat_cpus() -> int:
+def _proc_stat_cpus() -> int:
     """The CPUs ``/proc/stat`` sums over (all online CPUs, whatever this process's affinity)."""
     try:
         with open("/proc/stat") as f:
             return sum(1 for line in f if line.startswith("cpu") and line[3].isdigit()) or (os.cpu_count() or 1)
     except OSError:
         return os.cpu_count() or 1
-
-
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while we looked
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
 
 
 def _cpu_s(pid: int) -> float:
@@ -83,13 +66,13 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_tree_cpu_s(pid: int | None = None) -> float:
+def _process_tree_cpu_s(pid: int | None = None) -> float:
     """CPU seconds used by process ``pid`` (default: this one), its live descendants and its reaped children."""
     pid = os.getpid() if pid is None else pid
     if not os.path.isdir("/proc"):
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    children = _children_map()
+    children = children_map()
     total, todo = 0.0, [pid]
     while todo:
         current = todo.pop()
@@ -109,17 +92,17 @@ class ForeignLoad:
         self.pids = list(own) if own is not None else [os.getpid()]
         self.share: float | None = None
         self.busy_s = self.own_s = self.window_s = 0.0
-        self.cpus = proc_stat_cpus()
+        self.cpus = _proc_stat_cpus()
 
     def _own(self) -> float:
-        return sum(process_tree_cpu_s(pid) for pid in self.pids)
+        return sum(_process_tree_cpu_s(pid) for pid in self.pids)
 
     def start(self) -> ForeignLoad:
-        self._busy0, self._own0, self._t0 = machine_busy_s(), self._own(), time.perf_counter()
+        self._busy0, self._own0, self._t0 = _machine_busy_s(), self._own(), time.perf_counter()
         return self
 
     def stop(self) -> float | None:
-        busy, own, now = machine_busy_s(), self._own(), time.perf_counter()
+        busy, own, now = _machine_busy_s(), self._own(), time.perf_counter()
         self.window_s = now - self._t0
         if busy is None or self._busy0 is None or self.window_s <= 0:
             return None
@@ -134,7 +117,7 @@ class ForeignLoad:
         self.stop()
 
 
-def combine_nodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _combine_nodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-node CPU accounting from every rank's window: the machine's busy time (the mean of what its ranks read)
     minus the sum of the ranks' own CPU time."""
     nodes: dict[int, list[dict[str, Any]]] = {}
@@ -256,7 +239,7 @@ class ContentionMonitor:
         measured = load if load is not None and load.share is not None else None
         return {
             "node": idist.get_node_rank(),
-            "cpus": load.cpus if load is not None else proc_stat_cpus(),
+            "cpus": load.cpus if load is not None else _proc_stat_cpus(),
             "window_s": measured.window_s if measured is not None else 0.0,
             "busy_cpu_s": measured.busy_s if measured is not None else None,
             "own_cpu_s": measured.own_s if measured is not None else 0.0,
@@ -270,15 +253,4 @@ class ContentionMonitor:
         parts = gather_objects(self.part())
         if all(p["busy_cpu_s"] is None for p in parts) and all(p["gpu_share"] is None for p in parts):
             return None
-        return combine_nodes(parts)
-
-
-def process_tree_pids(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    children = _children_map() if os.path.isdir("/proc") else {}
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
+        return _combine_nodes(parts)

@@ -60,8 +60,6 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ignite_ddl.trainer.models import unwrap
-
 __all__ = [
     "PEAKS",
     "FlopCount",
@@ -160,12 +158,12 @@ class MatmulRate:
 def count_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, criterion: nn.Module) -> FlopCount:
     """Model FLOPs per sample of one training step on the batch ``(inputs, targets)``: forward, loss and backward.
 
-    The step runs once, in train mode, on a CPU copy of the model (unwrapped from ``DistributedDataParallel`` or
-    ``DataParallel``), so the model, its gradients and its buffers (BatchNorm running statistics) are left as they
-    were, and so is the global CPU random number generator that dropout would draw from. The copy costs the model's
+    The step runs once, in train mode, on a CPU copy of ``model`` (pass the module inside a
+    ``DistributedDataParallel`` wrapper: the wrapper's forward would communicate), so the model, its gradients and
+    its buffers (BatchNorm running statistics) are left as they were, and so is the global CPU random number
+    generator that dropout would draw from. The copy costs the model's
     size once more in host memory (briefly on the GPU as well, where ``copy.deepcopy`` copies a CUDA model).
     """
-    model = unwrap(model)  # the wrapper's forward would communicate; the FLOPs are the module's
     batch = len(inputs)
     if batch == 0:
         raise ValueError("count_flops needs a non-empty batch")

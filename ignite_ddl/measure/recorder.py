@@ -51,34 +51,28 @@ from ignite_ddl.measure.gather import gather_objects
 
 __all__ = [
     "COLUMNS",
-    "COMM_COLUMNS",
-    "PHASES",
     "StepRecorder",
-    "batch_samples",
-    "combine",
-    "comm_stats",
     "format_steps",
-    "rank_stats",
     "wait_sentence",
 ]
 
-PHASES = ("forward", "backward", "optimizer")
-COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
+_PHASES = ("forward", "backward", "optimizer")
+_COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
 COLUMNS = (
     "iteration",
     "epoch",
     "warmup",
     "data_s",
     "step_s",
-    *(f"{p}_s" for p in PHASES),
+    *(f"{p}_s" for p in _PHASES),
     "iter_s",
     "samples",
-    *COMM_COLUMNS,
+    *_COMM_COLUMNS,
     "handlers_s",
 )
 
 
-def batch_samples(engine: Engine) -> int:
+def _batch_samples(engine: Engine) -> int:
     """Samples in the current batch: the length of its first element (inputs of an (x, y) batch)."""
     batch: Any = engine.state.batch  # the loader's batch (Ignite annotates State.batch as int | None)
     return len(batch[0] if isinstance(batch, (list, tuple)) else batch)
@@ -91,7 +85,7 @@ class StepRecorder:
         self,
         warmup: int = 5,
         device: torch.device | None = None,
-        samples: Callable[[Engine], int] = batch_samples,
+        samples: Callable[[Engine], int] = _batch_samples,
         comm: CommTimer | None = None,
     ):
         if warmup < 0:
@@ -116,7 +110,7 @@ class StepRecorder:
         return self
 
     def mark(self, phase: str) -> None:
-        """Called by a train step at the end of ``phase`` (one of :data:`PHASES`)."""
+        """Called by a train step at the end of ``phase`` (one of :data:`_PHASES`)."""
         now = self._now(self._sync)
         self._phases[phase] = now - self._last_mark
         self._last_mark = now
@@ -150,7 +144,7 @@ class StepRecorder:
     def _on_iteration_completed(self, engine: Engine) -> None:
         end = self._now(self._sync_end)
         state = engine.state
-        phases = tuple(self._phases.get(p, math.nan) for p in PHASES)
+        phases = tuple(self._phases.get(p, math.nan) for p in _PHASES)
         warmup = int(len(self.rows) < self.warmup)
         step = end - self._step_start
         comm = self.comm.take() if self.comm is not None else NO_COMM
@@ -183,12 +177,12 @@ class StepRecorder:
 
     def local_stats(self, since_iteration: int = 0) -> dict[str, Any]:
         """Statistics of this rank's measured iterations."""
-        return rank_stats(self.measured(since_iteration), idist.get_rank(), idist.get_world_size())
+        return _rank_stats(self.measured(since_iteration), idist.get_rank(), idist.get_world_size())
 
     def gather(self, since_iteration: int = 0) -> dict[str, Any]:
         """Collective: every rank's statistics, global throughput and the straggler, on every rank."""
         ranks = gather_objects(self.local_stats(since_iteration))
-        combined = combine(ranks)
+        combined = _combine(ranks)
         for r in ranks:
             del r["step_times"]  # raw times stay in steps_rank<r>.csv
         return {"warmup_iterations": self.warmup, "ranks": ranks, **combined}
@@ -216,14 +210,14 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> dict[str, Any]:
+def _rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> dict[str, Any]:
     """One rank's statistics over its measured rows (times in seconds, NaN where not measured)."""
     steps = [r["step_s"] for r in rows]
     p50, p90, p99 = _quantiles(steps, (0.5, 0.9, 0.99))
     window = sum(r["iter_s"] for r in rows)
     data = sum(r["data_s"] for r in rows)
     samples = sum(r["samples"] for r in rows)
-    phases = {f"{p}_s_mean": _mean([r[f"{p}_s"] for r in rows]) for p in PHASES}
+    phases = {f"{p}_s_mean": _mean([r[f"{p}_s"] for r in rows]) for p in _PHASES}
     data_mean = data / len(rows) if rows else math.nan
     # What this rank does without waiting for others: see the module docstring.
     if math.isnan(phases["forward_s_mean"]):
@@ -244,13 +238,13 @@ def rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> di
         "data_share": data / window if window > 0 else math.nan,
         **phases,
         "own_s_mean": own,
-        **comm_stats(rows, phases["backward_s_mean"], world_size),
+        **_comm_stats(rows, phases["backward_s_mean"], world_size),
         "handlers_s_mean": _mean([r.get("handlers_s", math.nan) for r in rows]),
         "step_times": steps,
     }
 
 
-def comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> dict[str, Any]:
+def _comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> dict[str, Any]:
     """Gradient communication over a rank's measured rows (see :mod:`ignite_ddl.measure.comm`); NaN where not timed."""
     timed = [r for r in rows if not math.isnan(r.get("comm_s", math.nan))]
     comm, exposed = sum(r["comm_s"] for r in timed), sum(r["exposed_comm_s"] for r in timed)
@@ -268,7 +262,7 @@ def comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: i
     }
 
 
-def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Global figures from all ranks' statistics."""
     samples = sum(r["samples"] for r in ranks)
     window = max((r["window_s"] for r in ranks), default=0.0)
@@ -312,7 +306,7 @@ def format_steps(steps: dict[str, Any]) -> str:
     comm_header = ("comm ms", "exposed ms", "overlap %", "busbw GB/s")
     rows = []
     for r in steps["ranks"]:
-        phases_ms = [milliseconds(r[f"{phase}_s_mean"]) for phase in (*PHASES, "own")]
+        phases_ms = [milliseconds(r[f"{phase}_s_mean"]) for phase in (*_PHASES, "own")]
         row = [
             r["rank"],
             r["iterations"],

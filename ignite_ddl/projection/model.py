@@ -56,11 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 
 __all__ = [
-    "CSV_COLUMNS",
-    "DDP_BUCKET_BYTES",
     "FIT_SIZES",
     "LINKS",
     "MIB",
@@ -68,13 +66,11 @@ __all__ = [
     "Compute",
     "Link",
     "Projection",
-    "bucket_sizes",
     "bucketed_exposed_s",
     "compute_from_run",
     "figure",
     "fit_alpha_beta",
     "format_projection",
-    "grad_bytes_of_run",
     "measure_allreduce",
     "project",
     "ps_comm_s",
@@ -86,7 +82,7 @@ __all__ = [
 ]
 
 MIB = 1 << 20
-DDP_BUCKET_BYTES = 25 * MIB  # DistributedDataParallel's default bucket_cap_mb (25, in MiB)
+_DDP_BUCKET_BYTES = 25 * MIB  # DistributedDataParallel's default bucket_cap_mb (25, in MiB)
 HALF = 0.5  # a scheme "saturates" where its efficiency first drops below this
 
 
@@ -227,7 +223,7 @@ def ring_allreduce_s(nbytes: float, n: int, link: Link) -> float:
     return 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * nbytes / link.beta_Bps
 
 
-def bucket_sizes(grad_bytes: float, bucket_bytes: float) -> list[float]:
+def _bucket_sizes(grad_bytes: float, bucket_bytes: float) -> list[float]:
     """The gradient in ``ceil(grad_bytes / bucket_bytes)`` buckets: full ones, the remainder last."""
     if grad_bytes <= 0:
         return []
@@ -238,7 +234,7 @@ def bucket_sizes(grad_bytes: float, bucket_bytes: float) -> list[float]:
 def bucketed_exposed_s(backward_s: float, grad_bytes: float, bucket_bytes: float, n: int, link: Link) -> float:
     """The all-reduce time left after backward: bucket i is ready at ``backward (i+1)/k`` and starts when it is
     ready and the previous one is done; exposed = last done - end of backward (0 for one worker)."""
-    sizes = bucket_sizes(grad_bytes, bucket_bytes)
+    sizes = _bucket_sizes(grad_bytes, bucket_bytes)
     if n <= 1 or not sizes:
         return 0.0
     done = 0.0
@@ -314,7 +310,7 @@ class Projection:
                 "inter_link": dataclasses.asdict(self.inter_link) if self.inter_link is not None else None,
                 "gpus_per_node": self.gpus_per_node,
                 "bucket_bytes": self.bucket_bytes,
-                "buckets": len(bucket_sizes(self.compute.grad_bytes, self.bucket_bytes)),
+                "buckets": len(_bucket_sizes(self.compute.grad_bytes, self.bucket_bytes)),
                 "max_workers": self.max_workers,
             },
             "rows": self.rows,
@@ -365,7 +361,7 @@ def project(
     compute: Compute,
     link: Link,
     max_workers: int = 1024,
-    bucket_bytes: float = DDP_BUCKET_BYTES,
+    bucket_bytes: float = _DDP_BUCKET_BYTES,
     gpus_per_node: int | None = None,
     inter_link: Link | None = None,
 ) -> Projection:
@@ -384,7 +380,7 @@ def project(
 
     server = inter_link if inter_link is not None else link  # the server's link as N grows past one node
     server_s = 2 * (server.alpha_s + compute.grad_bytes / server.beta_Bps)  # per worker, as N -> infinity
-    buckets = len(bucket_sizes(compute.grad_bytes, bucket_bytes))
+    buckets = len(_bucket_sizes(compute.grad_bytes, bucket_bytes))
     ring = inter_link if inter_link is not None else link
     ring_alpha = max(link.alpha_s, ring.alpha_s)
     return Projection(
@@ -444,7 +440,7 @@ def format_projection(p: Projection) -> str:
     nodes = (
         f"; {p.gpus_per_node} workers per node, {p.inter_link.name} between nodes" if p.inter_link is not None else ""
     )
-    buckets = len(bucket_sizes(c.grad_bytes, p.bucket_bytes))
+    buckets = len(_bucket_sizes(c.grad_bytes, p.bucket_bytes))
     lines = [
         f"projection ({c.source}): batch {c.batch_size} per worker, one worker's step {milliseconds(c.step_s)} ms "
         f"(forward {milliseconds(c.forward_s)}, backward {milliseconds(c.backward_s)}, optimizer "
@@ -483,7 +479,7 @@ def _saturation_line(scheme: str, half_n: int | None, max_workers: int, ceiling:
     return f"{scheme}: {where}; throughput ceiling as N grows: {limit} ({formula})"
 
 
-CSV_COLUMNS = (
+_CSV_COLUMNS = (
     "n",
     "ring_step_s",
     "ring_comm_s",
@@ -501,7 +497,7 @@ CSV_COLUMNS = (
 def figure(p: Projection) -> Any:
     """Throughput and efficiency vs N (log2 axis), ring vs parameter server, saturation marked: an open matplotlib
     figure (close it when done)."""
-    from ignite_ddl.report.plots import pyplot
+    from ignite_ddl.core.figures import pyplot
 
     plt = pyplot()
     ns = [r["n"] for r in p.rows]
@@ -558,16 +554,16 @@ def figure(p: Projection) -> Any:
 
 def write_projection(p: Projection, output_dir: str | Path) -> list[Path]:
     """projection.json (inputs and a record per N), projection.csv and projection.png in ``output_dir``."""
+    from ignite_ddl.core.figures import pyplot
     from ignite_ddl.core.outputs import writing
     from ignite_ddl.core.results import write_json
-    from ignite_ddl.report.plots import pyplot
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "projection.json", out / "projection.csv", out / "projection.png"]
     write_json(paths[0], p.to_dict())
     with writing(paths[1]), open(paths[1], "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=_CSV_COLUMNS)
         writer.writeheader()
         writer.writerows(p.rows)
     fig = figure(p)
@@ -582,7 +578,7 @@ def write_projection(p: Projection, output_dir: str | Path) -> list[Path]:
 # -- inputs: a measured 1-process run, and a link fitted on this machine
 
 
-def grad_bytes_of_run(config: dict[str, Any]) -> int:
+def _grad_bytes_of_run(config: dict[str, Any]) -> int:
     """Bytes of the gradients DDP all-reduces per step for a run's ``config`` (config.json's ``config``): the
     trainable parameters' elements x element size, the model built on the meta device (no memory, no compute).
     Gradients have the parameters' dtype (float32, also under autocast)."""
@@ -635,7 +631,7 @@ def compute_from_run(run_dir: str | Path) -> Compute:
         backward_s=backward,
         optimizer_s=optimizer,
         batch_size=batch,
-        grad_bytes=grad_bytes_of_run(config["config"]),
+        grad_bytes=_grad_bytes_of_run(config["config"]),
         other_s=max(0.0, step - sum(phases)),
         source=f"measured: {run_dir} ({summary.get('model')}, {threads} thread(s))",
     )
@@ -706,7 +702,8 @@ def measure_allreduce(
     """All-reduce times on this machine: ``nproc`` real processes each time one all-reduce of each size with
     :func:`ignite_ddl.measure.comm.time_allreduce` (median of ``iters`` calls, each after a barrier); per size, the mean
     over the ranks (nccl-tests' convention). Returns (sizes, seconds), ready for :func:`fit_alpha_beta`."""
-    from ignite_ddl.launcher.spawn import LaunchSettings, launch
+    from ignite_ddl.launcher.settings import LaunchSettings
+    from ignite_ddl.launcher.spawn import launch
 
     settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_allreduce_times, settings, list(sizes), iters, warmup)
@@ -741,7 +738,7 @@ def validate_this_machine(
     from ignite_ddl.core.config import TrainConfig
     from ignite_ddl.core.environment import host, versions
     from ignite_ddl.core.results import write_json
-    from ignite_ddl.launcher.spawn import plan_launch
+    from ignite_ddl.launcher.settings import plan_launch
     from ignite_ddl.measure.contention import CONTENTION_THRESHOLD, ForeignLoad
     from ignite_ddl.trainer.run import train
 
@@ -758,7 +755,7 @@ def validate_this_machine(
         "best_model": False,
     }
     two: dict[str, Any] = {"backend": "gloo", "nproc_per_node": 2, "batch_size": 2 * batch_per_worker}
-    threads = plan_launch(TrainConfig(**base, **two).launch_settings()).threads  # each of the 2 ranks' threads
+    threads = plan_launch(TrainConfig(**base, **two)).threads  # each of the 2 ranks' threads
     kinds: dict[str, dict[str, Any]] = {
         "one_process_matched_threads": {"nproc_per_node": 1, "threads": threads, "batch_size": batch_per_worker},
         "one_process_all_cores": {"nproc_per_node": 1, "batch_size": batch_per_worker},
@@ -864,7 +861,7 @@ NVIDIA_RESNET50: dict[str, Any] = {
 }
 
 
-def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, Any]:
+def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = _DDP_BUCKET_BYTES) -> dict[str, Any]:
     """Predict NVIDIA's published 1 -> 8 GPU speed-up of ResNet-50 v1.5 on a DGX A100 and compare.
 
     Compute per step: 3 x the forward FLOPs per image (2 FLOPs per multiply-add, as :mod:`ignite_ddl.measure.flops`

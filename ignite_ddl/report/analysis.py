@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS
 from ignite_ddl.core.results import load_results, read_json
 from ignite_ddl.core.text import all_reduce_wait
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
@@ -46,24 +47,6 @@ from ignite_ddl.report.stats import (
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
 
-# Options that only say how the processes are laid out or where output goes: the speed-up baseline of a
-# configuration is the configuration equal to it but for these, with one process.
-LAYOUT_OPTIONS = frozenset(
-    {
-        "backend",
-        "nproc_per_node",
-        "nnodes",
-        "node_rank",
-        "master_addr",
-        "master_port",
-        "output_dir",
-        "threads",
-        "start_method",
-        "resume",
-        "progress",
-    }
-)
-DEFAULT_WORKLOAD = ("model", "dataset", "amp", "optimizer", "sync_bn")
 MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
 SUPERLINEAR = 1.05  # efficiency above this is suspect
 CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
@@ -319,7 +302,7 @@ def analyze(
     """The analysis of a sweep's records (see the module docstring)."""
     meta = meta or {}
     spec = meta.get("spec", {})
-    axes = list(spec.get("workload") or DEFAULT_WORKLOAD)
+    axes = list(spec.get("workload") or WORKLOAD_OPTIONS)
     threshold = spec.get("contention_threshold", CONTENTION_THRESHOLD)
     configs = _configs(records, axes, include_contended)
     _speedups(configs, confidence)

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import sys
 import textwrap
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, cast
 
-from ignite_ddl.core.outputs import writing
-from ignite_ddl.report.analysis import LAYOUT_OPTIONS, STEP_PARTS, Analysis, ConfigResult
+from ignite_ddl.core.config import LAYOUT_OPTIONS
+from ignite_ddl.core.figures import pyplot, save_figure
+from ignite_ddl.report.analysis import STEP_PARTS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots", "pyplot"]
+__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots"]
 
 PLOTS = {
     "throughput.png": "global throughput per configuration with its confidence interval, by workload",
@@ -44,29 +43,11 @@ TITLE_FONT = 11
 MARKERS = "osD^vPX*"
 
 
-def pyplot() -> Any:
-    """``matplotlib.pyplot``, headless unless a backend was chosen (see below)."""
-    import matplotlib
-
-    # Headless by default, but never switch a backend someone chose: a notebook's inline backend (MPLBACKEND, or
-    # pyplot already imported) keeps showing its own figures after a report was written.
-    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def make_plots(analysis: Analysis, out: Path) -> list[tuple[str, str]]:
     """Write the plots that apply into ``out``; (file name, description) of each one written."""
-    plt = pyplot()
     made = []
     for name, fig in figures(analysis).items():
-        try:
-            with writing(out / name):
-                fig.savefig(out / name, dpi=110)
-        finally:
-            plt.close(fig)
+        save_figure(fig, out / name)
         made.append((name, PLOTS[name]))
     return made
 
@@ -100,7 +81,7 @@ def _yerr(estimates: list[Estimate]) -> list[list[float]]:
     return [lows, highs]
 
 
-def _varying(configs: list[ConfigResult], exclude: frozenset[str] | set[str]) -> list[str]:
+def _varying(configs: list[ConfigResult], exclude: Collection[str]) -> list[str]:
     """Grid options that take more than one value among ``configs`` (the ones worth naming in a legend)."""
     keys = list(dict.fromkeys(k for c in configs for k in c.grid if k not in exclude))
     return [k for k in keys if len({repr(c.grid.get(k)) for c in configs}) > 1]
@@ -252,7 +233,7 @@ def _series_plot(
     plt: Any,
     series: list[list[ConfigResult]],
     x: Any,
-    exclude: frozenset[str] | set[str],
+    exclude: Collection[str],
     title: str,
     xlabel: str,
     ideal: bool = False,

@@ -15,7 +15,7 @@ from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["OPTIONAL_COLUMNS", "Document", "verdict_lines", "write_report"]
+__all__ = ["Document", "verdict_lines", "write_report"]
 
 
 class Document:
@@ -251,7 +251,7 @@ def _measured_section(doc: Document, analysis: Analysis) -> None:
 
 # Figures no configuration may have (one process: no communication; a CPU: no datasheet peak): a column only
 # where some configuration has them.
-OPTIONAL_COLUMNS = (
+_OPTIONAL_COLUMNS = (
     "overlap %",
     "exposed comm %",
     "busbw GB/s",
@@ -278,7 +278,7 @@ def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
         "step p50 ms",
         "step p90 ms",
         "data wait %",
-        *OPTIONAL_COLUMNS,
+        *_OPTIONAL_COLUMNS,
         "straggler",
         "speedup",
         "efficiency",
@@ -315,7 +315,7 @@ def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
                 c.val_accuracy,
             ]
         )
-    empty = {i for i, h in enumerate(header) if h in OPTIONAL_COLUMNS and all(row[i] is None for row in rows)}
+    empty = {i for i, h in enumerate(header) if h in _OPTIONAL_COLUMNS and all(row[i] is None for row in rows)}
     header = [h for i, h in enumerate(header) if i not in empty]
     rows = [[v for i, v in enumerate(row) if i not in empty] for row in rows]
     return header, rows

@@ -20,7 +20,7 @@ SLURM's state and reason (``FAILED``, ``CANCELLED``, ``TIMEOUT`` ...), read with
 job and with sacct after that.
 
 Example:
-    >>> options = parse_slurm_options({"partition": "debug", "cpus_per_task": 4})
+    >>> options = SlurmOptions(partition="debug", cpus_per_task=4)
     >>> job_resources(TrainConfig(nproc_per_node=2), options, timeout_s=600)
     {'nodes': 1, 'ntasks_per_node': 2, 'time': 10, 'partition': 'debug', 'cpus_per_task': 4}
 """
@@ -34,34 +34,30 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
-from ignite_ddl.core.results import read_json, write_json
+from ignite_ddl.core.commands import run_command
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.results import RunRecord, read_json, write_json
+from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.records import finish_record, last_error, new_record
+from ignite_ddl.sweep.spec import SlurmOptions
 
 __all__ = [
-    "SLURM_KEYS",
     "JobExit",
     "JobState",
     "Outcome",
-    "SlurmOptions",
-    "check_cluster",
-    "job_argv",
-    "job_outcome",
+    "SlurmExecutor",
+    "job_config",
     "job_resources",
-    "job_state",
-    "load_jobs",
-    "parse_slurm_options",
     "run_job",
-    "save_jobs",
-    "submit",
     "wait_for",
 ]
 
-SLURM_KEYS = ("partition", "time_limit_min", "gpus_per_node", "cpus_per_task", "poll_s")
 # States of a job that has ended (squeue's and sacct's names); anything else is still pending or running.
 ENDED = (
     "COMPLETED",
@@ -79,42 +75,7 @@ ENDED = (
 JOBS_FILE = "slurm_jobs.json"
 
 
-@dataclass(frozen=True)
-class SlurmOptions:
-    """What every job of a sweep asks SLURM for, beyond its nodes and tasks (None: the cluster's default)."""
-
-    partition: str | None = None
-    time_limit_min: int | None = None
-    gpus_per_node: int | None = None
-    cpus_per_task: int | None = None
-    poll_s: float = 5.0
-
-
-def parse_slurm_options(data: Any) -> SlurmOptions:
-    """Validate the spec's ``slurm`` mapping; :class:`ConfigError` on anything wrong."""
-    if data is None:
-        return SlurmOptions()
-    if not isinstance(data, Mapping):
-        raise ConfigError("spec 'slurm' must be a mapping with keys: " + ", ".join(SLURM_KEYS))
-    unknown = sorted(set(data) - set(SLURM_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown slurm key(s): {', '.join(unknown)} (allowed: {', '.join(SLURM_KEYS)})")
-    values: dict[str, Any] = {}
-    for key in ("time_limit_min", "gpus_per_node", "cpus_per_task"):
-        value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"slurm '{key}' must be a positive integer, got {value!r}")
-        values[key] = value
-    partition = data.get("partition")
-    if partition is not None and (not isinstance(partition, str) or not re.fullmatch(r"[\w.-]+", partition)):
-        raise ConfigError(f"slurm 'partition' must be a partition name, got {partition!r}")
-    poll = data.get("poll_s", 5.0)
-    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or poll <= 0:
-        raise ConfigError(f"slurm 'poll_s' must be a positive number of seconds, got {poll!r}")
-    return SlurmOptions(partition=partition, poll_s=float(poll), **values)
-
-
-def check_cluster(options: SlurmOptions) -> None:
+def _check_cluster(options: SlurmOptions) -> None:
     """Refuse before submitting anything: no SLURM client here, no submitit, or a partition SLURM does not know."""
     try:
         import submitit  # noqa: F401
@@ -153,12 +114,12 @@ def job_resources(config: TrainConfig, options: SlurmOptions, timeout_s: float) 
     return resources
 
 
-def job_argv(config: TrainConfig) -> list[str]:
-    """``ignite-ddl`` arguments of a run's job: the processes and the rendezvous are SLURM's (srun's tasks)."""
+def job_config(config: TrainConfig) -> dict[str, Any]:
+    """A run's options as its job runs them: the processes and the rendezvous are SLURM's (srun's tasks)."""
     placed = dataclasses.replace(
         config, nproc_per_node=None, nnodes=1, node_rank=None, master_addr=None, master_port=None
     )
-    return ["train", *placed.to_argv()]
+    return placed.to_dict()
 
 
 class JobExit(Exception):
@@ -169,22 +130,23 @@ class JobExit(Exception):
         self.code = code
 
 
-def run_job(argv: list[str]) -> int:
-    """What a job runs, on every task: ``ignite-ddl`` with ``argv``; 0, or :class:`JobExit` with the status."""
+def run_job(config: dict[str, Any]) -> int:
+    """What a job runs, on every task: ``ignite-ddl train`` with ``config``; 0, or :class:`JobExit` with the
+    status."""
     import submitit
 
-    from ignite_ddl.cli import main
+    from ignite_ddl.trainer.run import train_command
 
     # submitit has SLURM send this signal ahead of the time limit so that a job can checkpoint and be requeued. A
     # measurement restarted is not the same run: the limit itself ends the job, and it is recorded as TIMEOUT.
     signal.signal(getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}"), signal.SIG_IGN)
-    code = main(argv)
+    code = run_command(lambda: train_command(TrainConfig.from_dict(config)))
     if code != 0:
         raise JobExit(code)
     return code
 
 
-def submit(
+def _submit(
     folder: Path, name: str, runs: list[tuple[str, TrainConfig]], options: SlurmOptions, timeout_s: float
 ) -> dict[str, str]:
     """Submit ``(key, config)`` runs, one job array per distinct set of resources; {key: job id}."""
@@ -198,7 +160,7 @@ def submit(
     for resources, group in groups.items():
         executor = submitit.SlurmExecutor(folder=folder)
         executor.update_parameters(job_name=f"ignite-ddl-{name}", array_parallelism=len(group), **dict(resources))
-        jobs = executor.map_array(run_job, [job_argv(config) for _, config in group])
+        jobs = executor.map_array(run_job, [job_config(config) for _, config in group])
         submitted.update({key: job.job_id for (key, _), job in zip(group, jobs)})
     return submitted
 
@@ -222,7 +184,7 @@ class JobState:
         return f"SLURM job {job_id} {self.state}{reason}{code}"
 
 
-def job_state(job_id: str) -> JobState | None:
+def _job_state(job_id: str) -> JobState | None:
     """What SLURM says of ``job_id``: scontrol while the controller remembers it, sacct after that; None if
     neither knows it."""
     shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True)
@@ -271,12 +233,12 @@ class Outcome:
     console: str | None  # what rank 0 printed (stdout and stderr)
 
 
-def job_outcome(folder: Path, job_id: str) -> Outcome | None:
+def _job_outcome(folder: Path, job_id: str) -> Outcome | None:
     """The outcome of ``job_id`` once it has ended (None while it is pending or running)."""
     import submitit
 
     job: Any = submitit.SlurmJob(folder=folder, job_id=job_id)
-    state = job_state(job_id)
+    state = _job_state(job_id)
     returned = job.paths.result_pickle.exists()
     if not returned and state is not None and not state.ended:
         return None
@@ -308,13 +270,13 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else "no answer"
 
 
-def load_jobs(out: Path) -> dict[str, str]:
+def _load_jobs(out: Path) -> dict[str, str]:
     """{run key: job id} of every job this sweep has submitted."""
     path = out / JOBS_FILE
     return dict(read_json(path)) if path.exists() else {}
 
 
-def save_jobs(out: Path, jobs: Mapping[str, str]) -> None:
+def _save_jobs(out: Path, jobs: Mapping[str, str]) -> None:
     write_json(out / JOBS_FILE, dict(jobs))
 
 
@@ -323,9 +285,86 @@ def wait_for(folder: Path, jobs: Mapping[str, str], poll_s: float, on_end: Calla
     waiting = dict(jobs)
     while waiting:
         for key, job_id in list(waiting.items()):
-            outcome = job_outcome(folder, job_id)
+            outcome = _job_outcome(folder, job_id)
             if outcome is not None:
                 del waiting[key]
                 on_end(key, outcome)
         if waiting:
             time.sleep(poll_s)
+
+
+class SlurmExecutor:
+    """Runs as SLURM jobs: submits what the sweep has not submitted yet, waits for every job and records each as it
+    ends. Stopping the sweep leaves the jobs running: ``--resume`` waits for them."""
+
+    def __init__(self, out: Path, name: str, options: SlurmOptions, timeout_s: float, threshold: float):
+        self.out, self.name, self.options = out, name, options
+        self.timeout_s, self.threshold = timeout_s, threshold
+
+    def check(self) -> None:
+        _check_cluster(self.options)
+
+    def execute(
+        self,
+        runs: Sequence[Run],
+        recorded: Callable[[RunRecord, Run, int], None],
+        progress: Callable[[str], None],
+        where: Callable[[Run, int], str],
+    ) -> None:
+        folder = self.out / "slurm"
+        jobs = _load_jobs(self.out)
+        by_key = {run.key: run for run in runs}
+        new = [run for run in runs if run.key not in jobs]
+        if new:
+            for run in new:
+                Path(run.config.output_dir).mkdir(parents=True, exist_ok=True)
+            configs = [(run.key, run.config) for run in new]
+            submitted = _submit(folder, self.name, configs, self.options, self.timeout_s)
+            jobs.update(submitted)
+            _save_jobs(self.out, jobs)  # before waiting: a stopped sweep finds its jobs again
+            progress(f"submitted {len(submitted)} SLURM job(s): {', '.join(submitted[run.key] for run in new)}")
+        waiting = {key: jobs[key] for key in by_key}
+        if len(waiting) > len(new):
+            progress(f"waiting for {len(waiting) - len(new)} SLURM job(s) submitted before")
+        ended = 0
+
+        def on_end(key: str, outcome: Outcome) -> None:
+            nonlocal ended
+            ended += 1
+            run = by_key[key]
+            recorded(_slurm_record(run, outcome, self.threshold), run, ended)
+
+        try:
+            wait_for(folder, waiting, self.options.poll_s, on_end)
+        except KeyboardInterrupt:
+            progress("the sweep stopped; its SLURM jobs go on (scancel to stop them): --resume waits for them")
+            raise
+
+
+def _slurm_record(run: Run, outcome: Outcome, threshold: float) -> RunRecord:
+    """The record of a run that ran as a SLURM job: as a local run's, with SLURM's state and reason."""
+    run_dir = Path(run.config.output_dir)
+    if outcome.console is not None and run_dir.is_dir():
+        (run_dir / "console.log").write_text(outcome.console)
+    state = outcome.slurm
+    elapsed = state.run_time_s if state is not None and state.run_time_s is not None else 0.0
+    record = new_record(run, elapsed, outcome.exit_code)
+    record["slurm"] = {
+        "job_id": outcome.job_id,
+        "state": state.state if state else None,
+        "reason": state.reason if state else None,
+        "exit_code": state.exit_code if state else None,
+    }
+    # SLURM stopped the job (time limit, scancel, a lost node ...) whatever the run managed to return: its state
+    # says why. A job that ran its course is COMPLETED, or FAILED when the run itself failed.
+    stopped = state is not None and state.state not in ("COMPLETED", "FAILED")
+    if outcome.exit_code is None or stopped:
+        said = state.describe(outcome.job_id) if state else f"SLURM job {outcome.job_id} is unknown to SLURM"
+        status = "timeout" if state is not None and state.state == "TIMEOUT" else "failed"
+        last = last_error(run_dir / "console.log")
+        record.update({"status": status, "error": said + (f": {last}" if last else "")})
+        return finish_record(record, threshold)
+    record = finish_record(record, threshold)
+    if record["status"] != "completed" and state is not None:
+        record["error"] = f"{record['error']} ({state.describe(outcome.job_id)})"
+    return record

@@ -28,7 +28,8 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver, global_step_from_engine
 from torch import nn
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.outputs import save_torch
 
 __all__ = ["attach_best_model", "attach_checkpoints", "check_checkpoint", "load_checkpoint", "saved_objects"]

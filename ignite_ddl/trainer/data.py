@@ -27,12 +27,12 @@ from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets
 from torchvision import transforms as T
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError, DatasetError
 
 __all__ = [
     "CIFAR10",
     "DATASETS",
-    "DatasetError",
     "DatasetInfo",
     "Loaders",
     "ShardSampler",
@@ -51,10 +51,6 @@ _REQUIRED_FILES = {
         f"cifar-10-batches-py/{b}" for b in ("batches.meta", "test_batch", *[f"data_batch_{i}" for i in range(1, 6)])
     ],
 }
-
-
-class DatasetError(RuntimeError):
-    """A dataset's files exist but cannot be read (or downloaded); the message says which and what to do."""
 
 
 @dataclass(frozen=True)

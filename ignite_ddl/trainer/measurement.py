@@ -36,7 +36,7 @@ from torch import nn
 
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.outputs import writing
-from ignite_ddl.launcher.spawn import LaunchPlan
+from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer, allreduce_bus_factor, time_allreduce
 from ignite_ddl.measure.contention import ContentionMonitor
@@ -54,8 +54,9 @@ from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.data import DatasetInfo
+from ignite_ddl.trainer.strategies import unwrap
 
-__all__ = ["FlopsProbe", "Measuring", "attach_measurement", "reference_allreduce"]
+__all__ = ["FlopsProbe", "Measuring", "attach_measurement"]
 
 MATMUL_PROBE_S = 0.1  # the matmul-rate measurement before training: enough repetitions for a stable median
 
@@ -78,7 +79,7 @@ class FlopsProbe:
         if device.type == "xla":
             return None
         inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
-        count = count_flops(model, inputs, torch.zeros(2, dtype=torch.long), criterion)
+        count = count_flops(unwrap(model), inputs, torch.zeros(2, dtype=torch.long), criterion)
         precision = matmul_precision(device, amp)
         idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
         rate = attainable_matmul_rate(device, precision, seconds=MATMUL_PROBE_S)
@@ -114,7 +115,7 @@ class Measuring:
         if self.recorder is not None:
             self.recorder.write_csv(out / f"steps_rank{rank}.csv")
             steps = self.recorder.gather()
-            steps["comm_reference"] = reference_allreduce(steps, model, comm.device) if comm is not None else None
+            steps["comm_reference"] = _reference_allreduce(steps, model, comm.device) if comm is not None else None
         return {
             "steps": steps,
             "profile": _finish_profiler(self.profiler, out, rank, log) if self.profiler is not None else None,
@@ -156,7 +157,7 @@ def attach_measurement(
     return Measuring(recorder, contention, profiler, watchdog)
 
 
-def reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
+def _reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
     """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
     (:func:`~ignite_ddl.measure.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
     timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torchvision import models as tv_models
 
-from ignite_ddl.core.config import ConfigError
+from ignite_ddl.core.errors import ConfigError
 
 __all__ = [
     "OWN_MODELS",
@@ -27,7 +27,6 @@ __all__ = [
     "resnet18_small",
     "small_cnn",
     "torchvision_models",
-    "unwrap",
 ]
 
 OWN_MODELS = ("toy", "mlp", "cnn", "resnet18")
@@ -85,18 +84,6 @@ class _RepeatChannels(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.expand(-1, 3, -1, -1)
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DistributedDataParallel or DataParallel wrapper (the model itself otherwise): the one to
-    call where the wrapper's forward would communicate, and whose parameter names have no ``module.`` prefix.
-
-    Example:
-        >>> net = nn.Linear(2, 1)
-        >>> unwrap(nn.DataParallel(net)) is net and unwrap(net) is net
-        True
-    """
-    return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
 
 
 def torchvision_models() -> list[str]:

@@ -14,195 +14,72 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import os
-import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import ignite.distributed as idist
-import numpy as np
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, EarlyStopping, PiecewiseLinear, ProgressBar, global_step_from_engine
 from ignite.handlers.tensorboard_logger import TensorboardLogger
-from ignite.metrics import Accuracy, ConfusionMatrix, Loss
-from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl.core.config import ConfigError, TrainConfig
+from ignite_ddl.core.commands import PROG
+from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import cpu_cores, device_info, host, versions
+from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.folders import claim_run_folder, lock
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
 from ignite_ddl.core.results import (
     SCHEMA_VERSION,
     Contention,
-    EpochRecord,
     ProfilerResult,
     StepStats,
     Summary,
     write_json,
 )
-from ignite_ddl.launcher import spawn as launcher
-from ignite_ddl.launcher.spawn import LaunchPlan
+from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
+from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer
+from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.measure.flops import format_flops
-from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder, format_steps
 from ignite_ddl.trainer.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
 from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset
+from ignite_ddl.trainer.engines import (
+    attach_early_stopping,
+    build_optimizer,
+    create_evaluator,
+    create_trainer,
+    seed_everything,
+)
+from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
 from ignite_ddl.trainer.measurement import FlopsProbe, attach_measurement
-from ignite_ddl.trainer.models import build_model, check_model, unwrap
+from ignite_ddl.trainer.models import build_model, check_model
+from ignite_ddl.trainer.strategies import Strategy, strategy_for
 from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
 
 __all__ = [
-    "AMP_DTYPES",
-    "EXPLODING_FACTOR",
-    "EpochEvaluation",
-    "EpochLog",
-    "EpochReport",
     "Handlers",
     "Parts",
     "TrainingRun",
-    "attach_early_stopping",
     "attach_handlers",
     "attach_schedule",
-    "autocast",
-    "build_optimizer",
     "check_training",
-    "create_evaluator",
-    "create_trainer",
-    "divergence",
     "initialize",
-    "place_model",
     "rank_logger",
     "resume",
-    "seed_everything",
     "train",
+    "train_command",
     "training",
 ]
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch; XLA's generator only on XLA ranks.
-
-    Ignite's ``manual_seed`` also seeds XLA wherever torch_xla is installed, which starts the XLA runtime (and takes
-    the TPU) in every process, gloo ranks included.
-    """
-    if idist.backend() == "xla-tpu":
-        manual_seed(seed)
-        return
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` for ``amp`` ("bf16" or "fp16"); a no-op context for "none"."""
-    if amp == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AMP_DTYPES[amp])
-
-
-def create_trainer(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    criterion: nn.Module,
-    device: torch.device,
-    amp: str = "none",
-    scaler: torch.amp.GradScaler | None = None,
-    recorder: StepRecorder | None = None,
-) -> Engine:
-    """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
-
-    Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
-    reports the end of each phase to it (attach the recorder to the returned engine).
-    """
-    mark = recorder.mark if recorder is not None else lambda phase: None
-
-    def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
-        model.train()
-        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-        with autocast(device, amp):
-            loss = criterion(model(x), y)
-        mark("forward")
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            mark("backward")
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            mark("backward")
-            optimizer.step()
-        mark("optimizer")
-        return {"loss": loss.item(), "samples": x.shape[0]}
-
-    return Engine(train_step)
-
-
-def create_evaluator(
-    model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none", num_classes: int | None = None
-) -> Engine:
-    """An engine computing accuracy, loss and (given ``num_classes``) the confusion matrix; Ignite's metrics sum
-    their counts over all ranks, so every rank holds the same figures."""
-    # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
-    net = unwrap(model)
-
-    @torch.no_grad()
-    def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        net.eval()
-        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-        with autocast(device, amp):
-            y_pred = net(x)
-        return y_pred.float(), y
-
-    evaluator = Engine(eval_step)
-    Accuracy().attach(evaluator, "accuracy")
-    Loss(criterion).attach(evaluator, "loss")
-    if num_classes is not None:
-        ConfusionMatrix(num_classes).attach(evaluator, "confusion_matrix")
-    return evaluator
-
-
-def attach_early_stopping(trainer: Engine, evaluator: Engine, patience: int) -> EarlyStopping:
-    """Ignite's ``EarlyStopping`` on validation accuracy: stop ``trainer`` after ``patience`` evaluations without
-    improvement. Every rank stops at the same epoch with no extra collective: the accuracy it compares is already
-    summed over all ranks, so every rank's handler sees the same scores and decides alike."""
-    early = EarlyStopping(patience, score_function=lambda engine: engine.state.metrics["accuracy"], trainer=trainer)
-    evaluator.add_event_handler(Events.COMPLETED, early)
-    return early
-
-
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-    )
-
-
-def place_model(model: nn.Module, sync_bn: bool = False, bucket_cap_mb: float | None = None) -> nn.Module:
-    """``auto_model``, except with a single process: there it would wrap DataParallel when several GPUs are
-    visible (ignite#2447), which is not what a one-process run asked for. ``bucket_cap_mb`` goes to DDP."""
-    if idist.get_world_size() == 1:
-        return model.to(idist.device())
-    ddp_options = {} if bucket_cap_mb is None or idist.backend() == "xla-tpu" else {"bucket_cap_mb": bucket_cap_mb}
-    return idist.auto_model(model, sync_bn=sync_bn, **ddp_options)
 
 
 @dataclass(frozen=True)
@@ -264,8 +141,10 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
 
 @dataclass(frozen=True)
 class Parts:
-    """What one rank trains with: the placed model, its optimizer, loss and gradient scaler, and the engines."""
+    """What one rank trains with: the strategy and the model it placed, its optimizer, loss and gradient scaler, and
+    the engines."""
 
+    strategy: Strategy
     device: torch.device
     model: nn.Module
     optimizer: torch.optim.Optimizer
@@ -278,22 +157,21 @@ class Parts:
 
 
 def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
-    """Model (placed with ``auto_model``), optimizer (``auto_optim``), loss, scaler and the two engines. The step
+    """Model (placed by the run's strategy), optimizer (``auto_optim``), loss, scaler and the two engines. The step
     recorder is built here because the train step reports its phases to it; ``attach_measurement`` attaches it.
     """
     device, info = idist.device(), loaders.info
+    strategy = strategy_for(config.strategy, idist.get_world_size())
     net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
-    model = place_model(net, config.sync_bn, config.bucket_cap_mb)
+    model = strategy.place(net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
-    comm = None
-    if config.record_steps and config.comm_timing and isinstance(model, nn.parallel.DistributedDataParallel):
-        comm = CommTimer(device).attach(model)
+    comm = strategy.comm_timer(model, device) if config.record_steps and config.comm_timing else None
     recorder = StepRecorder(config.warmup_iters, device, comm=comm) if config.record_steps else None
     trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
     evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
-    return Parts(device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator)
+    return Parts(strategy, device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator)
 
 
 @dataclass(frozen=True)
@@ -474,156 +352,6 @@ def _start_epoch(engine: Engine, loaders: Loaders) -> None:
         loaders.train_sampler.skip_next_epoch(done * loaders.per_rank_batch)
 
 
-class EpochLog:
-    """Per-epoch record on every rank: train loss and global throughput over all ranks, in ``history``.
-
-    Training time runs from the epoch's start to its end, before evaluation; throughput is all ranks' samples
-    divided by the slowest rank's time. The loss of the first iteration, computed before any update, is kept to
-    tell a diverging run (:func:`divergence`). :class:`EpochEvaluation` adds validation to a record and
-    :class:`EpochReport` writes it out; attached in that order, after this.
-    """
-
-    INITIAL_ITERATIONS = 1
-
-    def __init__(self, recorder: StepRecorder | None = None):
-        self.recorder = recorder
-        self.epoch_start_iteration = 0
-        self.history: list[EpochRecord] = []
-        self.steps: list[dict[str, Any] | None] = []  # each epoch's per-rank step statistics (with a recorder)
-        self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
-        self.initial_losses: list[float] = []
-
-    def attach(self, trainer: Engine) -> None:
-        trainer.add_event_handler(Events.EPOCH_STARTED, self._start)
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, self._step)
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._close)
-        trainer.add_event_handler(Events.COMPLETED, self._close)  # a run cut short by max_iters ends mid-epoch
-
-    def _start(self, engine: Engine) -> None:
-        # Ranks leave evaluation at different times; aligning them here keeps a rank's wait for the others out of
-        # the epoch it measures, so the slowest rank's time is the epoch's wall time.
-        idist.barrier()
-        self.start, self.loss_sum, self.samples = time.perf_counter(), 0.0, 0
-        self.epoch_start_iteration = engine.state.iteration
-
-    def _step(self, engine: Engine) -> None:
-        # The train step's output (Ignite annotates State.output as int | None).
-        output = cast(dict[str, Any], engine.state.output)
-        self.loss_sum += output["loss"] * output["samples"]
-        self.samples += output["samples"]
-        if len(self.initial_losses) < self.INITIAL_ITERATIONS:
-            self.initial_losses.append(output["loss"])
-
-    def initial_loss(self) -> float | None:
-        """Collective: the loss of the run's first iteration, averaged over all ranks."""
-        local = sum(self.initial_losses) / len(self.initial_losses) if self.initial_losses else math.nan
-        values = [v for v in gather_objects(local) if not math.isnan(v)]
-        return sum(values) / len(values) if values else None
-
-    def _close(self, engine: Engine) -> None:
-        if self.history and self.history[-1]["iteration"] == engine.state.iteration:
-            return  # closed at EPOCH_COMPLETED already: COMPLETED at the same iteration adds nothing
-        # Ignite types all_reduce's result as tensor or number: it is what was reduced.
-        seconds = cast(float, idist.all_reduce(time.perf_counter() - self.start, op="MAX"))
-        totals = cast(torch.Tensor, idist.all_reduce(torch.tensor([float(self.samples), self.loss_sum])))
-        samples, loss_sum = totals.tolist()
-        self.steps.append(self.recorder.gather(since_iteration=self.epoch_start_iteration) if self.recorder else None)
-        self.history.append(
-            {
-                "epoch": engine.state.epoch,
-                "iteration": engine.state.iteration,
-                "train_loss": loss_sum / max(samples, 1.0),
-                "train_samples": int(samples),
-                "train_time_s": seconds,
-                "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-                "val_accuracy": None,
-                "val_loss": None,
-            }
-        )
-
-
-class EpochEvaluation:
-    """Validation of the model every ``eval_every`` epochs (0: only at the end; the last epoch always), written
-    into that epoch's record of :class:`EpochLog`; the confusion matrix of the last evaluation is kept."""
-
-    def __init__(self, evaluator: Engine, loader: Iterable, epochs: EpochLog, eval_every: int = 1):
-        self.evaluator, self.loader, self.epochs, self.eval_every = evaluator, loader, epochs, eval_every
-        self.confusion_matrix: list[list[int]] | None = None
-
-    def attach(self, trainer: Engine) -> None:
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._run, False)
-        # A run stopped at an epoch's end by max_iters still gets its final evaluation here.
-        trainer.add_event_handler(Events.COMPLETED, self._run, True)
-
-    def _due(self, engine: Engine, final: bool) -> bool:
-        final = final or engine.state.epoch == engine.state.max_epochs
-        return final or (self.eval_every > 0 and engine.state.epoch % self.eval_every == 0)
-
-    def _run(self, engine: Engine, final: bool) -> None:
-        record = self.epochs.history[-1]
-        if record["val_accuracy"] is not None or not self._due(engine, final):
-            return
-        self.evaluator.run(self.loader)
-        metrics = self.evaluator.state.metrics
-        record.update({"val_accuracy": float(metrics["accuracy"]), "val_loss": float(metrics["loss"])})
-        if "confusion_matrix" in metrics:
-            self.confusion_matrix = metrics["confusion_matrix"].long().tolist()
-
-
-class EpochReport:
-    """Each epoch's record, once, when it is complete: a log line, TensorBoard scalars (rank 0, global and per
-    rank) and every listener (the MLflow tracker)."""
-
-    def __init__(self, epochs: EpochLog, tb: TensorboardLogger | None, log: logging.Logger):
-        self.epochs, self.tb, self.log = epochs, tb, log
-        self.listeners: list[Callable[[EpochRecord], None]] = []  # called with each epoch's record
-        self.reported = 0
-
-    def attach(self, trainer: Engine) -> None:
-        trainer.add_event_handler(Events.EPOCH_COMPLETED, self._report)
-        trainer.add_event_handler(Events.COMPLETED, self._report)
-
-    def _report(self, engine: Engine) -> None:
-        for record, steps in zip(self.epochs.history[self.reported :], self.epochs.steps[self.reported :]):
-            self._write(record, steps)
-        self.reported = len(self.epochs.history)
-
-    def _write(self, record: EpochRecord, steps: dict[str, Any] | None) -> None:
-        if self.tb is not None:
-            self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
-            self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
-            if steps is not None:
-                _log_rank_scalars(self.tb, steps, record["epoch"])
-        validation = (
-            f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
-            if record["val_accuracy"] is not None
-            else ""
-        )
-        self.log.info(
-            f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, {validation}"
-            f"{record['samples_per_s']:.0f} samples/s (all ranks)"
-        )
-        for listener in self.listeners:
-            listener(record)
-
-
-EXPLODING_FACTOR = 2.0  # a last-epoch loss this many times the first iteration's (and 0.5 above it) has exploded
-
-
-def divergence(initial_loss: float | None, history: list[EpochRecord]) -> str | None:
-    """Why a run's training loss says it diverged (NaN / infinite, or exploding), or None."""
-    for record in history:
-        loss = record["train_loss"]
-        if loss is None or not math.isfinite(loss):
-            return f"the training loss became NaN or infinite in epoch {record['epoch']} (learning rate too high?)"
-    if initial_loss is None or not math.isfinite(initial_loss) or not history:
-        return None
-    last = cast(float, history[-1]["train_loss"])  # every loss is a number: checked above
-    if last > EXPLODING_FACTOR * initial_loss and last - initial_loss > 0.5:
-        return f"the training loss grew from {initial_loss:.3g} (first iteration) to {last:.3g} (last epoch)"
-    return None
-
-
 def _log_run_scalars(tb: TensorboardLogger, figures: dict[str, Any], iteration: int) -> None:
     """The run's global throughput and, where measured, its utilisation of the matmul rate, at its last step."""
     if figures["steps"] is not None:
@@ -631,21 +359,6 @@ def _log_run_scalars(tb: TensorboardLogger, figures: dict[str, Any], iteration: 
     flops = figures["flops"]
     if flops is not None and flops["utilisation_attainable"] is not None:
         tb.writer.add_scalar("global/utilisation_of_matmul_rate", flops["utilisation_attainable"], iteration)
-
-
-def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
-    """Per-rank step time, throughput and data-wait share of one epoch (warm-up excluded), and the global figure."""
-    for r in steps["ranks"]:
-        if r["iterations"]:
-            tb.writer.add_scalar(f"rank{r['rank']}/step_time_s", r["step_s_mean"], epoch)
-            tb.writer.add_scalar(f"rank{r['rank']}/samples_per_s", r["samples_per_s"], epoch)
-            tb.writer.add_scalar(f"rank{r['rank']}/data_wait_share", r["data_share"], epoch)
-            if not math.isnan(r.get("comm_s_mean", math.nan)):
-                tb.writer.add_scalar(f"rank{r['rank']}/comm_time_s", r["comm_s_mean"], epoch)
-                tb.writer.add_scalar(f"rank{r['rank']}/exposed_comm_time_s", r["exposed_comm_s_mean"], epoch)
-                tb.writer.add_scalar(f"rank{r['rank']}/comm_overlap", r["overlap"], epoch)
-    if steps["global"]["samples"]:
-        tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
 
 
 def _attach_tensorboard(
@@ -769,6 +482,7 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
         )
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
+    strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
     _check_writable(Path(config.output_dir))
 
 
@@ -782,18 +496,42 @@ def _check_writable(path: Path) -> None:
         raise ConfigError(f"output directory '{path}' is not writable: {e.strerror or e}") from None
 
 
-def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> dict:
+def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> Any:
     """Check ``config``, launch :func:`training` on every rank as it says, and return the run summary (as written
-    to summary.json). ``setup`` is passed to :func:`training`."""
-    config.check()
-    plan = launcher.plan_launch(config.launch_settings())
+    to summary.json; None on the nodes other than the first of a multi-node run). ``setup`` is passed to
+    :func:`training`."""
+    plan = plan_launch(config)
     check_training(config, plan)
     # One process owns the output folder: the first node's launcher, or global rank 0 under torchrun / SLURM. It
     # claims the folder before the rendezvous, so no other node or rank writes there before it has.
     environ = os.environ
     owner = plan.node_rank == 0 and (plan.mode != "env" or environ.get("RANK", environ.get("SLURM_PROCID")) == "0")
     if not owner:
-        return launcher.launch(training, plan, config, plan, setup)
+        return launch(training, plan, config, plan, setup)
     with lock(config.output_dir, "run"):
         claim_run_folder(config.output_dir, resume=config.resume is not None, overwrite=config.overwrite)
-        return launcher.launch(training, plan, config, plan, setup)
+        return launch(training, plan, config, plan, setup)
+
+
+def train_command(config: TrainConfig) -> int:
+    """``ignite-ddl train``: train as ``config`` says and print the run's one-line result (and warnings); the exit
+    status. Errors propagate: :func:`~ignite_ddl.core.commands.run_command` turns them into one line and a status."""
+    summary = train(config)
+    if summary is None:  # a node other than the first of a multi-node run: its first node reports
+        return 0
+    accuracy = summary["val_accuracy"]
+    print(
+        f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: "
+        f"{summary['samples_per_s']:.0f} samples/s, val accuracy "
+        f"{'-' if accuracy is None else format(accuracy, '.4f')} -> {config.output_dir}/summary.json"
+    )
+    if summary.get("diverged"):
+        print(f"{PROG}: warning: the run diverged: {summary['diverged']}", file=sys.stderr)
+    share = (summary.get("contention") or {}).get("foreign_cpu_share")
+    if share is not None and share > CONTENTION_THRESHOLD:
+        print(
+            f"{PROG}: warning: other processes used {share:.0%} of the CPUs while this run measured: "
+            "its timings are not its own",
+            file=sys.stderr,
+        )
+    return 0

@@ -28,7 +28,8 @@ from typing import Any
 
 from ignite.engine import Engine, Events
 
-from ignite_ddl.core.config import TRACKERS, ConfigError, TrainConfig
+from ignite_ddl.core.config import TRACKERS, TrainConfig
+from ignite_ddl.core.errors import ConfigError
 
 __all__ = ["TRACKERS", "MlflowTracker", "check_tracker", "tracking_uri"]
 

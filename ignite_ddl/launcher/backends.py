@@ -1,0 +1,92 @@
+"""One computation model per backend, as in Ignite's ``ignite.distributed``: what each process group needs from the
+machine, and how the launcher and the trainer treat it. Every rule that differs between gloo, nccl and xla lives
+here; the rest of the code asks :func:`rules` instead of comparing backend names.
+
+Example:
+    >>> rules("nccl").device, rules("gloo").one_process_per_device, rules("xla-tpu").hosts_rendezvous
+    ('cuda', False, False)
+    >>> resolve_backend("auto", world=2, cuda_devices=0, environ={})
+    'gloo'
+    >>> resolve_backend("auto", world=1, cuda_devices=0, environ={}) is None  # one process: no process group
+    True
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.launcher.tpu import tpu_available
+
+__all__ = ["Backend", "check_backend", "resolve_backend", "rules"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A process-group backend's rules."""
+
+    name: str
+    device: str  # the device type its ranks compute on
+    one_process_per_device: bool  # nccl refuses two ranks on one GPU (ncclInvalidUsage)
+    external_launch: bool  # may run as ranks started by torchrun / SLURM
+    multi_node: bool  # may span several nodes
+    hosts_rendezvous: bool  # the launcher hosts the TCPStore rendezvous (PJRT finds its peers itself)
+    join_watch: bool  # single-node launches restart ranks that never join (PJRT replicas are threads)
+    fresh_thread_after_fork: bool  # forked ranks compute in a thread started after the fork (see in_fresh_thread)
+    ddp_bucket_cap: bool  # the model is wrapped in torch's DistributedDataParallel, which takes bucket_cap_mb
+
+
+_RULES = {
+    "gloo": Backend("gloo", "cpu", False, True, True, True, True, True, True),
+    "nccl": Backend("nccl", "cuda", True, True, True, True, True, True, True),
+    "xla-tpu": Backend("xla-tpu", "xla", True, False, False, False, False, False, False),
+}
+
+
+def rules(backend: str) -> Backend:
+    """The rules of a resolved backend (gloo, nccl or xla-tpu)."""
+    return _RULES[backend]
+
+
+def resolve_backend(backend: str, world: int, cuda_devices: int, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The backend ``auto`` stands for here (None: one process, no process group)."""
+    if backend == "none":
+        return None
+    if backend != "auto":
+        return backend
+    if tpu_available(environ):
+        return "xla-tpu"
+    if world == 1:
+        return None
+    return "nccl" if cuda_devices > 0 else "gloo"
+
+
+def check_backend(
+    backend: str | None, world: int, nproc: int, nnodes: int, cuda_devices: int, external: str | None
+) -> None:
+    """Refuse (:class:`ConfigError`) what a backend cannot do on this machine, before any process starts."""
+    if backend is None:
+        if world > 1:
+            raise ConfigError(
+                f"backend 'none' runs a single process; use gloo (CPU) or nccl (GPU) for {world} processes"
+            )
+        return
+    rule = rules(backend)
+    if rule.device == "cuda":
+        if cuda_devices == 0:
+            raise ConfigError(f"backend {backend} needs CUDA GPUs and none is visible (use gloo on CPU)")
+        if rule.one_process_per_device and nproc > cuda_devices:
+            raise ConfigError(
+                f"{backend} runs one process per GPU: {nproc} processes asked for, {cuda_devices} GPU(s) visible "
+                "(use gloo to put several processes on one device)"
+            )
+    if rule.device == "xla":
+        if importlib.util.find_spec("torch_xla") is None:
+            raise ConfigError(f"backend {backend} needs torch_xla (see README, section TPU)")
+        if external or (nnodes > 1 and not rule.multi_node):
+            raise ConfigError(
+                f"{backend} runs one host's XLA devices, started by ignite-ddl itself (not torchrun/SLURM)"
+            )

@@ -1,0 +1,157 @@
+"""What a launch is asked for (:class:`LaunchSettings`: the launch options of a training run, plus where ranks log)
+and what it resolves to on this machine (:class:`LaunchPlan`), before any process starts.
+
+Example:
+    >>> plan = plan_launch(LaunchSettings(backend="gloo", nproc_per_node=2), cuda_devices=0, environ={})
+    >>> plan.mode, plan.backend, plan.world_size, plan.master_addr
+    ('spawn', 'gloo', 2, '127.0.0.1')
+    >>> plan_launch(LaunchSettings(backend="nccl", nproc_per_node=2), cuda_devices=0, environ={})
+    Traceback (most recent call last):
+    ...
+    ignite_ddl.core.errors.ConfigError: backend nccl needs CUDA GPUs and none is visible (use gloo on CPU)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ignite_ddl.core.config import DEFAULT_TIMEOUT_S, LaunchOptions
+from ignite_ddl.core.environment import cpu_cores
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Role, names_with_role, option
+from ignite_ddl.launcher import xla
+from ignite_ddl.launcher.backends import check_backend, resolve_backend
+
+__all__ = ["LaunchPlan", "LaunchSettings", "launched_externally", "plan_launch"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSettings(LaunchOptions):
+    """How to start a run's processes: a training run's launch options (:class:`~ignite_ddl.core.config.
+    LaunchOptions`, what ``idist.Parallel`` takes, plus limits) and where a failing rank writes its traceback."""
+
+    log_dir: str | None = option(
+        None, "a failing rank appends its traceback to <log_dir>/rank<r>.log", role=Role.OUTPUT, path=True
+    )
+
+    @classmethod
+    def of(cls, options: LaunchOptions, log_dir: str | None = None) -> LaunchSettings:
+        """The launch settings of a run's options (a ``TrainConfig``): its launch fields; ranks log to ``log_dir``,
+        else to ``<output_dir>/logs`` where the options have an output folder."""
+        fields = {name: getattr(options, name) for name in names_with_role(LaunchOptions, Role.LAUNCH)}
+        output_dir = getattr(options, "output_dir", None)
+        if log_dir is None and output_dir is not None:
+            log_dir = str(Path(output_dir) / "logs")
+        return cls(**fields, log_dir=log_dir)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How a run is launched, resolved from :class:`LaunchSettings` and the machine before anything starts."""
+
+    mode: str  # "serial": this process alone; "spawn": start processes here; "env": started by torchrun / SLURM
+    backend: str | None  # None when serial
+    nproc_per_node: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int | None
+    start_method: str
+    threads: int  # intra-op threads per process
+    timeout: float = DEFAULT_TIMEOUT_S
+    log_dir: str | None = None
+    cuda_devices: int = 0
+    launcher: str | None = field(default=None)  # "torchrun" or "slurm" in env mode
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def with_port(self, port: int) -> LaunchPlan:
+        return dataclasses.replace(self, master_port=port)
+
+
+def launched_externally(environ: Mapping[str, str] = os.environ) -> str | None:
+    """'torchrun' or 'slurm' when this process was started as one rank of a distributed job, else None."""
+    if all(k in environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return "torchrun"
+    if "SLURM_JOB_ID" in environ and "SLURM_PROCID" in environ and int(environ.get("SLURM_NTASKS", "1")) > 1:
+        return "slurm"
+    return None
+
+
+def plan_launch(
+    settings: LaunchOptions, cuda_devices: int | None = None, environ: Mapping[str, str] = os.environ
+) -> LaunchPlan:
+    """Resolve backend, process counts, rendezvous and threads; raise :class:`ConfigError` for impossible setups.
+
+    ``settings`` are :class:`LaunchSettings`, or any options with the launch fields (a ``TrainConfig``: its ranks
+    log to ``<output_dir>/logs``). ``cuda_devices`` defaults to the GPUs visible here (counted without initialising
+    CUDA, so forking stays safe).
+    """
+    if not isinstance(settings, LaunchSettings):
+        settings = LaunchSettings.of(settings)
+    if cuda_devices is None:
+        cuda_devices = torch.cuda.device_count()
+    external = launched_externally(environ)
+    if external:
+        if settings.nproc_per_node is not None or settings.nnodes != 1 or settings.node_rank is not None:
+            raise ConfigError(
+                f"started by {external}: process counts and node rank come from {external}, do not pass them"
+            )
+        world = int(environ["WORLD_SIZE"] if external == "torchrun" else environ["SLURM_NTASKS"])
+        nproc = int(environ.get("LOCAL_WORLD_SIZE", environ.get("SLURM_NTASKS_PER_NODE", world)))
+        nnodes, node_rank = max(1, world // nproc), int(environ.get("GROUP_RANK", environ.get("SLURM_NODEID", 0)))
+    else:
+        nproc, nnodes = settings.nproc_per_node or 1, settings.nnodes
+        world = nproc * nnodes
+        if nnodes > 1 and (settings.node_rank is None or settings.master_addr is None or settings.master_port is None):
+            raise ConfigError("nnodes > 1 needs --node-rank, --master-addr and --master-port on every node")
+        node_rank = settings.node_rank or 0
+
+    backend = resolve_backend(settings.backend, world, cuda_devices, environ)
+    check_backend(backend, world, nproc, nnodes, cuda_devices, external)
+    if backend == "xla-tpu":  # PJRT decides the replica count: every device of the host, or one
+        nproc = world = xla.replicas(settings.nproc_per_node, environ)
+
+    mode = "env" if external else ("serial" if backend is None else "spawn")
+    start_method = _resolve_start_method(settings.start_method)
+    if mode == "spawn" and start_method == "fork" and torch.cuda.is_initialized():
+        raise ConfigError(
+            "CUDA is already initialised in this process, so forked ranks cannot use it: "
+            "launch before touching CUDA (restart the notebook kernel) or use start_method='spawn'"
+        )
+    master_addr = settings.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
+    threads = settings.threads or max(1, cpu_cores() // nproc)
+    return LaunchPlan(
+        mode,
+        backend,
+        nproc,
+        nnodes,
+        node_rank,
+        master_addr,
+        settings.master_port,
+        start_method,
+        threads,
+        settings.timeout,
+        settings.log_dir,
+        cuda_devices,
+        external,
+    )
+
+
+def _resolve_start_method(requested: str) -> str:
+    if requested != "auto":
+        if requested not in mp.get_all_start_methods():
+            raise ConfigError(f"start method '{requested}' is not available on {sys.platform}")
+        return requested
+    # fork starts ranks in milliseconds and works with functions defined in notebooks; macOS makes it unsafe.
+    return "fork" if "fork" in mp.get_all_start_methods() and sys.platform != "darwin" else "spawn"

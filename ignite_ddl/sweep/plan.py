@@ -1,0 +1,131 @@
+"""A sweep's runs, planned from its spec: every configuration of the grid, each repeated, in the order the sweep runs
+them, each a :class:`Run` with its own output folder and a key that finds it again after a restart.
+
+**Run order.** Repeats are interleaved: every configuration's first repeat, then every configuration's second, with
+the direction reversed each round (A B C, C B A, ...), so a slow minute of the machine, or a slow drift, is spread
+over the configurations instead of landing on one. ``shuffled`` draws each round's order from ``seed``;
+``grouped`` runs a configuration's repeats back to back.
+
+Example:
+    >>> from ignite_ddl.sweep.spec import parse_spec
+    >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "base": {"epochs": 1}, "repeats": 2})
+    >>> [(run.index, run.repeat) for run in expand(spec)]
+    [(0, 0), (1, 0), (1, 1), (0, 1)]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import option_specs
+from ignite_ddl.sweep.spec import Spec, configurations, run_options
+
+__all__ = [
+    "Run",
+    "contended_reruns",
+    "expand",
+    "make_run",
+    "run_order",
+    "sweep_dir",
+]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a sweep: a configuration, the index of its repeat, and its attempt (re-runs of a contended run)."""
+
+    index: int  # position of the configuration in the grid
+    repeat: int
+    grid: dict[str, Any]  # this configuration's grid values
+    config: TrainConfig
+    attempt: int = 0
+    position: int = field(default=0, compare=False)  # place in the sweep's run order
+
+    @property
+    def key(self) -> str:
+        """Identifies the run across restarts: the configuration's content (its options that differ from their
+        defaults, without its output folder, so that a release adding an option keeps the keys it had)."""
+        defaults = {name: spec.default for name, spec in option_specs(TrainConfig).items()}
+        options = {k: v for k, v in self.config.to_dict().items() if k != "output_dir" and v != _plain(defaults[k])}
+        digest = hashlib.sha1(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{digest}-r{self.repeat}"
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.grid.items())
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def run_order(spec: Spec, count: int) -> list[tuple[int, int]]:
+    """(configuration index, repeat) of every run, in the order the sweep runs them (see the module docstring)."""
+    if spec.order == "grouped":
+        return [(index, repeat) for index in range(count) for repeat in range(spec.repeats)]
+    rng = random.Random(spec.seed)
+    order = []
+    for repeat in range(spec.repeats):
+        indices = list(range(count))
+        if spec.order == "shuffled":
+            rng.shuffle(indices)
+        elif repeat % 2:
+            indices.reverse()
+        order += [(index, repeat) for index in indices]
+    return order
+
+
+def make_run(
+    spec: Spec,
+    index: int,
+    grid: dict[str, Any],
+    repeat: int,
+    output_dir: str | Path,
+    attempt: int = 0,
+    position: int = 0,
+) -> Run:
+    suffix = f"-a{attempt}" if attempt else ""
+    run_dir = Path(output_dir) / "runs" / f"cfg{index:03d}-r{repeat}{suffix}"
+    # The run folder is the sweep's: a run re-run after an interruption replaces what it had begun.
+    try:
+        config = TrainConfig.from_dict({**run_options(spec, grid), "output_dir": str(run_dir), "overwrite": True})
+    except ConfigError as e:
+        raise ConfigError(f"configuration {dict(grid)}: {e}") from None
+    return Run(index, repeat, grid, config, attempt, position)
+
+
+def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
+    """Every run of the sweep, in the order the sweep runs them."""
+    grids = configurations(spec)
+    for position, (index, repeat) in enumerate(run_order(spec, len(grids))):
+        yield make_run(spec, index, grids[index], repeat, output_dir, position=position)
+
+
+def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:
+    """Where a sweep writes: ``output_dir``, else the spec's, else ``runs/<name>``."""
+    return Path(output_dir or spec.output_dir or Path("runs") / spec.name)
+
+
+def contended_reruns(spec: Spec, records: list[dict[str, Any]], out: Path) -> list[Run]:
+    """The next attempt of every repeat whose attempts so far all ran contended, up to ``rerun_contended`` re-runs."""
+    attempts: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record["status"] != "interrupted":
+            attempts.setdefault(record["key"], []).append(record)
+    grids = configurations(spec)
+    reruns = []
+    for found in attempts.values():
+        last = max(found, key=lambda r: r.get("attempt", 0))
+        done = last.get("attempt", 0)
+        if all(r.get("contended") for r in found) and done < spec.rerun_contended:
+            index = last["index"]
+            reruns.append(make_run(spec, index, grids[index], last["repeat"], out, done + 1, last["position"]))
+    return sorted(reruns, key=lambda r: r.position)

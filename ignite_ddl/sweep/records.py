@@ -1,0 +1,96 @@
+"""A run's record in a sweep's ``results.jsonl``: the configuration and its summary, or why it failed, read from the
+run's folder however the run was executed (here or as a SLURM job).
+
+Example:
+    >>> _exit_reason(-9), _exit_reason(3)
+    ('killed by SIGKILL (out of memory?)', 'exited with status 3')
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.results import RunRecord, read_json
+from ignite_ddl.sweep.plan import Run
+
+__all__ = ["describe_outcome", "finish_record", "last_error", "new_record"]
+
+
+def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
+    """A run's record as it ended (status completed until :func:`finish_record` reads the run's folder)."""
+    return {
+        "key": run.key,
+        "index": run.index,
+        "repeat": run.repeat,
+        "attempt": run.attempt,
+        "position": run.position,
+        "grid": run.grid,
+        "config": run.config.to_dict(),
+        "run_dir": str(run.config.output_dir),
+        "elapsed_s": elapsed_s,
+        "exit_code": code,
+        "status": "completed",
+        "error": None,
+        "contended": False,
+        "summary": None,
+    }
+
+
+def finish_record(record: RunRecord, threshold: float) -> RunRecord:
+    """Complete a run's record from its folder: its summary if it ended well, else why it did not."""
+    code, run_dir = record["exit_code"], Path(record["run_dir"])
+    summary_path = run_dir / "summary.json"
+    if code == 0 and summary_path.is_file():
+        summary = read_json(summary_path)
+        share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
+        gpu = (summary.get("contention") or {}).get("foreign_gpu_share") or 0.0
+        record.update({"summary": summary, "contended": max(share, gpu) > threshold})
+        return record
+    if record["status"] == "completed":
+        if code is None:
+            record.update({"status": "failed", "error": "the run returned no exit status"})
+        else:
+            # A run killed by a signal printed nothing about it: its last line would be a stale log line.
+            reason = _exit_reason(code) if code < 0 else last_error(run_dir / "console.log") or _exit_reason(code)
+            record.update({"status": "refused" if code == 2 else "failed", "error": reason})
+    return record
+
+
+def last_error(console: Path) -> str | None:
+    """The one-line error the run printed last (or its last line; None if it printed nothing, or died before it
+    opened its console file)."""
+    try:
+        text = console.read_text(errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ignite-ddl: error: ")]
+    if errors:
+        return errors[-1].removeprefix("ignite-ddl: error: ")
+    return lines[-1] if lines else None
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with status {code}"
+
+
+def describe_outcome(record: RunRecord) -> str:
+    """A finished run in a few words, for the progress line."""
+    if record["status"] != "completed" or record["summary"] is None:
+        return f"{record['status'].upper()}: {record['error']}"
+    # The run's summary.json as read back: looked up defensively, as plain data.
+    summary: Mapping[str, Any] = record["summary"]
+    window = ((summary.get("steps") or {}).get("global") or {}).get("window_s")
+    measured = f", {window:.1f} s measured" if window else ""
+    contended = ""
+    if record["contended"]:
+        share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
+        contended = f"; CONTENDED: other processes used {share:.0%} of the CPUs"
+    return f"ok: {summary['samples_per_s']:.0f} samples/s in {record['elapsed_s']:.1f} s{measured}{contended}"

@@ -1,0 +1,213 @@
+"""A sweep's spec: what to run and how, every key declared once (as every option of the suite is), read from YAML or
+from the command line (``ignite-ddl sweep`` has a flag per key).
+
+    name: quickstart            # the sweep's name (default output directory: runs/<name>)
+    base:                       # TrainConfig options shared by every configuration
+      epochs: 2
+    grid:                       # every combination of these values is one configuration
+      nproc_per_node: [1, 2]
+      batch_size: [32, 128]
+    repeats: 3                  # runs per configuration: the unit of replication of every comparison
+    order: interleaved          # interleaved (default) | shuffled | grouped
+    timeout_s: 600              # wall-time limit of one run
+
+Example:
+    >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "repeats": 2})
+    >>> spec.repeats, spec.order, spec.workload
+    (2, 'interleaved', ('model', 'dataset', 'amp', 'optimizer', 'sync_bn'))
+    >>> parse_spec({"grid": {"nproc_per_node": [1, 2]}, "repeats": 0})
+    Traceback (most recent call last):
+    ...
+    ignite_ddl.core.errors.ConfigError: repeats must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Options, Role, option, option_specs
+from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+
+__all__ = [
+    "EXECUTORS",
+    "ORDERS",
+    "STARTS",
+    "SWEEP_DEFAULTS",
+    "SlurmOptions",
+    "Spec",
+    "configurations",
+    "load_spec",
+    "parse_spec",
+    "run_options",
+]
+
+ORDERS = ("interleaved", "shuffled", "grouped")
+STARTS = ("preloaded", "fresh")
+EXECUTORS = ("local", "slurm")
+# What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
+# throughput does not need: no checkpoints, no best model, one evaluation after the last epoch.
+SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a folder name under runs/, never a path
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmOptions(Options):
+    """What every job of a sweep asks SLURM for, beyond its nodes and tasks (None: the cluster's default)."""
+
+    partition: str | None = option(None, "the partition (default: the cluster's default)", role=Role.SWEEP)
+    time_limit_min: int | None = option(
+        None,
+        "each job's time limit in minutes (default: timeout_s in whole minutes)",
+        role=Role.SWEEP,
+        low=1,
+        high=366 * 24 * 60,
+    )
+    gpus_per_node: int | None = option(
+        None, "GPUs per node (default: nproc_per_node for nccl runs)", role=Role.SWEEP, low=1, high=1024
+    )
+    cpus_per_task: int | None = option(None, "CPUs per task (rank)", role=Role.SWEEP, low=1, high=65536)
+    poll_s: float = option(
+        5.0, "how often the sweep asks SLURM about its jobs, seconds", role=Role.SWEEP, low=0.1, high=3600
+    )
+
+    def check(self) -> None:
+        if self.partition is not None and not re.fullmatch(r"[\w.-]+", self.partition):
+            raise ConfigError(f"slurm 'partition' must be a partition name, got {self.partition!r:.80}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec(Options):
+    """A sweep: the grid of configurations, how many runs each, in what order, where, and on what executor."""
+
+    name: str = option("sweep", "the sweep's name: its folder is runs/<name>", role=Role.SWEEP)
+    base: dict[str, Any] = option(factory=dict, help="train options shared by every configuration", role=Role.SWEEP)
+    grid: dict[str, Any] = option(
+        factory=dict, help="train option -> list of values; every combination is a configuration", role=Role.SWEEP
+    )
+    repeats: int = option(
+        1, "runs per configuration: the unit of replication of every comparison", role=Role.SWEEP, low=1, high=10_000
+    )
+    timeout_s: float = option(
+        600.0, "wall-time limit of one run, seconds", role=Role.SWEEP, low=0, low_open=True, high=MAX_TIMEOUT_S
+    )
+    output_dir: str | None = option(
+        None, "where results.jsonl, runs/ and the report go (default runs/<name>)", role=Role.SWEEP, path=True
+    )
+    order: str = option(
+        "interleaved",
+        "run order of the repeats: interleaved (every configuration once per round) | shuffled | grouped",
+        role=Role.SWEEP,
+        choices=ORDERS,
+    )
+    seed: int = option(0, "seed of the shuffled order", role=Role.SWEEP, low=0, high=2**32 - 1)
+    start: str = option(
+        "preloaded",
+        "start runs from a fork server with torch imported (preloaded) or a fresh interpreter",
+        role=Role.SWEEP,
+        choices=STARTS,
+    )
+    workload: tuple[str, ...] = option(
+        WORKLOAD_OPTIONS,
+        "train options that fix the work per sample: configurations are ranked only within one workload",
+        role=Role.SWEEP,
+    )
+    contention_threshold: float = option(
+        CONTENTION_THRESHOLD,
+        "share of the machine other processes may use before a run counts as contended",
+        role=Role.SWEEP,
+        low=0,
+        low_open=True,
+        high=1,
+    )
+    rerun_contended: int = option(
+        0, "re-run a run up to N times while other processes contend for the machine", role=Role.SWEEP, low=0, high=100
+    )
+    executor: str = option(
+        "local",
+        "run configurations here, one after another (local), or as SLURM jobs via submitit (slurm)",
+        role=Role.SWEEP,
+        choices=EXECUTORS,
+    )
+    slurm: dict[str, Any] = option(factory=dict, help="the slurm executor's options", role=Role.SWEEP)
+
+    def check(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ConfigError(
+                f"a sweep's name is a folder name (letters, digits, '.', '_', '-'; at most 100), got {self.name!r:.80}"
+            )
+        if not all(isinstance(key, str) for key in self.base):
+            raise ConfigError("spec 'base' must be a mapping of train options")
+        if not self.grid:
+            raise ConfigError("spec 'grid' must map at least one train option to a list of values")
+        for key, values in self.grid.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r:.80}")
+        if "output_dir" in self.base or "output_dir" in self.grid:
+            raise ConfigError("output_dir is set per run by the sweep; use the spec's top-level output_dir")
+        known = option_specs(TrainConfig)
+        unknown = sorted({str(k) for k in (*self.base, *self.grid, *self.workload)} - set(known))
+        if unknown:
+            raise ConfigError(f"unknown train option(s) in the spec: {', '.join(unknown)}")
+        SlurmOptions.from_dict(self.slurm)
+
+    def slurm_options(self) -> SlurmOptions:
+        return SlurmOptions.from_dict(self.slurm)
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a YAML spec; :class:`ConfigError` on anything wrong."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read spec {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"spec {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return parse_spec(data, default_name=Path(path).stem)
+
+
+def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
+    """Validate plain data as a spec: known keys of the right types, a non-empty grid of lists, every combination a
+    valid configuration."""
+    if not isinstance(data, dict):
+        raise ConfigError("a sweep spec is a mapping with keys: " + ", ".join(option_specs(Spec)))
+    unknown = sorted(set(map(str, data)) - set(option_specs(Spec)))
+    if unknown:
+        raise ConfigError(f"unknown spec key(s): {', '.join(unknown)} (allowed: {', '.join(option_specs(Spec))})")
+    values = {**data, "name": data.get("name", default_name), "base": data.get("base") or {}}
+    values["slurm"] = data.get("slurm") or {}
+    if isinstance(values["name"], (int, float)) and not isinstance(values["name"], bool):
+        values["name"] = str(values["name"])  # a YAML name like 2024 reads as a number
+    spec = Spec.from_dict(values)
+    for grid in configurations(spec):  # every combination a valid configuration, before anything runs
+        try:
+            TrainConfig.from_dict(run_options(spec, grid))
+        except ConfigError as e:
+            raise ConfigError(f"configuration {grid}: {e}") from None
+    return spec
+
+
+def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's train options: the sweep's defaults, then the spec's base, then its grid values.
+
+    A spec that sets ``checkpoint_every`` asks for checkpoints.
+    """
+    options = {**spec.base, **grid}
+    defaults = dict(SWEEP_DEFAULTS)
+    if options.get("checkpoint_every"):
+        defaults["checkpoints"] = True
+    return {**defaults, **options}
+
+
+def configurations(spec: Spec) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in grid order."""
+    keys = list(spec.grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]

@@ -1,0 +1,150 @@
+"""The Ignite engines of a run, on their own: the train step (forward, backward, optimizer step, reporting each
+phase to a step recorder), the evaluator with its metrics, and the pieces they are built from (optimizer, mixed
+precision, seeding, early stopping). :mod:`ignite_ddl.trainer.run` assembles them into a run; a notebook can attach
+handlers of its own to them.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> model = nn.Linear(4, 3)
+    >>> trainer = create_trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+    ...                          torch.device("cpu"))
+    >>> state = trainer.run([(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 2, max_epochs=1)
+    >>> state.iteration, state.output["samples"]
+    (2, 8)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import ignite.distributed as idist
+import numpy as np
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import EarlyStopping
+from ignite.metrics import Accuracy, ConfusionMatrix, Loss
+from ignite.utils import manual_seed
+from torch import nn
+
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.measure.recorder import StepRecorder
+from ignite_ddl.trainer.strategies import unwrap
+
+__all__ = [
+    "attach_early_stopping",
+    "autocast",
+    "build_optimizer",
+    "create_evaluator",
+    "create_trainer",
+    "seed_everything",
+]
+
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch; XLA's generator only on XLA ranks.
+
+    Ignite's ``manual_seed`` also seeds XLA wherever torch_xla is installed, which starts the XLA runtime (and takes
+    the TPU) in every process, gloo ranks included.
+    """
+    if idist.backend() == "xla-tpu":
+        manual_seed(seed)
+        return
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for ``amp`` ("bf16" or "fp16"); a no-op context for "none"."""
+    if amp == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AMP_DTYPES[amp])
+
+
+def create_trainer(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: nn.Module,
+    device: torch.device,
+    amp: str = "none",
+    scaler: torch.amp.GradScaler | None = None,
+    recorder: StepRecorder | None = None,
+) -> Engine:
+    """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
+
+    Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
+    reports the end of each phase to it (attach the recorder to the returned engine).
+    """
+    mark = recorder.mark if recorder is not None else lambda phase: None
+
+    def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+        model.train()
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        with autocast(device, amp):
+            loss = criterion(model(x), y)
+        mark("forward")
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            mark("backward")
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            mark("backward")
+            optimizer.step()
+        mark("optimizer")
+        return {"loss": loss.item(), "samples": x.shape[0]}
+
+    return Engine(train_step)
+
+
+def create_evaluator(
+    model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none", num_classes: int | None = None
+) -> Engine:
+    """An engine computing accuracy, loss and (given ``num_classes``) the confusion matrix; Ignite's metrics sum
+    their counts over all ranks, so every rank holds the same figures."""
+    # Evaluate the wrapped module: no DDP hooks, so ranks may hold different numbers of validation batches.
+    net = unwrap(model)
+
+    @torch.no_grad()
+    def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        net.eval()
+        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        with autocast(device, amp):
+            y_pred = net(x)
+        return y_pred.float(), y
+
+    evaluator = Engine(eval_step)
+    Accuracy().attach(evaluator, "accuracy")
+    Loss(criterion).attach(evaluator, "loss")
+    if num_classes is not None:
+        ConfusionMatrix(num_classes).attach(evaluator, "confusion_matrix")
+    return evaluator
+
+
+def attach_early_stopping(trainer: Engine, evaluator: Engine, patience: int) -> EarlyStopping:
+    """Ignite's ``EarlyStopping`` on validation accuracy: stop ``trainer`` after ``patience`` evaluations without
+    improvement. Every rank stops at the same epoch with no extra collective: the accuracy it compares is already
+    summed over all ranks, so every rank's handler sees the same scores and decides alike."""
+    early = EarlyStopping(patience, score_function=lambda engine: engine.state.metrics["accuracy"], trainer=trainer)
+    evaluator.add_event_handler(Events.COMPLETED, early)
+    return early
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )
