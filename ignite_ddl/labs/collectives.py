@@ -29,12 +29,12 @@ from typing import Any, cast
 import ignite.distributed as idist
 import torch
 
+from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.config import ConfigError
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LaunchOptions, at_least, check, format_checks, lab_logs, lab_option
 from ignite_ddl.launcher.spawn import LaunchSettings, launch
 from ignite_ddl.measure.clock import device_synchronizer
-from ignite_ddl.measure.comm import allreduce_bus_factor
 from ignite_ddl.measure.gather import gather_objects
 
 __all__ = [
