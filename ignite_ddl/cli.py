@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_project(commands: Any) -> None:
-    """``ignite-ddl project``: its options only; the projection module is imported by the handler."""
+    """``ignite-ddl project``: its options only; the projection package is imported by the handler."""
     project = commands.add_parser(
         "project",
         help="project step time, throughput and efficiency to 1..N workers (ring all-reduce vs parameter server)",
@@ -95,7 +95,7 @@ def _add_project(commands: Any) -> None:
 
 
 def _project(args: argparse.Namespace) -> int:
-    from ignite_ddl.projection import model as pj
+    from ignite_ddl import projection as pj
 
     explicit = [args.compute_ms, args.grad_mb, args.batch_size]
     if (args.run is None) == all(v is None for v in explicit):

@@ -1,18 +1,23 @@
 """The scaling projection (alpha-beta model): hand-computed step times, the fit of alpha and beta, the command line,
-a projection from a real 1-process run, and the published-figures validation."""
+a projection from a real 1-process run, the published-figures validation, the validation against this machine
+(benchmarks/projection_validation.py), and the model module staying free of torch."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import QUICK, check_ok, run_cli
+from conftest import QUICK, check_ok, run, run_cli
 
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.projection.model import (
+from ignite_ddl.projection import (
     LINKS,
     NVIDIA_RESNET50,
     Compute,
@@ -25,8 +30,8 @@ from ignite_ddl.projection.model import (
     ps_comm_s,
     ring_allreduce_s,
     validate_nvidia_resnet50,
-    worker_counts,
 )
+from ignite_ddl.projection.model import worker_counts
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Round numbers: 1 ms per message, 1 MB/s; a 1000-byte message moves in 1 ms.
@@ -267,3 +272,77 @@ def test_nvidia_resnet50_validation_recomputes():
         published = NVIDIA_RESNET50["cases"][name]["samples_per_s_1"]
         assert case["compute_s"] == pytest.approx(256 / published)
     assert result["grad_bytes"] == pytest.approx(25.6e6 * 4)
+
+
+VALIDATION_SCRIPT = Path(__file__).parents[1] / "benchmarks" / "projection_validation.py"
+# One round of the validation, as small as still gives every run steps past the 5 warm-up iterations.
+TINY_VALIDATION = ["--repeats", "1", "--rerun-contended", "0", "--train-size", "512", "--epochs", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_validation_against_this_machine_runs(tmp_path):
+    out = tmp_path / "validation"
+    result = run(
+        [sys.executable, str(VALIDATION_SCRIPT), *TINY_VALIDATION, "--batch-per-worker", "32", "--output-dir", str(out)]
+    )
+    check_ok(result)
+    data = json.loads((out / "validation.json").read_text())
+    assert data["workload"]["batch_per_worker"] == 32 and data["workload"]["repeats"] == 1
+    (record,) = data["rounds"]
+    assert record["link"]["alpha_s"] >= 0 and record["link"]["beta_Bps"] > 0
+    measured = record["measured_2"]
+    assert measured["step_s"] == pytest.approx(2 * 32 / measured["samples_per_s"])
+    threads = {"one_process_matched_threads": data["threads_per_process_at_2"], "one_process_all_cores": None}
+    for kind, wanted_threads in threads.items():
+        compared = record[kind]
+        if wanted_threads is not None:
+            assert compared["threads"] == wanted_threads
+        # the projected N = 2 is the model's, from the 1-process run's compute and the round's fitted link
+        compute = Compute(**compared["compute"])
+        row = project(compute, Link(**record["link"]), max_workers=2).row(2)
+        assert compared["projected_2_samples_per_s"] == pytest.approx(row["ring_samples_per_s"])
+        assert compared["throughput_error"] == pytest.approx(
+            compared["projected_2_samples_per_s"] / measured["samples_per_s"] - 1
+        )
+        assert compared["step_error"] == pytest.approx(compared["projected_2_step_s"] / measured["step_s"] - 1)
+        assert (out / f"{kind}-r0" / "summary.json").exists()
+    assert data["median"]["rounds"] == 1
+    assert (
+        data["median"]["one_process_all_cores"]["throughput_error"]
+        == record["one_process_all_cores"]["throughput_error"]
+    )
+    assert "projected from" in result.stdout and "median throughput error over all rounds (1)" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--model", "no-such-model"], ["--batch-per-worker", "0"]])
+def test_validation_refuses_bad_input_in_one_line(tmp_path, argv):
+    out = tmp_path / "validation"
+    result = run([sys.executable, str(VALIDATION_SCRIPT), *argv, "--output-dir", str(out)])
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("projection_validation.py: error: "), result.stderr
+    assert not out.exists()
+
+
+def test_the_model_and_the_package_import_no_torch():
+    # the command line reads the link presets at start-up: neither torch nor matplotlib may come with them
+    for module in ("ignite_ddl.projection.model", "ignite_ddl.projection"):
+        code = f"import sys, {module}; print('torch' in sys.modules, 'matplotlib' in sys.modules)"
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert found.split() == ["False", "False"], (module, found)
+
+
+def test_the_projection_package_does_not_train():
+    # the projection sits below sweeps and labs: it reads the trainer's model and dataset definitions, never
+    # trains (the validation that trains is benchmarks/projection_validation.py)
+    package = Path(__file__).parents[1] / "ignite_ddl" / "projection"
+    forbidden = ("ignite_ddl.trainer.run", "ignite_ddl.sweep", "ignite_ddl.labs", "ignite_ddl.cli", "ignite_ddl.colab")
+    for path in package.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+        assert not [m for m in imported if m.startswith(forbidden)], (path.name, sorted(imported))

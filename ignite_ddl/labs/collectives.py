@@ -29,6 +29,7 @@ from typing import Any, cast
 import ignite.distributed as idist
 import torch
 
+from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option
 from ignite_ddl.core.text import format_table
@@ -36,7 +37,6 @@ from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, la
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import device_synchronizer
-from ignite_ddl.measure.comm import allreduce_bus_factor
 from ignite_ddl.measure.gather import gather_objects
 
 __all__ = [

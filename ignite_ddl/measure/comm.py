@@ -49,14 +49,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.measure.clock import device_synchronizer
 
-__all__ = ["NO_COMM", "CommTimer", "StepComm", "allreduce_bus_factor", "summarize", "time_allreduce", "waits"]
-
-
-def allreduce_bus_factor(world_size: int) -> float:
-    """The share of the data each rank must send for an all-reduce, 2(N-1)/N: busbw = algbw x this factor."""
-    return 2 * (world_size - 1) / world_size if world_size > 1 else 0.0
+__all__ = ["NO_COMM", "CommTimer", "StepComm", "summarize", "time_allreduce", "waits"]
 
 
 @dataclass

@@ -43,10 +43,11 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
+from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.outputs import writing
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
-from ignite_ddl.measure.comm import NO_COMM, CommTimer, allreduce_bus_factor, waits
+from ignite_ddl.measure.comm import NO_COMM, CommTimer, waits
 from ignite_ddl.measure.gather import gather_objects
 
 __all__ = [

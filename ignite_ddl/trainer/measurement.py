@@ -34,11 +34,12 @@ import torch
 from ignite.engine import Engine
 from torch import nn
 
+from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.outputs import writing
 from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.launcher.watchdog import StallWatchdog
-from ignite_ddl.measure.comm import CommTimer, allreduce_bus_factor, time_allreduce
+from ignite_ddl.measure.comm import CommTimer, time_allreduce
 from ignite_ddl.measure.contention import ContentionMonitor
 from ignite_ddl.measure.flops import (
     FlopCount,

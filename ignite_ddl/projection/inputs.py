@@ -1,0 +1,206 @@
+"""What the scaling projection is fed from the outside world: one worker's step read from a measured 1-process run
+(:func:`compute_from_run`), all-reduce times measured on this machine (:func:`measure_allreduce`) and the link fitted
+to them (:func:`fit_alpha_beta`), and NVIDIA's published ResNet-50 scaling with the A100's datasheet peak
+(:func:`validate_nvidia_resnet50`).
+
+Reading a run builds its model (on the meta device) with the trainer's model and dataset definitions, measuring
+starts real processes with the launcher, and the peak comes from :mod:`ignite_ddl.measure.flops`: all of them import
+torch, so they are imported inside the functions that need them; the package stays light for the command line's
+start-up. Nothing here trains: the projection sits above the trainer's definitions, below sweeps.
+
+Example (times made with the ring formula for alpha = 50 us, beta = 2 GB/s on 2 workers, fitted back):
+    >>> times = [2 * 50e-6 + m / 2e9 for m in FIT_SIZES]
+    >>> link = fit_alpha_beta(FIT_SIZES, times, nproc=2)
+    >>> round(link.alpha_s * 1e6, 6), round(link.beta_Bps / 1e9, 6), round(link.residual, 6)
+    (50.0, 2.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.collectives import allreduce_bus_factor
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.results import read_json
+from ignite_ddl.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
+
+__all__ = ["FIT_SIZES", "compute_from_run", "fit_alpha_beta", "measure_allreduce", "validate_nvidia_resnet50"]
+
+FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB
+
+
+def _grad_bytes_of_run(config: dict[str, Any]) -> int:
+    """Bytes of the gradients DDP all-reduces per step for a run's ``config`` (config.json's ``config``): the
+    trainable parameters' elements x element size, the model built on the meta device (no memory, no compute).
+    Gradients have the parameters' dtype (float32, also under autocast)."""
+    import torch
+
+    from ignite_ddl.core.config import TrainConfig
+    from ignite_ddl.trainer.data import dataset_info
+    from ignite_ddl.trainer.models import build_model
+
+    train_config = TrainConfig.from_dict(config)
+    info = dataset_info(train_config)
+    with torch.device("meta"):
+        model = build_model(train_config.model, info.in_channels, info.image_size, info.num_classes)
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def compute_from_run(run_dir: str | Path) -> Compute:
+    """One worker's step from a measured 1-process run (``ignite-ddl train``'s output folder): the mean forward,
+    backward and optimizer times of its summary (``steps.ranks[0]``), the rest of its measured step time (data wait
+    and handlers: per-rank batch / samples per second minus the three phases), its per-rank batch, and the
+    gradient bytes of its model."""
+    run_dir = Path(run_dir)
+    try:
+        summary, config = read_json(run_dir / "summary.json"), read_json(run_dir / "config.json")
+    except FileNotFoundError as e:
+        raise ConfigError(f"{run_dir} is not a finished run: {Path(e.filename).name} is missing") from None
+    except ValueError as e:
+        raise ConfigError(f"{run_dir}: cannot read its summary ({e})") from None
+    if summary.get("world_size") != 1:
+        raise ConfigError(
+            f"{run_dir} ran {summary.get('world_size')} processes: a projection starts from a "
+            "1-process run (ignite-ddl train --nproc-per-node 1)"
+        )
+    ranks = (summary.get("steps") or {}).get("ranks") or []
+    found = [ranks[0].get(f"{p}_s_mean") if ranks else None for p in ("forward", "backward", "optimizer")]
+    if any(v is None for v in found) or not summary.get("samples_per_s"):
+        raise ConfigError(
+            f"{run_dir} has no per-phase step times (run it with --record-steps and enough "
+            "iterations past --warmup-iters)"
+        )
+    batch = summary["batch"]["per_rank"]
+    step = batch / summary["samples_per_s"]
+    phases = [float(v) for v in found if v is not None]
+    forward, backward, optimizer = phases
+    threads = summary.get("threads_per_process")
+    return Compute(
+        forward_s=forward,
+        backward_s=backward,
+        optimizer_s=optimizer,
+        batch_size=batch,
+        grad_bytes=_grad_bytes_of_run(config["config"]),
+        other_s=max(0.0, step - sum(phases)),
+        source=f"measured: {run_dir} ({summary.get('model')}, {threads} thread(s))",
+    )
+
+
+def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], nproc: int) -> Link:
+    """alpha and beta of the ring formula ``t = 2(N-1) alpha + 2(N-1)/N m / beta`` fitted to measured all-reduce
+    times of messages of ``sizes_bytes`` on ``nproc`` workers: a least-squares fit, linear in alpha and 1/beta.
+
+    Each point is weighted by 1/t^2, i.e. the *relative* residuals are minimised: the sizes span orders of magnitude,
+    and unweighted, a percent of noise on the largest message would swamp the whole latency of the smallest. A
+    negative alpha (noise around a latency near 0) is set to 0 and beta refitted alone. The returned link's
+    ``residual`` is the RMS relative residual of the fit.
+    """
+    if nproc < 2:
+        raise ValueError(f"an all-reduce needs 2 or more workers to fit a link, got {nproc}")
+    if len(sizes_bytes) != len(times_s) or len(set(sizes_bytes)) < 2:
+        raise ValueError("need times for 2 or more distinct message sizes (one time per size)")
+    if any(t <= 0 or not math.isfinite(t) for t in times_s):
+        raise ValueError("every time must be a positive number of seconds")
+    x1 = 2 * (nproc - 1)  # multiplies alpha
+    points = [(x1, allreduce_bus_factor(nproc) * m, t, 1 / t**2) for m, t in zip(sizes_bytes, times_s)]
+    # Weighted normal equations of t = alpha x1 + gamma x2 (gamma = 1 / beta), solved in closed form.
+    s11 = sum(w * a * a for a, _, _, w in points)
+    s12 = sum(w * a * b for a, b, _, w in points)
+    s22 = sum(w * b * b for _, b, _, w in points)
+    r1 = sum(w * a * t for a, _, t, w in points)
+    r2 = sum(w * b * t for _, b, t, w in points)
+    det = s11 * s22 - s12 * s12
+    alpha, gamma = (r1 * s22 - r2 * s12) / det, (s11 * r2 - s12 * r1) / det
+    if alpha < 0:
+        alpha, gamma = 0.0, r2 / s22
+    if gamma <= 0:
+        raise ValueError("the times do not grow with the message size: no bandwidth can be fitted")
+    residual = math.sqrt(statistics.fmean(((alpha * a + gamma * b) / t - 1) ** 2 for a, b, t, _ in points))
+    sizes = ", ".join(f"{m / 1024:g} KiB" for m in sizes_bytes)
+    return Link(
+        "fitted (this machine)",
+        alpha,
+        1 / gamma,
+        f"least-squares fit of the ring formula to all-reduce times measured on {nproc} processes, messages {sizes}",
+        residual=residual,
+    )
+
+
+def _allreduce_times(local_rank: int, sizes: list[int], iters: int, warmup: int) -> list[list[float]]:
+    """On every rank: :func:`ignite_ddl.measure.comm.time_allreduce` for each size; every rank's seconds, rank order."""
+    import ignite.distributed as idist
+    import torch
+
+    from ignite_ddl.measure.comm import time_allreduce
+    from ignite_ddl.measure.gather import gather_objects
+
+    return gather_objects([time_allreduce(size, torch.float32, idist.device(), iters, warmup) for size in sizes])
+
+
+def measure_allreduce(
+    nproc: int = 2,
+    sizes: Sequence[int] = FIT_SIZES,
+    backend: str = "gloo",
+    iters: int = 10,
+    warmup: int = 2,
+    log_dir: str | None = None,
+) -> tuple[list[int], list[float]]:
+    """All-reduce times on this machine: ``nproc`` real processes each time one all-reduce of each size with
+    :func:`ignite_ddl.measure.comm.time_allreduce` (median of ``iters`` calls, each after a barrier); per size, the mean
+    over the ranks (nccl-tests' convention). Returns (sizes, seconds), ready for :func:`fit_alpha_beta`."""
+    from ignite_ddl.launcher.settings import LaunchSettings
+    from ignite_ddl.launcher.spawn import launch
+
+    settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=log_dir)
+    per_rank = launch(_allreduce_times, settings, list(sizes), iters, warmup)
+    return list(sizes), [statistics.fmean(ranks) for ranks in zip(*per_rank)]
+
+
+def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, Any]:
+    """Predict NVIDIA's published 1 -> 8 GPU speed-up of ResNet-50 v1.5 on a DGX A100 and compare.
+
+    Compute per step: 3 x the forward FLOPs per image (2 FLOPs per multiply-add, as :mod:`ignite_ddl.measure.flops`
+    counts) x 256 images, at the A100's datasheet peak (:data:`ignite_ddl.measure.flops.PEAKS`) times a utilisation
+    *calibrated* so that one GPU reproduces the published 1-GPU throughput: the compute per step is therefore the
+    published one, and only the communication is predicted. Forward 1/3, backward 2/3 of it, no optimizer time;
+    gradients 25.6 M x 4 bytes (float32, under AMP too); ``link`` NVLink 3 by default. Returns, per precision, the
+    predicted 8-GPU speed-up and throughput and their relative errors against the published figures.
+    """
+    from ignite_ddl.measure.flops import PEAKS
+
+    link = link if link is not None else LINKS["nvlink3"]
+    ref = NVIDIA_RESNET50
+    batch, gpus = ref["batch_per_gpu"], ref["gpus"]
+    flops_per_image = 3 * 2 * ref["forward_macs"]
+    grad_bytes = ref["params"] * 4
+    cases = {}
+    for name, case in ref["cases"].items():
+        peak = PEAKS["A100"]["tflops"][case["precision"]] * 1e12
+        utilisation = case["samples_per_s_1"] * flops_per_image / peak  # calibrated on the 1-GPU figure
+        compute_s = batch * flops_per_image / (utilisation * peak)
+        compute = Compute.from_total(compute_s, grad_bytes, batch, source=f"ResNet-50 {name}, calibrated")
+        row = project(compute, link, max_workers=gpus, bucket_bytes=bucket_bytes).row(gpus)
+        cases[name] = {
+            "peak_flops_per_s": peak,
+            "utilisation": utilisation,
+            "compute_s": compute_s,
+            "exposed_comm_s": row["ring_comm_s"],
+            "predicted_speedup": row["ring_speedup"],
+            "published_speedup": case["speedup_8"],
+            "speedup_error": row["ring_speedup"] / case["speedup_8"] - 1,
+            "predicted_samples_per_s": row["ring_samples_per_s"],
+            "published_samples_per_s": case["samples_per_s_8"],
+            "throughput_error": row["ring_samples_per_s"] / case["samples_per_s_8"] - 1,
+        }
+    return {
+        "source": ref["source"],
+        "link": dataclasses.asdict(link),
+        "grad_bytes": grad_bytes,
+        "flops_per_image": flops_per_image,
+        "cases": cases,
+    }
