@@ -135,11 +135,11 @@ def test_existing_results_need_resume(tmp_path):
 
 BAD_SPECS = {
     "unknown key": ({"grid": {"model": ["toy"]}, "repeat": 2}, "unknown spec key(s): repeat"),
-    "unknown train option": ({"grid": {"modell": ["toy"]}}, "unknown option(s): modell"),
+    "unknown train option": ({"grid": {"modell": ["toy"]}}, "unknown train option(s) in the spec: modell"),
     "empty grid": ({"grid": {}}, "spec 'grid' must map at least one"),
     "empty axis": ({"grid": {"model": []}}, "needs a non-empty list"),
     "wrong type": ({"grid": {"epochs": ["two"]}}, "option epochs expects int"),
-    "wrong repeats": ({"grid": {"model": ["toy"]}, "repeats": 0}, "'repeats' must be a positive number"),
+    "wrong repeats": ({"grid": {"model": ["toy"]}, "repeats": 0}, "repeats must be >= 1, got 0"),
     "unknown backend": ({"grid": {"backend": ["gloo", "mpi3"]}}, "unknown backend 'mpi3'"),
     "not a mapping": (["grid"], "a sweep spec is a mapping"),
 }
