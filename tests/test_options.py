@@ -127,3 +127,19 @@ def test_from_dict_and_argv_round_trip():
     assert TrainConfig(**{n: getattr(parsed, n) for n in option_specs(TrainConfig)}) == cfg
     with pytest.raises(ConfigError, match="unknown option"):
         TrainConfig.from_dict({"no_such_option": 1})
+
+
+def test_a_new_axis_is_its_declaration_and_the_code_that_acts_on_it():
+    """pin_memory was added as one declaration (core/config.py) and two lines that act on it (trainer/data.py):
+    the train flag, the sweep axis and the check of its values came with the declaration."""
+    from ignite_ddl.sweep import expand, parse_spec
+    from ignite_ddl.trainer.data import build_loaders
+
+    assert "--pin-memory" in _flags(_subparser("train")) and "--no-pin-memory" in _flags(_subparser("train"))
+    runs = list(expand(parse_spec({"grid": {"pin_memory": [True, False]}})))
+    assert [run.config.pin_memory for run in runs] == [True, False]
+    with pytest.raises(ConfigError, match="option pin_memory expects bool or null"):
+        parse_spec({"grid": {"pin_memory": ["yes"]}})
+    for pinned in (True, False):
+        loaders = build_loaders(TrainConfig(pin_memory=pinned, train_size=64, val_size=16, batch_size=16))
+        assert loaders.train.pin_memory is pinned

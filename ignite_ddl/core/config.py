@@ -162,6 +162,12 @@ class TrainConfig(LaunchOptions):
         128, "GLOBAL batch size; each rank gets batch_size // world_size", role=Role.TRAINING, low=1
     )
     shuffle: bool = option(True, "reshuffle training data every epoch", role=Role.TRAINING)
+    pin_memory: bool | None = option(
+        None,
+        "DataLoader batches in page-locked host memory, for faster copies to a GPU (default: on with CUDA, as "
+        "auto_dataloader does; nothing to gain on CPU)",
+        role=Role.TRAINING,
+    )
     # -- optimisation
     lr: float = option(0.05, "peak learning rate", role=Role.TRAINING, low=0)
     momentum: float = option(0.9, "SGD momentum", role=Role.TRAINING, low=0)

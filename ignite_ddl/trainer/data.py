@@ -267,6 +267,8 @@ def build_loaders(config: TrainConfig) -> Loaders:
     train_sampler = ShardSampler(train_ds, world, rank, shuffle=config.shuffle, seed=config.seed)
     val_sampler = ShardSampler(val_ds, world, rank, shuffle=False, seed=config.seed, pad=False)
     common = _worker_options(config.num_workers)
+    if config.pin_memory is not None:  # else auto_dataloader's default: pinned on CUDA
+        common["pin_memory"] = config.pin_memory
     # The casts: a DataLoader, or on XLA the loader of ignite_ddl.launcher.xla that answers DataLoader's attributes.
     train = cast(
         DataLoader,
