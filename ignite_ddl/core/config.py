@@ -257,6 +257,12 @@ class TrainConfig(LaunchOptions):
         "all-reduce): communication, exposed communication, overlap",
         role=Role.MEASUREMENT,
     )
+    measure_memory: bool = option(
+        True,
+        "record memory on every rank: peak resident memory of the rank and of its DataLoader workers (CUDA: the "
+        "allocator's peaks), the bytes held for parameters, gradients and optimizer state, a reading per step",
+        role=Role.MEASUREMENT,
+    )
     measure_flops: bool = option(
         True,
         "count the model's FLOPs per sample and measure this machine's matmul rate (a short GEMM benchmark "

@@ -48,6 +48,11 @@ class RunFailed(RuntimeError):
         detail = f" (traceback in {log_file})" if log_file else ""
         super().__init__(f"rank {rank} failed: {message}{detail}")
 
+    @property
+    def out_of_memory(self) -> bool:
+        """Whether the rank ran out of memory (the launcher says so at the start of the message)."""
+        return self.message.startswith("out of memory")
+
 
 class LaunchFailed(RuntimeError):
     """The ranks could not all be brought together: a node that never joined, a rendezvous that cannot be reached."""

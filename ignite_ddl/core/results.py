@@ -35,12 +35,17 @@ __all__ = [
     "CommReference",
     "CommWait",
     "Contention",
+    "CudaMemory",
     "DeviceInfo",
     "EpochRecord",
     "Flops",
     "FlopsRank",
+    "HeldBytes",
+    "Memory",
+    "MemoryMax",
     "GlobalStats",
     "NodeContention",
+    "RankMemory",
     "ProfilerResult",
     "RankStats",
     "RejectedLine",
@@ -251,6 +256,48 @@ class RunConfig(TypedDict, total=False):
     host: Annotated[dict[str, Any], "hostname, platform, CPU model, CPU cores available"]
 
 
+class HeldBytes(TypedDict):
+    params: Annotated[int, "bytes of this rank's parameters (its shard, under FSDP)"]
+    grads: Annotated[int, "bytes of its gradients"]
+    optimizer: Annotated[int, "bytes of its optimizer state (momentum, Adam's moments, step counters)"]
+
+
+class CudaMemory(TypedDict):
+    max_allocated_bytes: Annotated[int, "`torch.cuda.max_memory_allocated` over the measured window"]
+    max_reserved_bytes: Annotated[int, "`torch.cuda.max_memory_reserved` over the measured window"]
+    alloc_retries: Annotated[int, "`num_alloc_retries`: allocations that freed cached blocks and tried again"]
+    ooms: Annotated[int, "`num_ooms`: allocations that failed"]
+
+
+class RankMemory(TypedDict):
+    rank: Annotated[int, "the rank"]
+    peak_rss_bytes: Annotated[int, "peak resident memory of the rank's process (VmHWM)"]
+    workers: Annotated[int, "its live child processes at the end (DataLoader workers)"]
+    workers_peak_rss_bytes: Annotated[
+        int, "sum of the workers' peak resident memory (forked workers count the pages they share with the rank)"
+    ]
+    workers_private_bytes: Annotated[int, "the workers' private memory at the end (Private_Clean + Private_Dirty)"]
+    held_bytes: Annotated[HeldBytes | None, "what the rank holds between steps"]
+    cuda: Annotated[CudaMemory | None, "the CUDA allocator's figures (null off CUDA)"]
+    reset_after_warmup: Annotated[bool, "whether the peaks were reset when warm-up ended"]
+
+
+class MemoryMax(TypedDict):
+    peak_rss_bytes: Annotated[int | None, "largest rank peak resident memory"]
+    workers_peak_rss_bytes: Annotated[int | None, "largest workers' peak (one rank's workers together)"]
+    held_bytes: Annotated[int | None, "largest total of parameter, gradient and optimizer bytes held"]
+    cuda_max_allocated_bytes: Annotated[int | None, "largest CUDA peak allocated"]
+    cuda_max_reserved_bytes: Annotated[int | None, "largest CUDA peak reserved"]
+
+
+class Memory(TypedDict):
+    source: Annotated[str, "where host memory was read: `/proc (VmHWM)`, or getrusage (whole run) without /proc"]
+    window: Annotated[str, "`after warm-up` (peaks reset when warm-up ended) or `whole run`"]
+    limit_bytes: Annotated[int | None, "the memory a rank may use: RAM, cgroup memory.max, RLIMIT_AS / DATA"]
+    ranks: Annotated[list[RankMemory], "per rank"]
+    max: Annotated[MemoryMax, "the largest figure of each over the ranks"]
+
+
 class Summary(TypedDict, total=False):
     schema_version: Annotated[int, "version of this schema"]
     status: Annotated[str, "`completed`"]
@@ -301,6 +348,7 @@ class Summary(TypedDict, total=False):
     contention: Annotated[Contention | None, "what other processes used while the run measured"]
     profiler: Annotated[ProfilerResult | None, "with `--profiler`: every rank's profiler results"]
     flops: Annotated[Flops | None, "model FLOPs and utilisation (null with `--no-measure-flops` or on XLA)"]
+    memory: Annotated[Memory | None, "memory on every rank (null with `--no-measure-memory`)"]
 
 
 class SlurmJobInfo(TypedDict):
@@ -323,7 +371,8 @@ class RunRecord(TypedDict):
     exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
     status: Annotated[
         str,
-        "`completed`, `failed`, `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
+        "`completed`, `failed`, `out_of_memory` (a rank's allocation failed, or it was killed near its memory "
+        "limit), `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
     ]
     error: Annotated[str | None, "why the run did not complete"]
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
@@ -395,6 +444,11 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (ProfilerResult, "`profiler`"),
     (Flops, "`flops`"),
     (FlopsRank, "each entry of `flops.ranks`"),
+    (Memory, "`memory`"),
+    (RankMemory, "each entry of `memory.ranks`"),
+    (HeldBytes, "`memory.ranks[].held_bytes`"),
+    (CudaMemory, "`memory.ranks[].cuda`"),
+    (MemoryMax, "`memory.max`"),
     (RunRecord, "each line of a sweep's `results.jsonl`"),
     (SlurmJobInfo, "`slurm` of a record"),
     (SweepMeta, "a sweep's `sweep.json`"),

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["all_reduce_wait", "format_table", "kib", "milliseconds"]
+__all__ = ["all_reduce_wait", "format_bytes", "format_table", "kib", "milliseconds"]
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -53,3 +53,17 @@ def all_reduce_wait(waiting: Sequence[int], wait_s: float, rank: int) -> str:
     """
     who = f"rank {waiting[0]} waits" if len(waiting) == 1 else f"ranks {', '.join(map(str, waiting))} wait"
     return f"{who} {1e3 * wait_s:.1f} ms per step for rank {rank} in the gradient all-reduce"
+
+
+def format_bytes(nbytes: float | None) -> str:
+    """``1.2 GB``, ``35.0 MB``: decimal units, as memory sizes are read ("-" for nothing measured).
+
+    >>> format_bytes(1_234_000_000), format_bytes(35e6), format_bytes(None)
+    ('1.2 GB', '35.0 MB', '-')
+    """
+    if nbytes is None or math.isnan(nbytes):
+        return "-"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes:.0f} B"

@@ -11,12 +11,26 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import resource
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import cast
 
-__all__ = ["STOP_GRACE_S", "children_map", "process_tree_pids", "stop_children", "wait_children"]
+__all__ = [
+    "STOP_GRACE_S",
+    "children_map",
+    "current_rss_bytes",
+    "last_reading",
+    "memory_limit_bytes",
+    "out_of_memory",
+    "out_of_memory_error",
+    "process_tree_pids",
+    "reading_file",
+    "stop_children",
+    "wait_children",
+]
 
 STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
 
@@ -74,3 +88,79 @@ def wait_children(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     for child in mp.active_children():
         child.join(max(0.0, deadline - time.monotonic()))
+
+
+# -- memory: what a rank leaves behind for the launcher to name an out-of-memory death
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# Words of the errors an allocation past the memory there is ends with (CPU allocator, CUDA caching allocator,
+# Python's own MemoryError).
+_OOM_WORDS = ("can't allocate memory", "out of memory", "memoryerror", "outofmemoryerror", "cannot allocate memory")
+NEAR_LIMIT = 0.9  # a rank killed by SIGKILL whose last reading was above this share of its limit ran out of memory
+
+
+def current_rss_bytes(pid: int | str = "self") -> int:
+    """Resident memory of a process now (0 if it is gone or there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def memory_limit_bytes() -> int | None:
+    """The memory this process may use: the smallest of the machine's RAM, its cgroup's ``memory.max`` and its
+    RLIMIT_AS / RLIMIT_DATA (None if none is known)."""
+    limits = []
+    try:
+        with open("/proc/meminfo") as f:
+            limits += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text != "max":
+            limits.append(int(text))
+    for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft = resource.getrlimit(which)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
+    return min(limits) if limits else None
+
+
+def out_of_memory_error(message: str) -> bool:
+    """Whether an error message says an allocation failed for lack of memory."""
+    text = message.lower()
+    return any(word in text for word in _OOM_WORDS)
+
+
+def reading_file(log_dir: str | Path, rank: int) -> Path:
+    return Path(log_dir) / f"memory_rank{rank}.txt"
+
+
+def last_reading(log_dir: str | Path | None, rank: int) -> tuple[int, int | None] | None:
+    """``(resident bytes, limit bytes or None)`` a rank last left in ``log_dir`` (None if it left none)."""
+    if log_dir is None:
+        return None
+    try:
+        parts = reading_file(log_dir, rank).read_text().split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 and parts[1] != "-" else None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def out_of_memory(message: str, log_dir: str | Path | None, rank: int, killed: bool = False) -> str | None:
+    """Why a failed rank ran out of memory, in words with its figures, or None if it did not: an allocation error
+    in ``message``, or (``killed`` by SIGKILL, which says nothing) a last reading near its limit."""
+    reading = last_reading(log_dir, rank)
+    held = ""
+    if reading is not None:
+        used, limit = reading
+        held = f"{used / 1e9:.2f} GB resident" + (f" of a {limit / 1e9:.2f} GB limit" if limit else "")
+    if killed:
+        if reading is None or reading[1] is None or reading[0] < NEAR_LIMIT * reading[1]:
+            return None
+        return f"out of memory: killed by SIGKILL with {held} at its last reading"
+    if not out_of_memory_error(message):
+        return None
+    return f"out of memory ({held} at its last reading): {message}" if held else f"out of memory: {message}"

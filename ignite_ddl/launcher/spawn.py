@@ -54,7 +54,7 @@ from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 from ignite_ddl.core.errors import Interrupted, LaunchFailed, RunFailed
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import rules
-from ignite_ddl.launcher.processes import STOP_GRACE_S, stop_children, wait_children
+from ignite_ddl.launcher.processes import STOP_GRACE_S, out_of_memory, stop_children, wait_children
 from ignite_ddl.launcher.rendezvous import rendezvous, say
 from ignite_ddl.launcher.settings import LaunchPlan, LaunchSettings, plan_launch
 from ignite_ddl.launcher.signals import interruptible
@@ -218,7 +218,10 @@ def _spawn_once(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> An
             raise RunFailed(stall["rank"], stall["message"]) from None
         rank = plan.node_rank * plan.nproc_per_node + e.error_index
         log_file = _log_file(plan.log_dir, rank)
-        raise RunFailed(rank, _failure_message(e), log_file if _holds_traceback(log_file) else None) from None
+        message = _failure_message(e)
+        killed = isinstance(e, ProcessExitedException) and e.signal_name == "SIGKILL"
+        message = out_of_memory(message, plan.log_dir, rank, killed) or message
+        raise RunFailed(rank, message, log_file if _holds_traceback(log_file) else None) from None
     finally:
         sender.close()
         reader.join(timeout=10)
@@ -289,7 +292,9 @@ def _rank_main(
                     f.write(traceback.format_exc())
         if plan.mode == "spawn":
             raise  # the parent reads the rank from the failed process's index
-        raise RunFailed(rank, f"{type(e).__name__}: {e}", log_file if _holds_traceback(log_file) else None) from e
+        message = f"{type(e).__name__}: {e}"
+        message = out_of_memory(message, plan.log_dir, rank) or message
+        raise RunFailed(rank, message, log_file if _holds_traceback(log_file) else None) from e
     return result
 
 

@@ -1,5 +1,20 @@
-"""Memory a rank holds: the bytes of its parameters, gradients and optimizer state between steps (the local shard
-of a sharded tensor, the whole tensor otherwise), counted the same way for every strategy.
+"""Memory on every rank: what a rank holds between steps for parameters, gradients and optimizer state (the local
+shard of a sharded tensor, the whole tensor otherwise, counted alike for every strategy), its peak resident memory
+and that of its DataLoader workers, and on CUDA the allocator's peaks, retries and out-of-memory count.
+
+**Host memory** is read from ``/proc``: a process's peak resident set (``VmHWM``) and current one (``VmRSS``,
+``statm``). ``/proc`` rather than ``resource.getrusage``: ``ru_maxrss`` cannot be reset, so it would carry the
+start-up's peak (imports, the FLOPs count on a model copy) into the measured window, and it counts a worker only
+once it has been waited for; ``/proc/<pid>/clear_refs`` resets ``VmHWM`` per process, so the peaks here are those of
+the measured window (after warm-up), the rank's and each worker's apart. Without ``/proc`` (not Linux) the rank's
+figure falls back to ``ru_maxrss`` (whole-run peak) and workers are not counted; the record says which.
+
+**CUDA memory** (never run here: no GPU was available) comes from ``torch.cuda.max_memory_allocated`` /
+``max_memory_reserved`` and ``torch.cuda.memory_stats`` (``num_alloc_retries``, ``num_ooms``), its peaks reset
+with ``torch.cuda.reset_peak_memory_stats`` when warm-up ends.
+
+A rank also leaves its last reading in ``<log_dir>/memory_rank<r>.txt`` (at most once a second), so that a rank
+killed by the kernel's out-of-memory killer (SIGKILL, no chance to say anything) is still named with its memory.
 
 Example:
     >>> import torch
@@ -9,19 +24,39 @@ Example:
     >>> net(torch.ones(1, 4)).sum().backward(); opt.step()
     >>> held_bytes(net, opt)  # Adam keeps two moments per parameter (and a step counter per tensor)
     {'params': 40, 'grads': 40, 'optimizer': 88}
+    >>> peak_rss_bytes() >= current_rss_bytes() > 0
+    True
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import resource
+import time
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-__all__ = ["HELD_PARTS", "held_bytes", "local_bytes"]
+from ignite_ddl.core.text import format_bytes
+from ignite_ddl.launcher.processes import children_map, current_rss_bytes, memory_limit_bytes, reading_file
+
+__all__ = [
+    "HELD_PARTS",
+    "MemoryMonitor",
+    "format_memory",
+    "held_bytes",
+    "local_bytes",
+    "peak_rss_bytes",
+]
 
 HELD_PARTS = ("params", "grads", "optimizer")
+_PUBLISH_EVERY_S = 1.0
 
 
 def local_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
@@ -40,3 +75,180 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
             t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)
         ),
     }
+
+
+def _status_kb(pid: int | str, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def peak_rss_bytes(pid: int | str = "self") -> int:
+    """Peak resident memory of a process since it started or since :func:`reset_peak` (``VmHWM``); without
+    /proc, this process's ``ru_maxrss`` (since it started)."""
+    kb = _status_kb(pid, "VmHWM")
+    if kb is not None:
+        return kb * 1024
+    if pid != "self":
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _reset_peak(pid: int | str = "self") -> bool:
+    """Reset a process's ``VmHWM`` to its current resident set (Linux 4.0+); False where it cannot be."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _workers(pid: int | None = None) -> list[int]:
+    """The live child processes of this rank (its DataLoader workers)."""
+    return children_map().get(pid if pid is not None else os.getpid(), [])
+
+
+def _private_bytes(pid: int | str) -> int:
+    """A process's memory no other process shares (Private_Clean + Private_Dirty of smaps_rollup): a forked
+    worker's own, without the rank's pages it still shares."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
+class MemoryMonitor:
+    """Ignite handler measuring one rank's memory: peaks reset when warm-up ends, so the figures are the measured
+    window's; a reading per step (:meth:`sample`, for the step recorder's CSV); the last reading left for the
+    launcher at most once a second. :meth:`gather` (a collective) returns every rank's figures."""
+
+    def __init__(self, warmup: int, device: torch.device, log_dir: str | Path | None = None, rank: int = 0):
+        self.warmup, self.device, self.rank = warmup, device, rank
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.proc = os.path.isdir("/proc")
+        self.reset = False  # whether the peaks were reset after warm-up (else they are the whole run's)
+        self.limit = memory_limit_bytes()
+        self._iterations = 0
+        self._published = -math.inf
+        self._cuda = device.type == "cuda"
+
+    def attach(self, engine: Any) -> MemoryMonitor:
+        from ignite.engine import Events
+
+        if self.warmup == 0:
+            engine.add_event_handler(Events.STARTED, self._reset_peaks)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._on_iteration)
+        return self
+
+    def _on_iteration(self) -> None:
+        self._iterations += 1
+        if self._iterations == self.warmup:
+            self._reset_peaks()
+        now = time.monotonic()
+        if self.log_dir is not None and now - self._published >= _PUBLISH_EVERY_S:
+            self._published = now
+            self._publish()
+
+    def _reset_peaks(self) -> None:
+        if self.proc:
+            self.reset = _reset_peak() and all(_reset_peak(pid) for pid in _workers())
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _publish(self) -> None:
+        assert self.log_dir is not None
+        with contextlib.suppress(OSError):  # a reading is a hint: never worth failing a run for
+            path = reading_file(self.log_dir, self.rank)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(f"{current_rss_bytes()} {self.limit if self.limit is not None else '-'}\n")
+            os.replace(tmp, path)
+
+    def sample(self) -> int:
+        """Memory in use now: allocated device memory on CUDA, the rank's resident set otherwise."""
+        if self._cuda:
+            return int(torch.cuda.memory_allocated(self.device))
+        return current_rss_bytes()
+
+    def part(self, held: dict[str, int] | None) -> dict[str, Any]:
+        """This rank's figures (schema: :class:`~ignite_ddl.core.results.RankMemory`)."""
+        workers = _workers()
+        record: dict[str, Any] = {
+            "rank": self.rank,
+            "peak_rss_bytes": peak_rss_bytes(),
+            "workers": len(workers),
+            "workers_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers),
+            "workers_private_bytes": sum(_private_bytes(pid) for pid in workers),
+            "held_bytes": held,
+            "cuda": self._cuda_stats() if self._cuda else None,
+            "reset_after_warmup": self.reset,
+        }
+        return record
+
+    def _cuda_stats(self) -> dict[str, int]:
+        stats = torch.cuda.memory_stats(self.device)
+        return {
+            "max_allocated_bytes": int(torch.cuda.max_memory_allocated(self.device)),
+            "max_reserved_bytes": int(torch.cuda.max_memory_reserved(self.device)),
+            "alloc_retries": int(stats.get("num_alloc_retries", 0)),
+            "ooms": int(stats.get("num_ooms", 0)),
+        }
+
+    def gather(self, held: dict[str, int] | None = None) -> dict[str, Any]:
+        """Collective: every rank's memory and the largest figure of each over the ranks (schema:
+        :class:`~ignite_ddl.core.results.Memory`)."""
+        from ignite_ddl.measure.gather import gather_objects
+
+        ranks = gather_objects(self.part(held))
+        return {
+            "source": "/proc (VmHWM)" if self.proc else "getrusage (ru_maxrss, whole run)",
+            "window": "after warm-up" if all(r["reset_after_warmup"] for r in ranks) else "whole run",
+            "limit_bytes": self.limit,
+            "ranks": ranks,
+            "max": _max_over(ranks),
+        }
+
+
+def _max_over(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    def top(values: Iterable[int | None]) -> int | None:
+        found = [v for v in values if v is not None]
+        return max(found) if found else None
+
+    held = [r["held_bytes"] for r in ranks if r["held_bytes"] is not None]
+    cuda = [r["cuda"] for r in ranks if r["cuda"] is not None]
+    return {
+        "peak_rss_bytes": top(r["peak_rss_bytes"] for r in ranks),
+        "workers_peak_rss_bytes": top(r["workers_peak_rss_bytes"] for r in ranks),
+        "held_bytes": top(sum(h.values()) for h in held),
+        "cuda_max_allocated_bytes": top(c["max_allocated_bytes"] for c in cuda),
+        "cuda_max_reserved_bytes": top(c["max_reserved_bytes"] for c in cuda),
+    }
+
+
+def format_memory(memory: dict[str, Any]) -> str:
+    """The memory line of a run's log: the largest figure of each over the ranks."""
+    top = memory["max"]
+    line = (
+        f"memory ({memory['window']}, largest rank): peak resident {format_bytes(top['peak_rss_bytes'])}, "
+        f"held between steps {format_bytes(top['held_bytes'])} (parameters, gradients, optimizer state)"
+    )
+    workers = max((r["workers"] for r in memory["ranks"]), default=0)
+    if workers:
+        private = max(r["workers_private_bytes"] for r in memory["ranks"])
+        line += f", {workers} DataLoader worker(s) {format_bytes(private)} of their own"
+    if top["cuda_max_allocated_bytes"] is not None:
+        line += (
+            f"; CUDA peak allocated {format_bytes(top['cuda_max_allocated_bytes'])}, reserved "
+            f"{format_bytes(top['cuda_max_reserved_bytes'])}"
+        )
+    return line

@@ -70,6 +70,8 @@ COLUMNS = (
     "samples",
     *_COMM_COLUMNS,
     "handlers_s",
+    "micro_steps",
+    "memory_bytes",
 )
 
 
@@ -88,6 +90,7 @@ class StepRecorder:
         device: torch.device | None = None,
         samples: Callable[[Engine], int] = _batch_samples,
         comm: CommTimer | None = None,
+        memory: Callable[[], int] | None = None,
     ):
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
@@ -96,6 +99,8 @@ class StepRecorder:
         self._sync, self._sync_end = device_synchronizer(device), device_synchronizer(device, launch=True)
         self._samples = samples
         self.comm = comm
+        self.memory = memory  # a reading of memory in use, taken at each step's end (memory_bytes)
+        self.micro_steps = 1  # micro-batches per iteration (an iteration is one optimizer step)
         self.rows: list[tuple] = []
         self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
         self._last_end: tuple[int, float] | None = None  # (epoch, time) the previous iteration ended
@@ -111,9 +116,10 @@ class StepRecorder:
         return self
 
     def mark(self, phase: str) -> None:
-        """Called by a train step at the end of ``phase`` (one of :data:`_PHASES`)."""
+        """Called by a train step at the end of ``phase`` (one of :data:`_PHASES`); a phase marked again in the same
+        iteration (one per micro-batch of an accumulated step) adds up."""
         now = self._now(self._sync)
-        self._phases[phase] = now - self._last_mark
+        self._phases[phase] = self._phases.get(phase, 0.0) + now - self._last_mark
         self._last_mark = now
 
     def phases_done(self) -> tuple[str, ...]:
@@ -168,6 +174,8 @@ class StepRecorder:
                 comm.bytes,
                 comm.buckets,
                 handlers,
+                self.micro_steps,
+                self.memory() if self.memory is not None else "",
             )
         )
         self._last_end = (state.epoch, time.perf_counter())

@@ -8,12 +8,14 @@ Example:
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.results import RunRecord, read_json
+from ignite_ddl.launcher.processes import out_of_memory
 from ignite_ddl.sweep.plan import Run
 
 __all__ = ["describe_outcome", "finish_record", "last_error", "new_record"]
@@ -55,8 +57,28 @@ def finish_record(record: RunRecord, threshold: float) -> RunRecord:
         else:
             # A run killed by a signal printed nothing about it: its last line would be a stale log line.
             reason = _exit_reason(code) if code < 0 else last_error(run_dir / "console.log") or _exit_reason(code)
-            record.update({"status": "refused" if code == 2 else "failed", "error": reason})
+            status = "refused" if code == 2 else "failed"
+            if code == -signal.SIGKILL:  # the whole run killed (the kernel's OOM killer picks the largest process)
+                reason = _killed_for_memory(run_dir) or reason
+            if _OUT_OF_MEMORY.search(reason):
+                status = "out_of_memory"
+            record.update({"status": status, "error": reason})
     return record
+
+
+# How the launcher words a rank that ran out of memory: "rank 1 failed: out of memory ..."
+_OUT_OF_MEMORY = re.compile(r"^(rank \d+ failed: )?out of memory")
+
+
+def _killed_for_memory(run_dir: Path) -> str | None:
+    """Why a run killed by SIGKILL ran out of memory, from the last reading its ranks left (None if none was near
+    its limit)."""
+    for reading in sorted((run_dir / "logs").glob("memory_rank*.txt")):
+        rank = int(reading.stem.removeprefix("memory_rank"))
+        said = out_of_memory("", run_dir / "logs", rank, killed=True)
+        if said is not None:
+            return f"rank {rank} failed: {said}"
+    return None
 
 
 def last_error(console: Path) -> str | None:

@@ -52,6 +52,7 @@ from ignite_ddl.measure.flops import (
     utilisation_record,
 )
 from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.memory import MemoryMonitor
 from ignite_ddl.measure.profilers import Profiler, attach_profiler, format_profile
 from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.data import DatasetInfo
@@ -100,6 +101,7 @@ class Measuring:
 
     recorder: StepRecorder | None
     contention: ContentionMonitor
+    memory: MemoryMonitor | None
     profiler: Profiler | None
     watchdog: StallWatchdog | None
 
@@ -110,8 +112,10 @@ class Measuring:
         probe: FlopsProbe | None,
         out: Path,
         log: logging.Logger,
+        held: dict[str, int] | None = None,
     ) -> dict[str, Any]:
-        """Collective: step statistics (with the all-reduce yardstick), profiler tables, FLOPs, contention."""
+        """Collective: step statistics (with the all-reduce yardstick), profiler tables, FLOPs, contention and
+        memory (``held``: the bytes this rank holds for parameters, gradients and optimizer state)."""
         rank, steps = idist.get_rank(), None
         if self.recorder is not None:
             self.recorder.write_csv(out / f"steps_rank{rank}.csv")
@@ -122,6 +126,7 @@ class Measuring:
             "profile": _finish_profiler(self.profiler, out, rank, log) if self.profiler is not None else None,
             "flops": probe.record(steps, idist.get_world_size()) if probe is not None else None,
             "contention": self.contention.gather(),
+            "memory": self.memory.gather(held) if self.memory is not None else None,
         }
 
 
@@ -141,6 +146,12 @@ def attach_measurement(
     if recorder is not None:
         recorder.attach(trainer)
     contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
+    memory = None
+    if config.measure_memory:
+        log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
+        memory = MemoryMonitor(config.warmup_iters, device, log_dir, idist.get_rank()).attach(trainer)
+        if recorder is not None:
+            recorder.memory = memory.sample
     profiler = attach_profiler(
         config.profiler,
         trainer,
@@ -155,7 +166,7 @@ def attach_measurement(
         log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
         watchdog = StallWatchdog(config.stall_seconds(), log_dir, recorder, report=not spawned)
         watchdog.attach(trainer, evaluator)
-    return Measuring(recorder, contention, profiler, watchdog)
+    return Measuring(recorder, contention, memory, profiler, watchdog)
 
 
 def _reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:

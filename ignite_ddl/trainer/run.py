@@ -50,6 +50,7 @@ from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.measure.flops import format_flops
+from ignite_ddl.measure.memory import format_memory
 from ignite_ddl.measure.recorder import StepRecorder, format_steps
 from ignite_ddl.trainer.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
 from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset
@@ -132,7 +133,8 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if config.measure_flops:
         probe = FlopsProbe.measure(parts.model, parts.criterion, loaders.info, parts.device, config.amp)
     wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
-    figures = measuring.gather(parts.model, parts.comm, probe, out, log)
+    held = parts.strategy.held_bytes(parts.model, parts.optimizer)  # between steps, as the run left them
+    figures = measuring.gather(parts.model, parts.comm, probe, out, log, held)
     if handlers.tb is not None:
         _log_run_scalars(handlers.tb, figures, parts.trainer.state.iteration)
         handlers.tb.close()
@@ -328,6 +330,7 @@ def _finish(
             "stopped_early_at_epoch": stopped_early,
             "confusion_matrix": handlers.evaluation.confusion_matrix,
             "flops": flops,
+            "memory": figures["memory"],
         }
     )
     if idist.get_rank() == 0:
@@ -338,6 +341,8 @@ def _finish(
             log.info("\n" + format_steps(steps))
         if flops is not None and flops["achieved_flops_per_s"] is not None:
             log.info(format_flops(flops))
+        if figures["memory"] is not None:
+            log.info(format_memory(figures["memory"]))
         if summary["diverged"]:
             log.warning(f"the run diverged: {summary['diverged']}")
     log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
