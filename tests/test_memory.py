@@ -91,10 +91,8 @@ def test_a_run_killed_near_its_memory_limit_is_recorded_as_out_of_memory(tmp_pat
     (run_dir / "logs" / "memory_rank0.txt").write_text(f"{int(11.5e9)} {int(12e9)}\n")
     done = finish_record(dict(record), threshold=0.1)
     assert done["status"] == "out_of_memory"
-    assert (
-        done["error"]
-        == "rank 0 failed: out of memory: killed by SIGKILL with 11.50 GB resident of a 12.00 GB limit at its last reading"
-    )
+    said = "out of memory: killed by SIGKILL with 11.50 GB resident of a 12.00 GB limit at its last reading"
+    assert done["error"] == f"rank 0 failed: {said}"
     (run_dir / "logs" / "memory_rank0.txt").write_text(f"{int(1e9)} {int(12e9)}\n")  # far from the limit
     assert finish_record(dict(record), threshold=0.1)["status"] == "failed"
 

@@ -47,7 +47,7 @@ DATASETS = ("synthetic", "digits", "mnist", "cifar10")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers", "torch")
-STRATEGIES = ("auto", "none", "ddp")
+STRATEGIES = ("auto", "none", "ddp", "fsdp")
 TRACKERS = ("none", "mlflow")
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -168,6 +168,14 @@ class TrainConfig(LaunchOptions):
         "auto_dataloader does; nothing to gain on CPU)",
         role=Role.TRAINING,
     )
+    accumulate: int = option(
+        1,
+        "gradient accumulation: each optimizer step runs N micro-batches (batch_size stays the global batch per "
+        "optimizer step, split into world size x N micro-batches)",
+        role=Role.TRAINING,
+        low=1,
+        high=4096,
+    )
     # -- optimisation
     lr: float = option(0.05, "peak learning rate", role=Role.TRAINING, low=0)
     momentum: float = option(0.9, "SGD momentum", role=Role.TRAINING, low=0)
@@ -179,8 +187,8 @@ class TrainConfig(LaunchOptions):
     # -- how the model is held across ranks
     strategy: str = option(
         "auto",
-        "how the model is held across ranks: none (one process) | ddp (a replica per rank) | auto (none for one "
-        "process, ddp for several)",
+        "how the model is held across ranks: none (one process) | ddp (a replica per rank) | fsdp (parameters, "
+        "gradients and optimizer state sharded over the ranks, FSDP2) | auto (none for one process, ddp for several)",
         role=Role.LAYOUT,
         choices=STRATEGIES,
     )

@@ -82,7 +82,9 @@ BatchInfo = TypedDict(
     {
         "requested_global": Annotated[int, "the `--batch-size` asked for (the *global* batch)"],
         "per_rank": Annotated[int, "`requested_global // world_size`, as `auto_dataloader` computes it"],
-        "global": Annotated[int, "the effective global batch: `per_rank * world_size`"],
+        "global": Annotated[int, "the effective global batch per optimizer step: `per_rank * world_size`"],
+        "accumulate": NotRequired[Annotated[int, "micro-batches per optimizer step (`--accumulate`)"]],
+        "micro": NotRequired[Annotated[int, "samples in one micro-batch of a rank: `per_rank // accumulate`"]],
     },
 )
 
@@ -314,6 +316,7 @@ class Summary(TypedDict, total=False):
     dataset: Annotated[str, "the dataset trained on"]
     model: Annotated[str, "the model trained"]
     amp: Annotated[str, "the mixed-precision mode"]
+    strategy: Annotated[str, "how the model was held across ranks: `none`, `ddp` or `fsdp` (`auto` resolved)"]
     batch: Annotated[BatchInfo, "the batch, requested and effective"]
     epochs: Annotated[int, "epochs begun"]
     iterations: Annotated[int, "iterations done"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import Callable
 from typing import Any
 
 import ignite.distributed as idist
@@ -75,29 +76,53 @@ def create_trainer(
     amp: str = "none",
     scaler: torch.amp.GradScaler | None = None,
     recorder: StepRecorder | None = None,
+    accumulate: int = 1,
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
+    With ``accumulate`` N > 1, a step splits this rank's batch into N micro-batches, runs forward and backward on
+    each (the first N - 1 inside ``no_sync()``: gradients accumulate without communicating) and steps the optimizer
+    once; each micro-batch's loss is divided by N, so the step's gradient is the whole batch's mean, as without
+    accumulation. An iteration is one optimizer step either way.
+
     Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
-    reports the end of each phase to it (attach the recorder to the returned engine).
+    reports the end of each phase to it (attach the recorder to the returned engine); the phases of the
+    micro-batches add up.
     """
     mark = recorder.mark if recorder is not None else lambda phase: None
+    if recorder is not None:
+        recorder.micro_steps = accumulate
+
+    def backward(loss: torch.Tensor) -> None:
+        (scaler.scale(loss) if scaler is not None else loss).backward()
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         model.train()
         x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
-        with autocast(device, amp):
-            loss = criterion(model(x), y)
-        mark("forward")
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
+        if accumulate == 1:
+            with autocast(device, amp):
+                loss = criterion(model(x), y)
+            mark("forward")
+            optimizer.zero_grad(set_to_none=True)
+            backward(loss)
             mark("backward")
+        else:
+            total = torch.zeros((), device=device)
+            optimizer.zero_grad(set_to_none=True)
+            for i, (xi, yi) in enumerate(zip(x.chunk(accumulate), y.chunk(accumulate))):
+                with no_sync() if i < accumulate - 1 else contextlib.nullcontext():
+                    with autocast(device, amp):
+                        part = criterion(model(xi), yi) / accumulate
+                    mark("forward")
+                    backward(part)
+                    mark("backward")
+                total += part.detach().float()
+            loss = total
+        if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
-            mark("backward")
             optimizer.step()
         mark("optimizer")
         return {"loss": loss.item(), "samples": x.shape[0]}

@@ -125,13 +125,20 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if setup is not None:
         setup(TrainingRun(config, parts.trainer, parts.evaluator, parts.model, parts.optimizer, loaders))
     env = _record_config(config, plan, parts.device, out)
+    micro = loaders.per_rank_batch // config.accumulate
+    accumulation = ""
+    if config.accumulate > 1:
+        accumulation = f" per optimizer step, in {config.accumulate} micro-batches of {micro}"
     log.info(
         f"rank {idist.get_rank()}/{env['world_size']} on {env['device']['name']}, {torch.get_num_threads()} "
-        f"threads, batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global"
+        f"threads, batch {loaders.per_rank_batch} per rank / {loaders.global_batch} global{accumulation}, "
+        f"strategy {parts.strategy.name}"
     )
     probe = None
     if config.measure_flops:
-        probe = FlopsProbe.measure(parts.model, parts.criterion, loaders.info, parts.device, config.amp)
+        # The FLOPs of the module as built: a sharded model's forward would gather parameters (a collective).
+        counted = parts.model if parts.strategy.name != "fsdp" else _unplaced_model(config, loaders)
+        probe = FlopsProbe.measure(counted, parts.criterion, loaders.info, parts.device, config.amp)
     wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
     held = parts.strategy.held_bytes(parts.model, parts.optimizer)  # between steps, as the run left them
     figures = measuring.gather(parts.model, parts.comm, probe, out, log, held)
@@ -171,9 +178,27 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
     comm = strategy.comm_timer(model, device) if config.record_steps and config.comm_timing else None
     recorder = StepRecorder(config.warmup_iters, device, comm=comm) if config.record_steps else None
-    trainer = create_trainer(model, optimizer, criterion, device, config.amp, scaler, recorder)
+    trainer = create_trainer(
+        model,
+        optimizer,
+        criterion,
+        device,
+        config.amp,
+        scaler,
+        recorder,
+        accumulate=config.accumulate,
+        no_sync=lambda: strategy.no_sync(model),
+    )
     evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
+    # A sharded model gathers its parameters for the evaluator (ranks hold different numbers of batches).
+    evaluator.add_event_handler(Events.STARTED, lambda _: strategy.begin_evaluation(model))
+    evaluator.add_event_handler(Events.COMPLETED, lambda _: strategy.end_evaluation(model))
     return Parts(strategy, device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator)
+
+
+def _unplaced_model(config: TrainConfig, loaders: Loaders) -> nn.Module:
+    info = loaders.info
+    return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
 
 
 @dataclass(frozen=True)
@@ -195,7 +220,8 @@ def attach_handlers(
     config: TrainConfig, parts: Parts, loaders: Loaders, recorder: StepRecorder | None, out: Path, log: logging.Logger
 ) -> Handlers:
     trainer, evaluator, rank = parts.trainer, parts.evaluator, idist.get_rank()
-    to_save: dict[str, Any] = {"trainer": trainer, "model": parts.model, "optimizer": parts.optimizer}
+    saved_model, saved_optimizer = parts.strategy.saved(parts.model, parts.optimizer)
+    to_save: dict[str, Any] = {"trainer": trainer, "model": saved_model, "optimizer": saved_optimizer}
     if parts.scaler is not None:
         to_save["scaler"] = parts.scaler
     scheduler = attach_schedule(trainer, parts.optimizer, config, len(loaders.train))
@@ -218,7 +244,7 @@ def attach_handlers(
         to_save["early_stopping"] = early  # a resumed run goes on counting evaluations without improvement
     checkpoint = attach_checkpoints(trainer, to_save, out, config.checkpoint_every) if config.checkpoints else None
     if config.best_model:
-        attach_best_model(trainer, evaluator, parts.model, out)
+        attach_best_model(trainer, evaluator, saved_model, out)
     if config.max_iters:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
     if tb is not None:
@@ -448,7 +474,10 @@ def _summary(
             "requested_global": config.batch_size,
             "per_rank": loaders.per_rank_batch,
             "global": loaders.global_batch,
+            "accumulate": config.accumulate,
+            "micro": loaders.per_rank_batch // config.accumulate,
         },
+        "strategy": strategy_for(config.strategy, idist.get_world_size()).name,
         "epochs": trainer.state.epoch,
         "iterations": trainer.state.iteration,
         "epoch_length": cast(int, trainer.state.epoch_length),  # set by Engine.run
@@ -488,6 +517,12 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
     strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
+    micro = plan.world_size * config.accumulate
+    if config.accumulate > 1 and config.batch_size % micro:
+        raise ConfigError(
+            f"batch_size is the global batch per optimizer step: {config.batch_size} cannot be split into "
+            f"{plan.world_size} process(es) x {config.accumulate} micro-batches (make it a multiple of {micro})"
+        )
     _check_writable(Path(config.output_dir))
 
 
