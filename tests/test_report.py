@@ -330,10 +330,81 @@ def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_p
     }
     report = write_report(tmp_path).read_text()
     assert "rank 0 waits 8.0 ms per step for rank 1 in the gradient all-reduce" in report
-    assert "| overlap % | exposed comm % | busbw GB/s | isolated GB/s | GFLOP/s per rank | % of matmul rate |" in report
+    assert "| config | strategy | overlap % | exposed comm % | busbw GB/s | isolated GB/s |" in report
+    assert "| config | MFLOPs per sample | GFLOP/s per rank | % of matmul rate |" in report
     assert "% of datasheet peak" not in report  # no configuration has one: no empty column
     events = EventAccumulator(str(tmp_path / "tb_hparams" / "configs" / "cfg000"))
     events.Reload()
     assert events.Scalars("hparam/comm_overlap")[0].value == pytest.approx(0.4)
     assert events.Scalars("hparam/busbw_GBps")[0].value == pytest.approx(0.2)
     assert events.Scalars("hparam/utilisation_attainable")[0].value == pytest.approx(0.2)
+
+
+# -- what fits: memory in the verdict
+
+
+def _with_memory(rec: dict, peak_mib: float) -> dict:
+    rec["summary"]["memory"] = {
+        "source": "/proc (VmHWM)",
+        "window": "after warm-up",
+        "limit_bytes": None,
+        "ranks": [],
+        "max": {"peak_rss_bytes": peak_mib * 2**20, "held_bytes": 1e6, "workers_peak_rss_bytes": 0},
+    }
+    return rec
+
+
+def _memory_sweep(spec: dict | None = None) -> dict:
+    """Three configurations tied on speed: cfg000 one process with 600 MiB, cfg001 two processes with 400 MiB,
+    cfg002 two processes with 300 MiB; and cfg003, clearly faster, that needs 900 MiB."""
+    rates = {0: [100, 104, 98], 1: [101, 99, 103], 2: [99, 102, 100], 3: [150, 152, 149]}
+    memory = {0: 600, 1: 400, 2: 300, 3: 900}
+    procs = {0: 1, 1: 2, 2: 2, 3: 2}
+    records = [
+        _with_memory(record(i, r, v, procs=procs[i], batch=64 * (1 + i)), memory[i])
+        for i in rates
+        for r, v in enumerate(rates[i])
+    ]
+    return {"records": records, "meta": {"spec": spec or {}}}
+
+
+def test_among_configurations_tied_on_speed_the_cheapest_is_recommended():
+    sweep = _memory_sweep()
+    tied = [r for r in sweep["records"] if r["index"] != 3]
+    verdict = analyze(tied, sweep["meta"]).verdicts[0]
+    assert verdict.best is None and set(verdict.tied) == {"cfg000", "cfg001", "cfg002"}
+    assert verdict.recommended == "cfg000"  # fewest processes first
+    assert "cfg000 uses 1 process instead of 2" in verdict.recommendation
+    two_procs = [r for r in tied if r["index"] != 0]
+    verdict = analyze(two_procs, sweep["meta"]).verdicts[0]
+    assert verdict.recommended == "cfg002"  # then the lowest peak memory: 300 MiB against 400
+    assert verdict.recommendation.endswith("cfg002 25 % less memory per rank")
+    config = analyze(two_procs, sweep["meta"]).config("cfg002")
+    assert config.peak_memory.value == 300 * 2**20 and config.peak_memory.low == config.peak_memory.high  # sd 0
+
+
+def test_a_configuration_above_the_memory_limit_is_never_recommended(tmp_path):
+    sweep = _memory_sweep({"memory_limit_mb": 800})
+    analysis = analyze(sweep["records"], sweep["meta"])
+    verdict = analysis.verdicts[0]
+    assert verdict.best == "cfg003" and verdict.does_not_fit == ["cfg003"]
+    assert verdict.recommended == "cfg000" and "cfg003 faster but does not fit" in verdict.recommendation
+    assert any(f.kind == "does-not-fit" and f.config == "cfg003" for f in analysis.flags)
+    without_limit = analyze(sweep["records"], {"spec": {}}).verdicts[0]
+    assert without_limit.recommended == "cfg003"
+    for rec in sweep["records"]:
+        append_record(tmp_path / "results.jsonl", rec)
+    (tmp_path / "sweep.json").write_text('{"spec": {"memory_limit_mb": 800}}')
+    report = write_report(tmp_path).read_text()
+    assert "**Recommended: cfg000" in report and "Does not fit (never recommended): cfg003." in report
+    assert "| peak memory/rank MiB |" in report and "### Memory" in report
+
+
+def test_a_configuration_that_ran_out_of_memory_does_not_fit():
+    sweep = _memory_sweep()
+    records = [r for r in sweep["records"] if r["index"] != 3]
+    failed = record(3, 0, 0.0, procs=2)
+    failed.update(status="out_of_memory", summary=None, error="rank 1 failed: out of memory: ...")
+    analysis = analyze([*records, failed], sweep["meta"])
+    assert analysis.config("cfg003").fits is False and "cfg003" in analysis.verdicts[0].does_not_fit
+    assert any(f.kind == "out-of-memory" for f in analysis.flags)

@@ -84,9 +84,7 @@ def test_a_sharded_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp
 def test_accumulation_takes_the_same_steps_and_communicates_once_per_step(tmp_path, strategy):
     one = {**COMMON, "epochs": 1}
     once = train(TrainConfig(nproc_per_node=2, strategy=strategy, output_dir=str(tmp_path / "1"), **one))
-    twice = train(
-        TrainConfig(nproc_per_node=2, strategy=strategy, accumulate=2, output_dir=str(tmp_path / "2"), **one)
-    )
+    twice = train(TrainConfig(nproc_per_node=2, strategy=strategy, accumulate=2, output_dir=str(tmp_path / "2"), **one))
     assert twice["batch"]["accumulate"] == 2 and twice["batch"]["micro"] == 8 and twice["batch"]["global"] == 32
     assert twice["iterations"] == once["iterations"]  # an iteration is an optimizer step
     assert _max_diff(_final_weights(twice), _final_weights(once)) < TOLERANCE

@@ -47,6 +47,7 @@ from ignite_ddl.report.stats import (
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
 
+MIB = float(1 << 20)
 MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
 SUPERLINEAR = 1.05  # efficiency above this is suspect
 CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
@@ -74,6 +75,10 @@ FLAG_MEANINGS = {
     "transients weigh heavily; raise epochs or train_size, or lower warmup_iters",
     "unreadable": "lines of the results that are not run records (a write cut short, damage, foreign data) were "
     "skipped, and every record around them was read; a sweep's --resume moves them to results.jsonl.rejected",
+    "out-of-memory": "a run ran out of memory (an allocation failed, or the rank was killed near its memory limit): "
+    "the configuration does not fit this machine and is never recommended",
+    "does-not-fit": "the configuration's peak memory per rank is above the sweep's memory_limit_mb: it is never "
+    "recommended, however fast it is",
     "provisional": f"fewer than {MIN_REPEATS} completed repeats per configuration: intervals are very wide (or "
     "missing) and the verdict may change with more runs",
 }
@@ -152,6 +157,13 @@ class ConfigResult:
     global_batch: int | None = None
     profiler: dict[str, Any] | None = None
     confusion_matrix: list[list[int]] | None = None  # validation, summed over the runs used
+    strategy: str | None = None  # none / ddp / fsdp, as the runs resolved it
+    peak_memory: Estimate = field(default_factory=lambda: Estimate(None))  # bytes: the largest rank's peak per run
+    memory_kind: str | None = None  # what peak_memory is: "resident" (host) or "CUDA reserved"
+    workers_memory: float | None = None  # bytes the largest rank's DataLoader workers hold of their own
+    held_bytes: float | None = None  # parameters + gradients + optimizer state of the largest rank
+    out_of_memory: int = 0  # runs that ran out of memory
+    fits: bool = True  # within the spec's memory_limit_mb (and no run ran out of memory)
 
     @property
     def name(self) -> str:
@@ -185,6 +197,9 @@ class Verdict:
     repeats_needed: dict[str, int | None] = field(default_factory=dict)  # tied config -> repeats to separate it
     reason: str = ""
     unmeasured: list[str] = field(default_factory=list)  # configurations of the workload with no usable run
+    recommended: str | None = None  # the configuration to use: the best, or the cheapest of those tied with it
+    recommendation: str = ""  # why, in words
+    does_not_fit: list[str] = field(default_factory=list)  # above the memory limit, or ran out of memory
 
 
 @dataclass
@@ -305,9 +320,18 @@ def analyze(
     axes = list(spec.get("workload") or WORKLOAD_OPTIONS)
     threshold = spec.get("contention_threshold", CONTENTION_THRESHOLD)
     configs = _configs(records, axes, include_contended)
+    limit_mb = spec.get("memory_limit_mb")
+    limit = float(limit_mb) * MIB if _number(limit_mb) and limit_mb > 0 else None
+    for config in configs:
+        config.out_of_memory = sum(r.status == "out_of_memory" for r in config.runs)
+        too_big = limit is not None and config.peak_memory.value is not None and config.peak_memory.value > limit
+        config.fits = not too_big and not config.out_of_memory
     _speedups(configs, confidence)
     flags = _flags(configs, meta)
+    flags += _memory_flags(configs, limit)
     verdicts = [_verdict(name, rows, confidence) for name, rows in _by_workload(configs).items()]
+    for verdict in verdicts:
+        _recommend(verdict, [c for c in configs if c.workload == verdict.workload], limit)
     flags += [Flag("provisional", None, f"workload {v.workload}") for v in verdicts if v.provisional]
     measured = sum(r.measured_s or 0.0 for c in configs for r in c.runs if r.status == "completed")
     elapsed = sum(r.elapsed_s or 0.0 for c in configs for r in c.runs)
@@ -448,10 +472,31 @@ def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_con
     config.measured_iterations = min(iterations) if iterations else None
     config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
     config.confusion_matrix = _summed_matrix([s.get("confusion_matrix") for s in summaries])
+    config.strategy = first.get("strategy") if isinstance(first.get("strategy"), str) else None
+    _describe_memory(config, summaries)
     flops = [_dict(s.get("flops")) for s in summaries]
     config.flops_per_sample = _mean([_dict(f.get("per_sample")).get("total") for f in flops])
     for key in ("achieved_flops_per_s", "utilisation_attainable", "utilisation_peak"):
         setattr(config, key, _mean([f.get(key) for f in flops]))
+
+
+def _describe_memory(config: ConfigResult, summaries: list[dict[str, Any]]) -> None:
+    """Peak memory per run (its largest rank: CUDA's peak reserved where there is one, else the resident set),
+    with an interval over the runs used; what the workers and the held state take."""
+    memories = [_dict(s.get("memory")) for s in summaries]
+    tops = [_dict(m.get("max")) for m in memories]
+    cuda = [t.get("cuda_max_reserved_bytes") for t in tops if _number(t.get("cuda_max_reserved_bytes"))]
+    if cuda:
+        config.peak_memory, config.memory_kind = mean_interval([float(cast(float, v)) for v in cuda]), "CUDA reserved"
+    else:
+        host = [float(t["peak_rss_bytes"]) for t in tops if _number(t.get("peak_rss_bytes"))]
+        config.peak_memory, config.memory_kind = mean_interval(host), "resident" if host else None
+    config.held_bytes = _mean([t.get("held_bytes") for t in tops])
+    private = [
+        max((r.get("workers_private_bytes") or 0 for r in m.get("ranks", []) if isinstance(r, dict)), default=None)
+        for m in memories
+    ]
+    config.workers_memory = _mean(private)
 
 
 def _step_parts(rank: dict[str, Any]) -> dict[str, float | None]:
@@ -599,6 +644,76 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
     }
     verdict.reason = "their intervals overlap the fastest configuration's"
     return verdict
+
+
+def _memory_flags(configs: list[ConfigResult], limit: float | None) -> list[Flag]:
+    flags = []
+    for config in configs:
+        if config.out_of_memory:
+            flags.append(Flag("out-of-memory", config.name, f"{config.out_of_memory} run(s) ran out of memory"))
+        elif not config.fits and limit is not None and config.peak_memory.value is not None:
+            flags.append(
+                Flag(
+                    "does-not-fit",
+                    config.name,
+                    f"peak {config.memory_kind} memory {config.peak_memory.value / MIB:.0f} MiB per rank > the "
+                    f"limit of {limit / MIB:.0f} MiB",
+                )
+            )
+    return flags
+
+
+def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
+    """What makes ``cheap`` cheaper than ``than``, in words."""
+    reasons = []
+    if cheap.world_size < than.world_size:
+        reasons.append(
+            f"uses {cheap.world_size} process{'es' if cheap.world_size > 1 else ''} instead of {than.world_size}"
+        )
+    mine, theirs = cheap.peak_memory.value, than.peak_memory.value
+    if mine is not None and theirs:
+        share = 1 - mine / theirs
+        if share > 0:
+            reasons.append(f"{100 * share:.0f} % less memory per rank")
+    return " and ".join(reasons) or "is no more expensive"
+
+
+def _recommend(verdict: Verdict, configs: list[ConfigResult], limit: float | None) -> None:
+    """The configuration to use: the best where one is named; among configurations tied on speed, the cheapest
+    (fewest processes, then the lowest peak memory per rank); never one that does not fit."""
+    measured = sorted(
+        (c for c in configs if c.throughput.value is not None), key=lambda c: -cast(float, c.throughput.value)
+    )
+    verdict.does_not_fit = [c.name for c in configs if not c.fits]
+    fitting = [c for c in measured if c.fits]
+    if not fitting:
+        if measured:
+            verdict.recommendation = "nothing measured fits within the memory limit (or every one ran out of memory)"
+        return
+    lead = fitting[0]
+    if verdict.best is not None and verdict.best == lead.name:
+        verdict.recommended = lead.name
+        verdict.recommendation = f"{lead.name}: the fastest, separated from every other configuration"
+        return
+    peers = [lead]
+    if lead.throughput.has_interval:
+        peers += [c for c in fitting[1:] if not separated(lead.throughput, c.throughput)]
+    infinite = float("inf")
+    cheapest = min(
+        peers, key=lambda c: (c.world_size, c.peak_memory.value or infinite, -cast(float, c.throughput.value))
+    )
+    verdict.recommended = cheapest.name
+    slower = [c.name for c in measured if c not in fitting and measured.index(c) < measured.index(lead)]
+    unfit = f" ({', '.join(slower)} faster but does not fit)" if slower else ""
+    if len(peers) == 1:
+        verdict.recommendation = f"{lead.name}: the fastest configuration that fits{unfit}"
+    elif cheapest is lead:
+        others = ", ".join(c.name for c in peers if c is not lead)
+        verdict.recommendation = f"{lead.name}: tied on speed with {others}, and none of them is cheaper{unfit}"
+    else:
+        verdict.recommendation = (
+            f"{cheapest.name}: tied on speed with {lead.name}; {cheapest.name} {_cheaper(cheapest, lead)}{unfit}"
+        )
 
 
 def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:

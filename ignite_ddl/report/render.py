@@ -10,7 +10,7 @@ from typing import Any
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
 from ignite_ddl.measure.profilers import format_profile
-from ignite_ddl.report.analysis import FLAG_MEANINGS, MIN_REPEATS, Analysis, ConfigResult, load, notes
+from ignite_ddl.report.analysis import FLAG_MEANINGS, MIB, MIN_REPEATS, Analysis, ConfigResult, load, notes
 from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.stats import Estimate
@@ -150,6 +150,8 @@ def verdict_lines(analysis: Analysis) -> list[str]:
             lines.append(f"{where}statistically tied: {', '.join(v.tied)} ({v.reason}){tag}")
         else:
             lines.append(f"{where}no verdict: {v.reason}")
+        if v.recommendation and not (v.best is not None and v.recommended == v.best):
+            lines.append(f"{where}recommended: {v.recommendation}")
     return lines
 
 
@@ -186,6 +188,10 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
                     )
         else:
             items.append(f"No verdict: {v.reason}.")
+        if v.recommendation:
+            items.append(f"**Recommended: {v.recommendation}.**")
+        if v.does_not_fit:
+            items.append(f"Does not fit (never recommended): {', '.join(v.does_not_fit)}.")
         if v.runner_up is not None and v.difference is not None:
             p = "needs 2 runs of each" if v.welch_p is None else f"p = {v.welch_p:.3g}"
             items.append(f"fastest vs runner-up ({v.runner_up}): {100 * v.difference:+.1f} %, Welch's t-test {p}")
@@ -249,6 +255,95 @@ def _measured_section(doc: Document, analysis: Analysis) -> None:
         doc.table(["where the completed runs' wall time went", "s", "%"], rows)
 
 
+def _mb(nbytes: float | None) -> float | None:
+    return None if nbytes is None else nbytes / MIB
+
+
+def _config_flags(analysis: Analysis, config: ConfigResult) -> str:
+    kinds = list(dict.fromkeys(f.kind for f in analysis.flags if f.config == config.name))
+    return ", ".join(kinds)
+
+
+def _decision_table(analysis: Analysis) -> Table:
+    """What a decision needs, narrow enough for a laptop's screen: the configuration, its throughput with the
+    interval, speed-up and efficiency, peak memory per rank, and its flags. The rest is in the detail tables."""
+    grid_keys = list(dict.fromkeys(k for c in analysis.configs for k in c.grid))
+    several = len(analysis.verdicts) > 1
+    pct = round(100 * analysis.confidence)
+    memory = any(c.peak_memory.value is not None for c in analysis.configs)
+    header = [
+        "config",
+        *grid_keys,
+        *(["workload"] if several else []),
+        "samples/s",
+        f"{pct}% interval",
+        "speed-up",
+        "efficiency",
+        *(["peak memory/rank MiB"] if memory else []),
+        "flags",
+    ]
+    rows = []
+    for c in analysis.configs:
+        rows.append(
+            [
+                c.name,
+                *[c.grid.get(k) for k in grid_keys],
+                *([c.workload] if several else []),
+                _rate(c.throughput.value),
+                _interval(c.throughput),
+                _ratio(c.speedup),
+                _ratio(c.efficiency),
+                *([_memory_cell(c)] if memory else []),
+                _config_flags(analysis, c),
+            ]
+        )
+    return header, rows
+
+
+def _memory_cell(c: ConfigResult) -> str:
+    e = c.peak_memory
+    if e.value is None:
+        return "-"
+    text = f"{e.value / MIB:.0f}"
+    if e.has_interval:
+        text += f" ({_interval(e.scaled(1 / MIB))})"
+    return text
+
+
+Table = tuple[list[str], list[list[Any]]]
+
+
+def _drop_empty(header: list[str], rows: list[list[Any]], optional: tuple[str, ...]) -> Table:
+    """The table without the optional columns no configuration has a figure for."""
+    empty = {i for i, h in enumerate(header) if h in optional and all(row[i] is None for row in rows)}
+    return [h for i, h in enumerate(header) if i not in empty], [
+        [v for i, v in enumerate(r) if i not in empty] for r in rows
+    ]
+
+
+def _timing_table(analysis: Analysis) -> Table:
+    header = ["config", "world", "runs", "cv %", "step p50 ms", "step p90 ms", "data wait %", "straggler", "val acc"]
+    rows = []
+    for c in analysis.configs:
+        straggler = c.straggler
+        used, total = len(c.samples_per_s), len({r.repeat for r in c.runs})
+        cv = c.throughput.cv
+        rows.append(
+            [
+                c.name,
+                c.world_size,
+                f"{used}/{total}",
+                None if cv is None else 100 * cv,
+                None if c.step_p50_s is None else 1e3 * c.step_p50_s,
+                None if c.step_p90_s is None else 1e3 * c.step_p90_s,
+                None if c.data_share is None else 100 * c.data_share,
+                f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
+                c.val_accuracy,
+            ]
+        )
+    return header, rows
+
+
 # Figures no configuration may have (one process: no communication; a CPU: no datasheet peak): a column only
 # where some configuration has them.
 _OPTIONAL_COLUMNS = (
@@ -259,66 +354,106 @@ _OPTIONAL_COLUMNS = (
     "GFLOP/s per rank",
     "% of matmul rate",
     "% of datasheet peak",
+    "workers' own MiB",
+    "held MiB",
 )
 
 
-def _config_table(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
-    grid_keys = list(dict.fromkeys(k for c in analysis.configs for k in c.grid))
-    several = len(analysis.verdicts) > 1
-    pct = round(100 * analysis.confidence)
-    header = [
-        "config",
-        *grid_keys,
-        *(["workload"] if several else []),
-        "world",
-        "samples/s",
-        f"{pct}% interval",
-        "runs",
-        "cv %",
-        "step p50 ms",
-        "step p90 ms",
-        "data wait %",
-        *_OPTIONAL_COLUMNS,
-        "straggler",
-        "speedup",
-        "efficiency",
-        "val acc",
-    ]
+def _communication_table(analysis: Analysis) -> Table:
+    header = ["config", "strategy", "overlap %", "exposed comm %", "busbw GB/s", "isolated GB/s"]
     rows = []
     for c in analysis.configs:
-        straggler = c.straggler
-        used, total = len(c.samples_per_s), len({r.repeat for r in c.runs})
-        cv = c.throughput.cv
+        if c.world_size < 2:
+            continue
         rows.append(
             [
                 c.name,
-                *[c.grid.get(k) for k in grid_keys],
-                *([c.workload] if several else []),
-                c.world_size,
-                _rate(c.throughput.value),
-                _interval(c.throughput),
-                f"{used}/{total}",
-                None if cv is None else 100 * cv,
-                None if c.step_p50_s is None else 1e3 * c.step_p50_s,
-                None if c.step_p90_s is None else 1e3 * c.step_p90_s,
-                None if c.data_share is None else 100 * c.data_share,
+                c.strategy or "-",
                 None if c.overlap is None else 100 * c.overlap,
                 None if c.exposed_share is None else 100 * c.exposed_share,
                 None if c.busbw_Bps is None else c.busbw_Bps / 1e9,
                 None if c.reference_busbw_Bps is None else c.reference_busbw_Bps / 1e9,
-                None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
-                None if c.utilisation_attainable is None else 100 * c.utilisation_attainable,
-                None if c.utilisation_peak is None else 100 * c.utilisation_peak,
-                f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
-                _ratio(c.speedup),
-                _ratio(c.efficiency),
-                c.val_accuracy,
             ]
         )
-    empty = {i for i, h in enumerate(header) if h in _OPTIONAL_COLUMNS and all(row[i] is None for row in rows)}
-    header = [h for i, h in enumerate(header) if i not in empty]
-    rows = [[v for i, v in enumerate(row) if i not in empty] for row in rows]
-    return header, rows
+    return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+
+
+def _flops_table(analysis: Analysis) -> Table:
+    header = ["config", "MFLOPs per sample", "GFLOP/s per rank", "% of matmul rate", "% of datasheet peak"]
+    rows = [
+        [
+            c.name,
+            c.flops_per_sample / 1e6,
+            None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
+            None if c.utilisation_attainable is None else 100 * c.utilisation_attainable,
+            None if c.utilisation_peak is None else 100 * c.utilisation_peak,
+        ]
+        for c in analysis.configs
+        if c.flops_per_sample is not None
+    ]
+    return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+
+
+def _memory_table(analysis: Analysis) -> Table:
+    header = [
+        "config",
+        "world",
+        "strategy",
+        "peak MiB/rank",
+        "interval",
+        "what",
+        "held MiB",
+        "workers' own MiB",
+        "fits",
+    ]
+    rows = []
+    for c in analysis.configs:
+        e = c.peak_memory
+        if e.value is None and not c.out_of_memory:
+            continue
+        rows.append(
+            [
+                c.name,
+                c.world_size,
+                c.strategy or "-",
+                _mb(e.value),
+                _interval(e.scaled(1 / MIB)) if e.has_interval else "-",
+                c.memory_kind or "-",
+                _mb(c.held_bytes),
+                _mb(c.workers_memory) or None,
+                "yes" if c.fits else ("out of memory" if c.out_of_memory else "no"),
+            ]
+        )
+    return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+
+
+def _config_tables(doc: Document, analysis: Analysis) -> None:
+    """The decision table, then one table per topic."""
+    doc.table(*_decision_table(analysis))
+    for title, (header, rows), text in (
+        ("Timing", _timing_table(analysis), "Runs = used / repeats; cv = standard deviation / mean."),
+        (
+            "Communication",
+            _communication_table(analysis),
+            "Gradient communication per step (configurations of 2 or more processes): the share of it hidden "
+            "behind backward compute, what is exposed as a share of the step, the bus bandwidth achieved and that of "
+            "an isolated all-reduce of the same size. FSDP's all-gathers and reduce-scatters are not split: "
+            "their figures are blank.",
+        ),
+        ("FLOPs", _flops_table(analysis), "Model FLOPs (forward + backward) and what each rank achieved."),
+        (
+            "Memory",
+            _memory_table(analysis),
+            "Peak memory of the largest rank (after warm-up; CUDA's peak reserved where there is a GPU, else the "
+            "resident set), mean and interval over the runs used; held = parameters + gradients + optimizer "
+            "state between steps; workers' own = what the DataLoader workers hold beyond the pages they share "
+            "with their rank.",
+        ),
+    ):
+        if rows and len(header) > 1:
+            doc.heading(title, 3)
+            doc.paragraph(text)
+            doc.table(header, rows)
 
 
 def _environment(doc: Document, analysis: Analysis) -> None:
@@ -364,7 +499,7 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
         "data wait + forward + optimizer step of a rank: the straggler is the rank whose own time is largest, "
         "as a ratio to the median rank's."
     )
-    doc.table(*_config_table(analysis))
+    _config_tables(doc, analysis)
     found = notes(analysis)
     if found:
         doc.heading("Where time is lost")

@@ -130,6 +130,15 @@ class Spec(Options):
     rerun_contended: int = option(
         0, "re-run a run up to N times while other processes contend for the machine", role=Role.SWEEP, low=0, high=100
     )
+    memory_limit_mb: float | None = option(
+        None,
+        "the memory one rank may use, MiB: configurations whose peak is above it are marked 'does not fit' and "
+        "never recommended",
+        role=Role.SWEEP,
+        low=0,
+        low_open=True,
+        high=1 << 40,
+    )
     executor: str = option(
         "local",
         "run configurations here, one after another (local), or as SLURM jobs via submitit (slurm)",
