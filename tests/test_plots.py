@@ -113,6 +113,13 @@ def sweep(tmp_path: Path, n_axes: int, repeats: int = 3, seed: int = 0) -> list[
                 "diverged": None,
                 "confusion_matrix": [[rng.randrange(1, 20) for _ in range(10)] for _ in range(10)],
                 "contention": {"foreign_cpu_share": 0.01, "foreign_gpu_share": None, "nodes": []},
+                "memory": {
+                    "source": "/proc (VmHWM)",
+                    "window": "after warm-up",
+                    "limit_bytes": None,
+                    "ranks": [],
+                    "max": {"peak_rss_bytes": (300 + 2 * batch / procs) * 2**20 * rng.gauss(1.0, 0.02)},
+                },
                 "steps": {
                     "warmup_iterations": 5,
                     "ranks": ranks,
@@ -281,6 +288,22 @@ def check_confusion_sums_the_runs(analysis, records, fig) -> None:
         assert float(shares[0][0]) == pytest.approx(counts[0][0] / sum(counts[0]))
 
 
+def check_the_pareto_front_is_marked(analysis, fig) -> None:
+    """The dashed line joins exactly the configurations no other beats on both speed and memory."""
+    from ignite_ddl.report.plots import pareto_front
+
+    for ax in panels(fig):
+        dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert len(dashed) == 1
+        xs, ys = dashed[0].get_data()
+        points = [(x, y) for x, y in zip(xs, ys)]
+        assert points == sorted(points)  # in order of memory
+        for (_, y0), (_, y1) in zip(points, points[1:]):
+            assert y1 > y0  # more memory on the front only buys more speed
+    everything = [(c.peak_memory.value / 2**20, c.throughput.value) for c in analysis.configs]
+    assert pareto_front(everything)
+
+
 @pytest.mark.parametrize(("n_axes", "n_configs"), [(1, 2), (5, 32), (6, 64)])
 def test_plots_are_readable(tmp_path, n_axes, n_configs):
     records = sweep(tmp_path, n_axes)
@@ -294,6 +317,7 @@ def test_plots_are_readable(tmp_path, n_axes, n_configs):
             check(fig, plot)
         check_throughput_is_honest(analysis, made["throughput.png"])
         check_confusion_sums_the_runs(analysis, records, made["confusion.png"])
+        check_the_pareto_front_is_marked(analysis, made["throughput_vs_memory.png"])
     finally:
         for fig in made.values():
             plt.close(fig)

@@ -12,6 +12,7 @@ import pytest
 from conftest import run_cli
 from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as plugin_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from ignite_ddl.core.results import append_record
@@ -265,6 +266,18 @@ def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
     assert events.Scalars("hparam/efficiency_high")[0].value == pytest.approx(speedup.high / 2, rel=1e-6)
     assert events.Scalars("hparam/contended_runs")[0].value == 0.0
     assert events.Scalars("hparam/cv")[0].value == pytest.approx(statistics.stdev([150, 160, 155]) / 155, rel=1e-6)
+    assert "_hparams_/experiment" not in events.PluginTagToContent("hparams")  # one description, at the root
+    # The one experiment description TensorBoard's HParams plugin reads declares every session's metrics, the
+    # configurations' speed-up and interval bounds included, and tells repeats from attempts.
+    root = EventAccumulator(str(tmp_path / "tb_hparams"))
+    root.Reload()
+    experiment = plugin_metadata.parse_experiment_plugin_data(
+        root.PluginTagToContent("hparams")[plugin_metadata.EXPERIMENT_TAG]
+    )
+    declared = {m.name.tag for m in experiment.metric_infos}
+    assert {"hparam/samples_per_s", "hparam/speedup", "hparam/speedup_low", "hparam/speedup_high"} <= declared
+    assert {"hparam/efficiency_low", "hparam/contended", "hparam/used", "hparam/fits"} <= declared
+    assert {"repeat", "attempt", "world_size", "workload"} <= {h.name for h in experiment.hparam_infos}
 
 
 def test_report_of_an_empty_directory_is_refused(tmp_path):

@@ -18,10 +18,10 @@ from typing import Any, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
-from ignite_ddl.report.analysis import STEP_PARTS, Analysis, ConfigResult
+from ignite_ddl.report.analysis import MIB, STEP_PARTS, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots"]
+__all__ = ["PLOTS", "confusion_heatmap", "figures", "make_plots", "pareto_front"]
 
 PLOTS = {
     "throughput.png": "global throughput per configuration with its confidence interval, by workload",
@@ -31,6 +31,8 @@ PLOTS = {
     "communication, optimizer, handlers; with the communication overlap",
     "rank_step_times.png": "step-time distribution per rank",
     "confusion.png": "validation confusion matrix of each workload's most accurate configuration",
+    "throughput_vs_memory.png": "global throughput against peak memory per rank, with intervals; the Pareto front "
+    "(no other configuration is both faster and smaller) joined and ringed, configurations that do not fit crossed",
 }
 MAX_PANELS = 32
 PANEL_COLUMNS = 4  # rank panels per row
@@ -63,6 +65,7 @@ def figures(analysis: Analysis) -> dict[str, Any]:
         ("step_breakdown.png", _breakdown),
         ("rank_step_times.png", _ranks),
         ("confusion.png", _confusion),
+        ("throughput_vs_memory.png", _memory),
     ):
         fig = draw(analysis, plt)
         if fig is not None:
@@ -474,4 +477,56 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
         ax.set_visible(False)
     fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
     fig.tight_layout()
+    return fig
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points ``(memory, throughput)`` no other point beats on both (less or equal memory and more or
+    equal throughput, one of them strictly), in order of memory.
+
+    >>> pareto_front([(100, 10), (200, 12), (150, 9), (300, 12)])
+    [0, 1]
+    """
+    front = [
+        i for i, (m, t) in enumerate(points) if not any(m2 <= m and t2 >= t and (m2 < m or t2 > t) for m2, t2 in points)
+    ]
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def _memory(analysis: Analysis, plt: Any) -> Any:
+    measured = [c for c in analysis.configs if c.throughput.value is not None and c.peak_memory.value is not None]
+    if len(measured) < 2:
+        return None
+    panels = _workloads(analysis, measured)
+    keys = _varying(measured, set())
+    labels = [_named(c, keys) for c in measured]
+    style = _palette(labels)
+    fig, _, axes, add_legend = _line_panels(plt, len(panels), legend=True)
+    handles: dict[str, Any] = {}
+    for ax, (title, rows) in zip(axes, panels):
+        points = [(cast(float, c.peak_memory.value) / MIB, cast(float, c.throughput.value)) for c in rows]
+        for c, (x, y) in zip(rows, points):
+            label = _named(c, keys)
+            xerr = _yerr([c.peak_memory.scaled(1 / MIB)])
+            yerr = _yerr([c.throughput])
+            mark = ax.errorbar(
+                x, y, xerr=xerr, yerr=yerr, fmt=style[label]["marker"], color=style[label]["color"], capsize=3
+            )
+            handles.setdefault(label, mark)
+            if not c.fits:
+                ax.plot(x, y, "x", color="black", markersize=12)
+        fitting = [i for i, c in enumerate(rows) if c.fits]
+        front = [fitting[i] for i in pareto_front([points[i] for i in fitting])]
+        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="grey", linewidth=1)
+        ax.scatter(
+            [points[i][0] for i in front], [points[i][1] for i in front], s=160, facecolors="none", edgecolors="grey"
+        )
+        ax.set_xlabel(f"peak memory per rank, MiB ({rows[0].memory_kind or 'resident'})", fontsize=FONT)
+        ax.set_ylabel("samples/s", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+        if title:
+            ax.set_title(_wrap(title), fontsize=FONT)
+    fig.suptitle("Throughput vs peak memory per rank (ringed: the Pareto front; x: does not fit)", fontsize=TITLE_FONT)
+    if add_legend is not None:
+        add_legend(list(handles.values()), [_wrap(label) for label in handles])
     return fig
