@@ -128,6 +128,6 @@ def test_step_csv_and_tensorboard_per_rank(spawn_run):
     for tag in tags:
         for rank in (0, 1):
             assert f"rank{rank}/{tag}" in scalars
-    assert "global/samples_per_s" in scalars and "global/epoch_samples_per_s" in scalars
+    assert "global/samples_per_s" in scalars and "epoch/measured_samples_per_s" in scalars
     final = events.Scalars("global/samples_per_s")[-1].value
     assert final == pytest.approx(summary["steps"]["global"]["samples_per_s"], rel=1e-5)

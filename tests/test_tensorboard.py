@@ -12,7 +12,7 @@ def test_tensorboard_tags(spawn_run):
     events = EventAccumulator(str(spawn_run / "tb"))
     events.Reload()
     scalars = events.Tags()["scalars"]
-    for tag in ("train/loss", "lr/group_0", "val/accuracy", "val/loss", "throughput/samples_per_s"):
+    for tag in ("train/loss", "lr/group_0", "val/accuracy", "val/loss", "epoch/wall_samples_per_s"):
         assert tag in scalars, f"{tag} missing from {scalars}"
     summary = json.loads((spawn_run / "summary.json").read_text())
     accuracy = [e.value for e in events.Scalars("val/accuracy")]

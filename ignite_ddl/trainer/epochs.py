@@ -146,8 +146,8 @@ class EpochReport:
 
     def _write(self, record: EpochRecord, steps: dict[str, Any] | None) -> None:
         if self.tb is not None:
-            self.tb.writer.add_scalar("throughput/samples_per_s", record["samples_per_s"], record["epoch"])
-            self.tb.writer.add_scalar("train/epoch_loss", record["train_loss"], record["epoch"])
+            self.tb.writer.add_scalar("epoch/wall_samples_per_s", record["samples_per_s"], record["epoch"])
+            self.tb.writer.add_scalar("epoch/train_loss", record["train_loss"], record["epoch"])
             if steps is not None:
                 log_rank_scalars(self.tb, steps, record["epoch"])
         validation = (
@@ -192,4 +192,4 @@ def log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -
                 tb.writer.add_scalar(f"rank{r['rank']}/exposed_comm_time_s", r["exposed_comm_s_mean"], epoch)
                 tb.writer.add_scalar(f"rank{r['rank']}/comm_overlap", r["overlap"], epoch)
     if steps["global"]["samples"]:
-        tb.writer.add_scalar("global/epoch_samples_per_s", steps["global"]["samples_per_s"], epoch)
+        tb.writer.add_scalar("epoch/measured_samples_per_s", steps["global"]["samples_per_s"], epoch)

@@ -384,12 +384,22 @@ def _start_epoch(engine: Engine, loaders: Loaders) -> None:
 
 
 def _log_run_scalars(tb: TensorboardLogger, figures: dict[str, Any], iteration: int) -> None:
-    """The run's global throughput and, where measured, its utilisation of the matmul rate, at its last step."""
+    """The run's global throughput (the measured window's, warm-up excluded) and, where measured, its utilisation
+    of the matmul rate and every rank's memory, at its last step."""
     if figures["steps"] is not None:
         tb.writer.add_scalar("global/samples_per_s", figures["steps"]["global"]["samples_per_s"], iteration)
     flops = figures["flops"]
     if flops is not None and flops["utilisation_attainable"] is not None:
         tb.writer.add_scalar("global/utilisation_of_matmul_rate", flops["utilisation_attainable"], iteration)
+    memory = figures["memory"]
+    for rank in memory["ranks"] if memory is not None else []:
+        tb.writer.add_scalar(f"rank{rank['rank']}/peak_memory_bytes", rank["peak_rss_bytes"], iteration)
+        if rank["held_bytes"] is not None:
+            tb.writer.add_scalar(f"rank{rank['rank']}/held_bytes", sum(rank["held_bytes"].values()), iteration)
+        if rank["cuda"] is not None:
+            tb.writer.add_scalar(
+                f"rank{rank['rank']}/cuda_max_allocated_bytes", rank["cuda"]["max_allocated_bytes"], iteration
+            )
 
 
 def _attach_tensorboard(
