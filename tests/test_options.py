@@ -64,7 +64,7 @@ def test_sweep_flags_are_the_spec_keys():
     flags = _flags(_subparser("sweep"))
     for options in (Spec, SlurmOptions):
         for name, spec in option_specs(options).items():
-            if spec.kind is not dict:  # base / grid / slurm have their own flags (--set, --grid, --partition ...)
+            if spec.kind not in (dict, list):  # base, grid, slurm, exclude: their own flags or only in a spec
                 assert option_flag(name) in flags, name
     assert {"--workload", "--contention-threshold"} <= flags
 
@@ -143,3 +143,23 @@ def test_a_new_axis_is_its_declaration_and_the_code_that_acts_on_it():
     for pinned in (True, False):
         loaders = build_loaders(TrainConfig(pin_memory=pinned, train_size=64, val_size=16, batch_size=16))
         assert loaders.train.pin_memory is pinned
+
+
+def test_a_spec_excludes_combinations_of_its_grid():
+    from ignite_ddl.sweep import expand, parse_spec
+
+    spec = parse_spec(
+        {
+            "grid": {"strategy": ["ddp", "fsdp"], "nproc_per_node": [1, 2]},
+            "exclude": [{"strategy": "fsdp", "nproc_per_node": 1}],
+        }
+    )
+    assert [run.label for run in expand(spec)] == [
+        "strategy=ddp nproc_per_node=1",
+        "strategy=ddp nproc_per_node=2",
+        "strategy=fsdp nproc_per_node=2",
+    ]
+    with pytest.raises(ConfigError, match="'exclude' holds mappings of grid options"):
+        parse_spec({"grid": {"strategy": ["ddp"]}, "exclude": [{"model": "cnn"}]})
+    with pytest.raises(ConfigError, match="leaves no configuration"):
+        parse_spec({"grid": {"strategy": ["ddp"]}, "exclude": [{"strategy": "ddp"}]})

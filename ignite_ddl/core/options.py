@@ -118,9 +118,10 @@ class OptionSpec:
         return tuple(self._scalar(name, item) for item in value)
 
     def _scalar(self, name: str, value: Any) -> Any:
-        if self.kind is dict:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{name} must be a mapping, got {_shown(value)}")
+        if self.kind in (dict, list):  # checked by the options' own check()
+            if not isinstance(value, self.kind):
+                what = "a mapping" if self.kind is dict else "a list"
+                raise ConfigError(f"{name} must be {what}, got {_shown(value)}")
             return value
         allowed = (int, float) if self.kind is float else (self.kind,)  # an int is a fine float
         if isinstance(value, bool) != (self.kind is bool) or not isinstance(value, allowed):
@@ -279,8 +280,8 @@ def option_kind(hint: Any) -> tuple[type, bool, bool]:
     if optional:
         (hint,) = [a for a in args if a is not type(None)]
         args = typing.get_args(hint)
-    if typing.get_origin(hint) is dict or hint is dict:
-        return dict, optional, False
+    if typing.get_origin(hint) in (dict, list) or hint in (dict, list):
+        return typing.get_origin(hint) or hint, optional, False
     many = typing.get_origin(hint) is tuple
     if many:
         if len(args) != 2 or args[1] is not Ellipsis:
@@ -333,7 +334,7 @@ def add_to_parser(
     allowed range. With ``overrides``, an option not given is None, so that a value from a file (a sweep spec)
     stands unless the command line overrides it."""
     for name, spec in option_specs(options).items():
-        if name in skip or spec.kind is dict:
+        if name in skip or spec.kind in (dict, list):
             continue
         flag = option_flag(name)
         shown = spec.shown_default()

@@ -92,6 +92,12 @@ class Spec(Options):
     grid: dict[str, Any] = option(
         factory=dict, help="train option -> list of values; every combination is a configuration", role=Role.SWEEP
     )
+    exclude: list[dict[str, Any]] = option(
+        factory=list,
+        help="combinations of the grid not to run: each a mapping of grid options to values, e.g. "
+        "[{strategy: fsdp, nproc_per_node: 1}]",
+        role=Role.SWEEP,
+    )
     repeats: int = option(
         1, "runs per configuration: the unit of replication of every comparison", role=Role.SWEEP, low=1, high=10_000
     )
@@ -161,6 +167,10 @@ class Spec(Options):
                 raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r:.80}")
         if "output_dir" in self.base or "output_dir" in self.grid:
             raise ConfigError("output_dir is set per run by the sweep; use the spec's top-level output_dir")
+        entries: list[Any] = list(self.exclude)  # from YAML: a list of anything
+        for entry in entries:
+            if not isinstance(entry, dict) or not entry or not set(entry) <= set(self.grid):
+                raise ConfigError(f"spec 'exclude' holds mappings of grid options to values, got {entry!r:.80}")
         known = option_specs(TrainConfig)
         unknown = sorted({str(k) for k in (*self.base, *self.grid, *self.workload)} - set(known))
         if unknown:
@@ -196,6 +206,8 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     if isinstance(values["name"], (int, float)) and not isinstance(values["name"], bool):
         values["name"] = str(values["name"])  # a YAML name like 2024 reads as a number
     spec = Spec.from_dict(values)
+    if not configurations(spec):
+        raise ConfigError("spec 'exclude' leaves no configuration of the grid to run")
     for grid in configurations(spec):  # every combination a valid configuration, before anything runs
         try:
             TrainConfig.from_dict(run_options(spec, grid))
@@ -217,6 +229,7 @@ def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
 
 
 def configurations(spec: Spec) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, in grid order."""
+    """Every combination of the grid's values, in grid order, but those the spec excludes."""
     keys = list(spec.grid)
-    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
+    combinations = [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
+    return [c for c in combinations if not any(all(c[k] == v for k, v in e.items()) for e in spec.exclude)]

@@ -29,10 +29,12 @@ not timed per collective: the step breakdown says "not split for FSDP" instead o
 Example:
     >>> strategy_for("auto", world_size=1).name, strategy_for("auto", world_size=2).name
     ('none', 'ddp')
-    >>> strategy_for("ddp", world_size=1)
+    >>> strategy_for("ddp", world_size=1).name  # one process is one process
+    'none'
+    >>> strategy_for("fsdp", world_size=1)
     Traceback (most recent call last):
     ...
-    ignite_ddl.core.errors.ConfigError: strategy ddp needs 2 or more processes (one process: --strategy none)
+    ignite_ddl.core.errors.ConfigError: strategy fsdp needs 2 or more processes (one process: --strategy none)
 """
 
 from __future__ import annotations
@@ -262,8 +264,10 @@ def place_model(model: nn.Module, sync_bn: bool = False) -> nn.Module:
 
 
 def strategy_for(name: str, world_size: int) -> Strategy:
-    """The strategy ``name`` (``auto``: none for one process, ddp for several), checked against ``world_size``."""
-    if name == "auto":
+    """The strategy ``name`` (``auto``: none for one process, ddp for several), checked against ``world_size``.
+    ``ddp`` with one process is one process (nothing to average), so a sweep can grid strategies against process
+    counts; ``fsdp`` with one process is refused (sharding over one rank only adds FSDP's bookkeeping)."""
+    if name == "auto" or (name == "ddp" and world_size == 1):
         name = "none" if world_size == 1 else "ddp"
     strategy = _STRATEGIES[name]()
     strategy.check(world_size)
