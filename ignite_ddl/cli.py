@@ -222,7 +222,7 @@ def _sweep(args: argparse.Namespace) -> int:
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
     for key, declared in option_specs(Spec).items():
-        if declared.kind is not dict and getattr(args, key) is not None:  # base, grid, slurm: merged above
+        if declared.kind not in (dict, list) and getattr(args, key) is not None:  # base, grid, slurm, exclude
             spec[key] = getattr(args, key)
     slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
     spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}

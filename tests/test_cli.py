@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import run_cli
 
 from ignite_ddl import __version__
@@ -23,6 +24,8 @@ def imports_torch(*argv: str) -> bool:
     return done.stderr.strip().splitlines()[-1] == "True"
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_help_does_not_import_torch():
     assert not imports_torch("--help")
     assert not imports_torch("train", "--help")
@@ -59,6 +62,7 @@ def test_sweep_without_a_spec_or_grid_says_what_it_needs(capsys):
     )
 
 
+@pytest.mark.slow
 def test_piped_output_has_no_progress_bar_redraws(tmp_path):
     # progress is on by default; with stderr going to a pipe, tqdm's redraws would fill a log file
     result = run_cli(

@@ -56,6 +56,7 @@ def _compare(local_rank: int, amp: str, bucket_cap_mb: float) -> dict:
 
 
 @pytest.mark.parametrize("amp, bucket_cap_mb", [("none", 0.05), ("bf16", 25.0)])
+@pytest.mark.distributed
 def test_timing_hook_reduces_like_ddp_and_its_figures_hold(amp, bucket_cap_mb):
     results = launch(_compare, LaunchSettings(backend="gloo", nproc_per_node=2), amp, bucket_cap_mb)
     assert len(results) == 2
@@ -86,6 +87,8 @@ def test_summary_of_buckets_is_the_union_of_their_intervals():
     assert waits([0.010, 0.002, 0.004]) == {"rank": 1, "wait_s": [0.008, 0.0, 0.002], "median_wait_s": 0.005}
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_bucket_size_option_reaches_ddp(tmp_path):
     """A trainer run: smaller buckets mean more all-reduce calls for the same bytes; figures in summary.json."""
     per_cap = {}

@@ -64,6 +64,8 @@ def test_missing_files_are_refused(tmp_path):
         check_dataset(TrainConfig(dataset="mnist", data_dir=str(tmp_path)))
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_train_on_mnist_files_with_two_processes(tmp_path):
     write_mnist(tmp_path / "data", n_train=256, n_test=64)
     out = tmp_path / "run"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import check_ok, run_cli
 from ignite.utils import manual_seed
@@ -33,6 +34,8 @@ def final_weights(out) -> dict[str, torch.Tensor]:
     return torch.load(checkpoints[-1], map_location="cpu", weights_only=True)["model"]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     check_ok(run_cli("train", *SGD_RUN, "--output-dir", str(tmp_path / "one")))
     check_ok(run_cli("train", *SGD_RUN, "--nproc-per-node", "2", "--output-dir", str(tmp_path / "two")))

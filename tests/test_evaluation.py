@@ -18,6 +18,8 @@ def ranks_args(procs: int) -> list[str]:
     return ["--nproc-per-node", str(procs), "--backend", "gloo" if procs > 1 else "none"]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("procs", [1, 2])
 def test_early_stopping_ends_every_rank_at_once_and_the_confusion_matrix_adds_up(tmp_path, procs):
     out = tmp_path / "run"
@@ -51,6 +53,7 @@ def test_early_stopping_ends_every_rank_at_once_and_the_confusion_matrix_adds_up
     assert sum(matrix[i][i] for i in range(10)) / 99 == pytest.approx(summary["val_accuracy"])
 
 
+@pytest.mark.slow
 def test_a_run_that_improves_is_not_stopped(tmp_path):
     out = tmp_path / "run"
     check_ok(
@@ -65,6 +68,7 @@ def test_early_stopping_needs_evaluations(capsys, tmp_path):
     assert "early_stopping needs evaluations to compare" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_mlflow_run_is_read_back_with_mlflow_client(tmp_path):
     from mlflow.tracking import MlflowClient
 

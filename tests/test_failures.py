@@ -12,6 +12,8 @@ from conftest import run, run_script
 from ignite_ddl.launcher import free_port
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_failure_on_rank1_ends_the_run(tmp_path, how):
     # The deadline is the check that the run ended promptly: rank 0, blocked in an all-reduce, would otherwise wait
@@ -30,6 +32,8 @@ def test_failure_on_rank1_ends_the_run(tmp_path, how):
     assert leftovers == []
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
 def test_a_stuck_rank_ends_the_run_named(tmp_path, launcher):
     # Rank 1 sleeps in forward at iteration 6; rank 0 waits for it in the gradient all-reduce. Without the watchdog
@@ -57,6 +61,7 @@ def test_a_stuck_rank_ends_the_run_named(tmp_path, launcher):
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_handlers_profiler_does_not_swallow_errors(tmp_path):
     # stock HandlersTimeProfiler makes Engine.run return normally after an exception (Ignite 0.5.5)
     result = run_script("scenarios.py", "handlers-raise", str(tmp_path / "run"), timeout=60)

@@ -71,6 +71,8 @@ def test_a_corrupt_middle_line_loses_no_record(tmp_path):
     assert len(read_results(path)) == 7
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_resume_keeps_records_after_a_corrupt_line_and_warns(tmp_path):
     out = tmp_path / "out"
     args = [
@@ -111,6 +113,8 @@ def test_a_report_says_how_many_lines_it_skipped(tmp_path):
     assert "**unreadable** (1)" in report and "results.jsonl line 4: not a run record" in report
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_reports_over_foreign_json_end_in_one_line_never_a_traceback(tmp_path):
     """Well-formed JSON of the wrong shape, at random places of otherwise valid records and sweep.json."""
     rng = random.Random(3)
@@ -145,6 +149,7 @@ def test_reports_over_foreign_json_end_in_one_line_never_a_traceback(tmp_path):
         write_report(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content", ["", "[\n", '{"grid": 1}\n', '"just a string"\n'])
 def test_a_report_over_nothing_usable_is_one_line(tmp_path, content):
     (tmp_path / "results.jsonl").write_text(content)
@@ -217,6 +222,7 @@ def toy_checkpoint(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case, message",
     [
@@ -271,6 +277,7 @@ def test_damaged_mnist_files_are_named(tmp_path, capsys, damage):
 # -- launching: the rendezvous, absent nodes, signals
 
 
+@pytest.mark.slow
 def test_the_rendezvous_store_listens_on_the_rendezvous_address_only(tmp_path):
     check_ok(run_script("scenarios.py", "listeners", str(tmp_path)))
     listeners = json.loads((tmp_path / "listeners.json").read_text())
@@ -284,6 +291,7 @@ def _node_of_two(node_rank: int, port: int, tmp_path):
     return run_cli("train", *options, str(port), "--timeout", "4", "--output-dir", str(tmp_path / "out"), timeout=120)
 
 
+@pytest.mark.slow
 def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
     port = free_port()
     result = _node_of_two(0, port, tmp_path)
@@ -295,6 +303,7 @@ def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
     port = free_port()  # nobody listens there
     result = _node_of_two(1, port, tmp_path)
@@ -333,6 +342,8 @@ def wait_for(path: Path, text: str, seconds: float = 120.0) -> None:
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize(
     "procs, sig, target",
     [(2, signal.SIGINT, "group"), (2, signal.SIGTERM, "launcher"), (1, signal.SIGTERM, "launcher")],
@@ -379,6 +390,8 @@ def test_a_signal_stops_every_rank_and_worker(tmp_path, procs, sig, target):
     assert wait_gone(marker) == []
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     out = tmp_path / "out"
     base = ["--set", "val_size=32", "--set", "batch_size=32", "--set", "epochs=1", "--output-dir", str(out)]
@@ -413,6 +426,8 @@ def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("start", ["preloaded", "fresh"])
 def test_a_sweep_killed_outright_leaves_no_run_behind(tmp_path, start):
     # SIGKILL leaves the sweep no chance to stop its run: the run itself notices the sweep is gone (a pidfd watch
@@ -493,6 +508,8 @@ def assert_one_line_write_error(result: subprocess.CompletedProcess, folder: Pat
 FULL = ["tmpfs", "file-size-limit"]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("how, procs", [("tmpfs", 1), ("tmpfs", 2), ("file-size-limit", 2)])
 def test_a_full_disk_ends_a_run_in_one_line(tmp_path, how, procs):
     # The checkpoint (about 120 kB for the CNN) is the first file too large for what is left.
@@ -520,6 +537,8 @@ def test_a_full_disk_ends_a_run_in_one_line(tmp_path, how, procs):
         assert wait_gone(marker) == []
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("how", FULL)
 def test_a_full_disk_stops_a_sweep_in_one_line_with_whole_records(tmp_path, how):
     with small_filesystem(tmp_path, how, tmpfs_kb=160, file_limit_kb=12) as (folder, limit):
@@ -548,6 +567,7 @@ def test_a_full_disk_stops_a_sweep_in_one_line_with_whole_records(tmp_path, how)
         assert len(records) < 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", FULL)
 def test_a_report_on_a_full_disk_is_one_line(tmp_path, how):
     with small_filesystem(tmp_path, how, tmpfs_kb=64, file_limit_kb=16) as (folder, limit):
@@ -566,6 +586,8 @@ def test_a_report_on_a_full_disk_is_one_line(tmp_path, how):
 # -- output folders: one run or one sweep at a time, never mixed with an earlier run
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
     out = tmp_path / "sweep"
     spec = tmp_path / "spec.yaml"

@@ -211,6 +211,8 @@ _TF32_SETUPS = [
 ]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_tf32_switch_is_restored():
     setups = _TF32_SETUPS
     if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch < 2.9 has the legacy API only

@@ -9,6 +9,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import allreduce_vs_ps, claims_hold
 
 
+@pytest.mark.distributed
 def test_same_trajectory_and_the_bytes_each_scheme_moves(tmp_path):
     result = allreduce_vs_ps.run(
         workers=[2, 3], sizes=[16, 64], steps=6, batch_size=48, backend="gloo", output_dir=str(tmp_path)
@@ -29,6 +30,8 @@ def test_same_trajectory_and_the_bytes_each_scheme_moves(tmp_path):
     assert rows[("ps", 3, 64)]["params"] > rows[("ps", 3, 16)]["params"]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli(tmp_path):
     result = run_cli(
         "allreduce-vs-ps",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import check_ok, run_cli
 
 
+@pytest.mark.slow
 def test_bucket_sizes_change_calls_not_bytes(tmp_path):
     out = tmp_path / "buckets.json"
     result = run_cli(

@@ -75,6 +75,8 @@ def test_bench_measures_every_collective_and_size(tmp_path):
     assert all(math.isfinite(r["busbw_GBps"]) and r["busbw_GBps"] > 0 for r in result["rows"])
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_prints_the_per_rank_table(tmp_path):
     out = tmp_path / "result.json"
     result = run_cli(
@@ -88,6 +90,8 @@ def test_cli_prints_the_per_rank_table(tmp_path):
     assert "FAILED" not in result.stdout and all(c["ok"] for c in json.loads(out.read_text())["checks"])
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_bench(tmp_path):
     result = run_cli(
         "collectives",
@@ -113,6 +117,8 @@ def test_bench_refuses_one_process(tmp_path):
         run_lab(tmp_path, nproc_per_node=1, bench=True)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_benchmark_against_raw_torch_distributed(tmp_path):
     script = Path(__file__).parents[1] / "benchmarks" / "collectives.py"
     out = tmp_path / "bench.json"

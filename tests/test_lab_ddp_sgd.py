@@ -12,6 +12,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import claims_hold, ddp_sgd
 
 
+@pytest.mark.distributed
 def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
     result = ddp_sgd.run(procs=[2, 4], steps=4, backend="gloo", output_dir=str(tmp_path))
     assert claims_hold(result), ddp_sgd.format_result(result)
@@ -26,6 +27,8 @@ def test_ddp_equals_sgd_and_batchnorm_breaks_it(tmp_path):
         assert result["runs"][0]["sync_bn_layer"].startswith("GlobalBatchNorm2d")
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_prints_the_table_and_writes_json(tmp_path):
     out = tmp_path / "result.json"
     result = run_cli(

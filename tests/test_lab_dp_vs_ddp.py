@@ -11,6 +11,7 @@ from ignite_ddl.trainer.models import mlp
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 or more GPUs the lab measures them instead")
+@pytest.mark.distributed
 def test_without_gpus_it_says_so_and_shows_the_structure(tmp_path):
     result = dp_vs_ddp.run(backend="gloo", nproc_per_node=3, output_dir=str(tmp_path))
     assert claims_hold(result), dp_vs_ddp.format_result(result)
@@ -24,6 +25,7 @@ def test_without_gpus_it_says_so_and_shows_the_structure(tmp_path):
     assert "NOT MEASURED" in dp_vs_ddp.format_result(result)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DataParallel vs DDP memory and speed need 2 or more GPUs")
 def test_on_gpus_dataparallel_loads_gpu0_and_ddp_is_balanced(tmp_path):
     result = dp_vs_ddp.run(backend="nccl", steps=10, output_dir=str(tmp_path))
@@ -31,6 +33,7 @@ def test_on_gpus_dataparallel_loads_gpu0_and_ddp_is_balanced(tmp_path):
     assert claims_hold(result), dp_vs_ddp.format_result(result)
 
 
+@pytest.mark.slow
 def test_cli(tmp_path):
     result = run_cli("dp-vs-ddp", "--backend", "gloo", "--output-dir", str(tmp_path))
     check_ok(result)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import check_ok, run_cli
 
 from ignite_ddl.labs import claims_hold, fsdp
 
 
+@pytest.mark.distributed
 def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
     result = fsdp.run(
         backend="gloo", nproc_per_node=3, width=96, layers=5, steps=4, batch_size=48, output_dir=str(tmp_path)
@@ -21,6 +23,8 @@ def test_fsdp_holds_a_third_on_three_ranks_and_matches_ddp(tmp_path):
     assert 0.3 < result["ratio"]["total"] < 0.37 and result["loss_diff"] <= 1e-5
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli(tmp_path):
     result = run_cli(
         "fsdp",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import doctest
 
+import pytest
 from conftest import check_ok, run_cli
 
 from ignite_ddl.labs import claims_hold, raw_vs_ignite
 
 
+@pytest.mark.distributed
 def test_raw_and_ignite_reach_the_same_weights_on_three_processes(tmp_path):
     result = raw_vs_ignite.run(backend="gloo", nproc_per_node=3, batch_size=30, output_dir=str(tmp_path))
     assert claims_hold(result), raw_vs_ignite.format_result(result)
@@ -24,6 +26,8 @@ def test_code_lines_counts_code_only():
     assert raw_vs_ignite.code_lines(raw_vs_ignite.ignite_main) == 3
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli(tmp_path):
     result = run_cli("raw-vs-ignite", "--backend", "gloo", "--nproc-per-node", "2", "--output-dir", str(tmp_path))
     check_ok(result)

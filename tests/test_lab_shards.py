@@ -46,6 +46,8 @@ def test_refuses_a_single_epoch(tmp_path):
         run_lab(tmp_path, epochs=1)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_with_image_grid(tmp_path):
     grid = tmp_path / "grid.png"
     result = run_cli(

@@ -12,6 +12,8 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import speedup
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_strong_scaling_table(tmp_path):
     out = tmp_path / "speedup.json"
     # 8 sorts of 1M floats: about 0.6 s on one core, enough to stand above the start-up noise
@@ -76,6 +78,7 @@ def test_refusals(tmp_path):
         speedup.run(procs=[1, 4], tasks=2, output_dir=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_cli_transfer_on_cpu_says_there_is_nothing_to_move(tmp_path):
     result = run_cli(
         "speedup",

@@ -20,6 +20,7 @@ def big_result(local_rank: int) -> dict:
     return {"rank": idist.get_rank(), "payload": "x" * 1_000_000}
 
 
+@pytest.mark.slow
 def test_serial_run(tmp_path):
     out = tmp_path / "run"
     check_ok(run_cli("train", *QUICK, "--output-dir", str(out)))
@@ -27,6 +28,8 @@ def test_serial_run(tmp_path):
     assert summary["backend"] == "none" and summary["launch_mode"] == "serial"
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_spawn_two_processes(spawn_run):
     summary = load_summary(spawn_run, world_size=2)
     assert summary["backend"] == "gloo" and summary["launch_mode"] == "spawn"
@@ -36,6 +39,8 @@ def test_spawn_two_processes(spawn_run):
     assert (spawn_run / "logs" / "rank0.log").is_file() and (spawn_run / "logs" / "rank1.log").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_torchrun(tmp_path):
     out = tmp_path / "run"
     port = str(free_port())
@@ -66,6 +71,8 @@ def test_torchrun(tmp_path):
     assert "\r" not in result.stderr and "it/s]" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_nodes_on_loopback(tmp_path):
     port = str(free_port())
 
@@ -97,12 +104,15 @@ def test_two_nodes_on_loopback(tmp_path):
     assert (tmp_path / "node1" / "logs" / "rank1.log").is_file()
 
 
+@pytest.mark.slow
 def test_fork_after_multithreaded_compute_does_not_hang(tmp_path):
     result = run_script("fork_after_compute.py", str(tmp_path), timeout=60)
     check_ok(result)
     assert "{'threads': 2, 'finite': True, 'w': 100000.0}" in result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_launch_returns_rank0_result(tmp_path):
     # a large result must not block rank 0 at exit (the parent drains the pipe while ranks run)
     settings = LaunchSettings(backend="gloo", nproc_per_node=2, start_method="spawn", log_dir=str(tmp_path))
@@ -110,6 +120,8 @@ def test_launch_returns_rank0_result(tmp_path):
     assert result["rank"] == 0 and len(result["payload"]) == 1_000_000
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_dataloader_workers_are_not_restarted_each_epoch(tmp_path):
     # Ranks started with "spawn": a DataLoader worker started afresh each epoch would re-import torch (seconds).
     out = tmp_path / "run"
@@ -153,6 +165,8 @@ def world_size(local_rank: int) -> int:
     return idist.get_world_size()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd):
     from ignite_ddl.launcher import spawn as launcher
 
@@ -163,6 +177,8 @@ def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd)
     assert "rank(s) 1 did not join the process group within 3 s" in capfd.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
     from ignite_ddl.launcher import spawn as launcher
 

@@ -14,6 +14,8 @@ from conftest import load_summary
 
 from ignite_ddl.colab import COLAB_URL, INSTALL_CELL
 
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 QUICK_EXAMPLE = NOTEBOOKS / "01_quick_example.ipynb"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -90,12 +92,14 @@ def test_notebooks_share_one_layout(path: Path):
             assert forbidden not in cell.source, f"{path.name} re-implements what the library does: {forbidden}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in NOTEBOOK_PATHS if p != QUICK_EXAMPLE], ids=lambda p: p.stem)
 def test_notebook_runs_and_checks_its_claim(path: Path, tmp_path: Path, python3_kernel: str):
     nb = execute(path, tmp_path, python3_kernel)  # a failing assert in the self-check cell fails here
     assert "self-check passed" in stream_text(nb)
 
 
+@pytest.mark.slow
 def test_quick_example(tmp_path: Path, python3_kernel: str):
     workdir = tmp_path / "work"
     workdir.mkdir()

@@ -15,12 +15,12 @@ from pathlib import Path
 from unittest import mock
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import FigureBase  # noqa: E402
 from matplotlib.legend import Legend  # noqa: E402
@@ -304,6 +304,8 @@ def check_the_pareto_front_is_marked(analysis, fig) -> None:
     assert pareto_front(everything)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize(("n_axes", "n_configs"), [(1, 2), (5, 32), (6, 64)])
 def test_plots_are_readable(tmp_path, n_axes, n_configs):
     records = sweep(tmp_path, n_axes)

@@ -218,6 +218,8 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, argv):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_projection_from_a_real_one_process_run(tmp_path):
     run = tmp_path / "run"
     check_ok(run_cli("train", *QUICK, "--output-dir", str(run)))
@@ -315,6 +317,7 @@ def test_validation_against_this_machine_runs(tmp_path):
     assert "projected from" in result.stdout and "median throughput error over all rounds (1)" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--repeats", "0"], ["--model", "no-such-model"], ["--batch-per-worker", "0"]])
 def test_validation_refuses_bad_input_in_one_line(tmp_path, argv):
     out = tmp_path / "validation"

@@ -46,6 +46,7 @@ def refusals(tmp_path_factory):
         return dict(zip(REFUSED, pool.map(refuse, REFUSED)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_before_start(case, refusals):
     result, out = refusals[case]
@@ -58,6 +59,7 @@ def test_refused_before_start(case, refusals):
     assert not out.exists(), "a refused run must not write anything"
 
 
+@pytest.mark.slow
 def test_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

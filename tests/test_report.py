@@ -280,6 +280,7 @@ def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
     assert {"repeat", "attempt", "world_size", "workload"} <= {h.name for h in experiment.hparam_infos}
 
 
+@pytest.mark.slow
 def test_report_of_an_empty_directory_is_refused(tmp_path):
     result = run_cli("report", str(tmp_path), timeout=60)
     assert result.returncode == 2 and "no results" in result.stderr

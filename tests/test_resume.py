@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from conftest import check_ok, run_cli
 
@@ -31,6 +32,7 @@ def weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_resume_mid_epoch_matches_uninterrupted_run(tmp_path):
     full, part, resumed = tmp_path / "full", tmp_path / "part", tmp_path / "resumed"
     check_ok(run_cli("train", *RUN, "--output-dir", str(full)))
@@ -51,6 +53,7 @@ def test_resume_mid_epoch_matches_uninterrupted_run(tmp_path):
     assert max((stopped[n] - expected[n]).abs().max().item() for n in expected) > 1e-4
 
 
+@pytest.mark.slow
 def test_resuming_with_another_schedule_is_refused(tmp_path):
     # Ignite restores the saved warm-up schedule: more epochs would silently train at learning rate 0.
     part = tmp_path / "part"

@@ -27,6 +27,8 @@ from ignite_ddl.sweep import expand, load_spec
 from ignite_ddl.sweep.slurm import JobState, _seconds, job_config, job_resources
 from ignite_ddl.sweep.spec import SlurmOptions
 
+pytestmark = [pytest.mark.slurm]
+
 REPO = Path(__file__).parents[1]
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
 
@@ -125,6 +127,8 @@ def _jobs(out: Path) -> dict:
     return json.loads((out / "slurm_jobs.json").read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_srun_runs_two_ranks_in_env_mode(cluster, tmp_path):
     result = run(
         [
@@ -148,6 +152,8 @@ def test_srun_runs_two_ranks_in_env_mode(cluster, tmp_path):
     assert result.stdout.count("-> ") == 1  # the final line once, from rank 0
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_sbatch_example_runs_to_completion(cluster, tmp_path):
     result = run(
         [
@@ -171,6 +177,8 @@ def test_sbatch_example_runs_to_completion(cluster, tmp_path):
     assert (summary["world_size"], summary["launcher"], summary["status"]) == (2, "slurm", "completed")
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
     spec = _write_spec(
         tmp_path / "spec.yaml",
@@ -199,6 +207,8 @@ def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
     assert (tmp_path / "out/report.md").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     # inception_v3 cannot take 32x32 images: its run fails on rank 0, and the job with it
     spec = _write_spec(
@@ -221,6 +231,8 @@ def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     assert "Traceback" in (Path(failed["run_dir"]) / "console.log").read_text()  # the job's output, kept
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
     # a run of thousands of epochs against a 1-minute limit: SLURM stops it (within its 30 s check period)
     spec = _write_spec(
@@ -240,6 +252,8 @@ def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
     assert record["slurm"]["reason"] == "TimeLimit"  # SLURM's own word: the job reached its limit
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
     out = tmp_path / "out"
     # the second run lasts long enough to be cancelled while the first completes
@@ -302,6 +316,8 @@ def _wait_until_running(job_id: str, timeout: float = 120) -> None:
     raise AssertionError(f"job {job_id} did not start within {timeout} s")
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_unknown_partition_is_refused(cluster, tmp_path):
     result = run_cli(
         "sweep",

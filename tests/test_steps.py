@@ -21,6 +21,7 @@ def scenario(name: str, out: Path, **env: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_global_throughput_matches_an_outside_clock(tmp_path):
     summary = scenario("window", tmp_path)
     outside = json.loads((tmp_path / "outside.json").read_text())
@@ -65,6 +66,7 @@ def test_phases_split_the_step():
     assert stats["optimizer_s_mean"] < 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["data", "forward"])
 def test_slow_rank_is_named_straggler(tmp_path, where):
     steps = scenario(f"slow-{where}", tmp_path)["steps"]
@@ -86,6 +88,7 @@ def test_slow_rank_is_named_straggler(tmp_path, where):
     assert "rank 0 waits" in wait_sentence(wait) and "for rank 1" in wait_sentence(wait)
 
 
+@pytest.mark.slow
 def test_timer_profiler_excludes_validation(tmp_path):
     """Within one run whose every evaluation takes 2 s longer: the timer's epoch time agrees with the run's own
     training time per epoch (evaluation excluded), and is far from its wall time per epoch (evaluation included)."""
@@ -99,6 +102,8 @@ def test_timer_profiler_excludes_validation(tmp_path):
     assert (tmp_path / "profile" / "rank0_timer.csv").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("profiler", ["basic", "handlers"])
 def test_profiler_csv_per_rank(tmp_path, profiler):
     out = tmp_path / "run"

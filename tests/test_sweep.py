@@ -35,6 +35,8 @@ def failing_sweep(tmp_path_factory):
     return result, tmp / "out"
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_failure_does_not_lose_the_others(failing_sweep):
     result, out = failing_sweep
     assert result.returncode == 1, result.stderr  # the sweep had a failure
@@ -48,6 +50,8 @@ def test_a_failure_does_not_lose_the_others(failing_sweep):
     assert "2 of 3 runs completed" in result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_refused_combination_is_recorded_with_its_reason(tmp_path):
     result = run_cli(
         "sweep",
@@ -67,6 +71,8 @@ def test_refused_combination_is_recorded_with_its_reason(tmp_path):
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_timeout_is_recorded(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", base={**TINY, "train_size": 50000}, grid={"model": ["cnn"]}, timeout_s=4)
     result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report")
@@ -75,6 +81,8 @@ def test_timeout_is_recorded(tmp_path):
     assert record["status"] == "timeout" and record["error"] == "timed out after 4 s"
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
     spec = write_spec(tmp_path / "spec.yaml", base=TINY, grid={"model": ["toy", "mlp"], "batch_size": [32, 64]})
     out = tmp_path / "out"
@@ -101,6 +109,8 @@ def test_killed_sweep_resumes_without_running_anything_twice(tmp_path):
     assert f"resuming: {len(before)} of 4 runs already recorded" in result.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("start", ["preloaded", "fresh"])
 def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     # The second configuration trains long enough to be under way whenever the signal comes.
@@ -127,6 +137,8 @@ def test_ctrl_c_stops_the_sweep_and_keeps_what_finished(tmp_path, start):
     assert wait_gone(marker, seconds=10) == []
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_existing_results_need_resume(tmp_path):
     (tmp_path / "results.jsonl").write_text("")
     result = run_cli("sweep", "--grid", "model=toy", "--output-dir", str(tmp_path))
@@ -167,6 +179,8 @@ def test_unreadable_specs(tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_bad_spec_from_the_command_line(tmp_path):
     result = run_cli("sweep", "--grid", "epochs=1,two", "--output-dir", str(tmp_path / "out"), timeout=60)
     assert result.returncode == 2 and "option epochs expects int" in result.stderr

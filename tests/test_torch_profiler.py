@@ -42,6 +42,8 @@ def training_engine() -> tuple[Engine, list[torch.Tensor]]:
     return Engine(step), [torch.randn(8, 16) for _ in range(ITERATIONS)]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_ranks_write_a_chrome_trace_each(tmp_path):
     out = tmp_path / "run"
     check_ok(run_cli("train", "--nproc-per-node", "2", "--profiler", "torch", *QUICK, "--output-dir", str(out)))

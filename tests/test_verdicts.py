@@ -29,6 +29,8 @@ def sweep(out: Path, *args: str, timeout: float = 600):
     return result
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_an_a_a_sweep_is_a_tie(tmp_path):
     """Two configurations doing identical work (only the seed differs), 3 repeats each: no winner."""
     result = sweep(tmp_path, "--grid", "seed=1,2", "--set", "model=mlp", *TINY, "--repeats", "3")
@@ -47,6 +49,8 @@ def mixed(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_runs_are_interleaved(mixed):
     records = read_results(mixed / "results.jsonl")
     spec = parse_spec({"grid": {"model": ["toy", "mlp"], "nproc_per_node": [1, 2]}, "repeats": 3})
@@ -56,6 +60,8 @@ def test_runs_are_interleaved(mixed):
     assert [r["position"] for r in records] == list(range(12))
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_mixed_model_sweep_is_judged_per_model(mixed):
     analysis = load(mixed)
     assert [v.workload.split(",")[0] for v in analysis.verdicts] == ["model=toy", "model=mlp"]
@@ -71,11 +77,21 @@ def test_a_mixed_model_sweep_is_judged_per_model(mixed):
     assert "## Can I trust these numbers?" in report and "## Time spent measuring" in report
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_report_table_matches_the_results(mixed):
     records = read_results(mixed / "results.jsonl")
-    lines = (mixed / "report.md").read_text().split("## Configurations")[1].split("\n## ")[0].splitlines()
-    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
-    rows = {row[0]: dict(zip(table[0], row)) for row in table[1:]}
+    section = (mixed / "report.md").read_text().split("## Configurations")[1].split("\n## ")[0]
+    tables = [
+        [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines() if line.startswith("| ")]
+        for block in section.split("\n\n")
+    ]
+    tables = [t for t in tables if t]
+    decision, timing = tables[0], next(t for t in tables if "runs" in t[0])  # the decision table comes first
+    rows = {
+        row[0]: dict(zip(decision[0], row)) | dict(zip(timing[0], next(r for r in timing if r[0] == row[0])))
+        for row in decision[1:]
+    }
     analysis = load(mixed)
     for config in analysis.configs:
         rates = [r["summary"]["samples_per_s"] for r in records if r["index"] == config.index and not r["contended"]]
@@ -85,6 +101,8 @@ def test_report_table_matches_the_results(mixed):
         assert low < sum(rates) / len(rates) < high
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_sweep_runs_measure_and_skip_what_a_comparison_does_not_need(mixed):
     run_dir = mixed / "runs" / "cfg001-r0"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -103,6 +121,8 @@ def _burn(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(count)]
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_run_beside_a_cpu_burning_process_is_contended_and_re_run(tmp_path):
     burners = _burn(os.cpu_count() or 1)  # half the machine or more, whatever its size
     try:
@@ -125,6 +145,7 @@ def test_a_run_beside_a_cpu_burning_process_is_contended_and_re_run(tmp_path):
     assert "**contended** (1)" in trust and "repeat 1:" in trust
 
 
+@pytest.mark.slow
 def test_a_diverged_training_run_warns(tmp_path):
     result = run_cli(
         "train",

@@ -192,6 +192,8 @@ from ignite.utils import manual_seed
 from ignite_ddl import ConfigError, LaunchSettings, plan_launch
 from ignite_ddl.launcher import xla
 
+pytestmark = [pytest.mark.xla]
+
 xla.install()  # what every launch does first
 manual_seed(0)  # Ignite's: it starts the XLA runtime in this process
 print(idist.backend(), idist.device(), idist.get_world_size())

@@ -133,7 +133,10 @@ class TrainConfig(LaunchOptions):
 
     # -- the workload: what fixes the work done per sample
     model: str = option(
-        "cnn", "toy | mlp | cnn | resnet18 | any torchvision classification model name", role=Role.WORKLOAD
+        "cnn",
+        "toy | mlp | wide_mlp (46 M parameters: where memory goes to weights) | cnn | resnet18 | any torchvision "
+        "classification model name",
+        role=Role.WORKLOAD,
     )
     dataset: str = option("synthetic", "the data", role=Role.WORKLOAD, choices=DATASETS)
     amp: str = option(

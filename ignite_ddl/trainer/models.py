@@ -29,7 +29,8 @@ __all__ = [
     "torchvision_models",
 ]
 
-OWN_MODELS = ("toy", "mlp", "cnn", "resnet18")
+OWN_MODELS = ("toy", "mlp", "wide_mlp", "cnn", "resnet18")
+WIDE = (4096, 4096, 4096)  # wide_mlp: about 46 M parameters on 3x32x32 inputs, nearly all of its memory in weights
 
 
 class ToyModel(nn.Module):
@@ -105,6 +106,8 @@ def build_model(name: str, in_channels: int, image_size: int, num_classes: int) 
         return ToyModel(in_channels * image_size * image_size, num_classes)
     if name == "mlp":
         return mlp(in_channels * image_size * image_size, num_classes)
+    if name == "wide_mlp":
+        return mlp(in_channels * image_size * image_size, num_classes, hidden=WIDE)
     if name == "cnn":
         return small_cnn(in_channels, num_classes)
     if name == "resnet18":
