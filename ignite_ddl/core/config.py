@@ -134,7 +134,7 @@ class TrainConfig(LaunchOptions):
     # -- the workload: what fixes the work done per sample
     model: str = option(
         "cnn",
-        "toy | mlp | wide_mlp (46 M parameters: where memory goes to weights) | cnn | resnet18 | any torchvision "
+        "toy | mlp | wide_mlp (14.7 M parameters: where memory goes to weights) | cnn | resnet18 | any torchvision "
         "classification model name",
         role=Role.WORKLOAD,
     )
