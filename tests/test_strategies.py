@@ -114,3 +114,23 @@ def test_impossible_strategies_are_refused_before_anything_starts(tmp_path, args
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert message in result.stderr
     assert not (tmp_path / "out" / "logs").exists()  # no rank ever started
+
+
+def test_fsdp_runs_with_bf16_a_profiler_and_every_handler(tmp_path):
+    config = TrainConfig(
+        nproc_per_node=2,
+        strategy="fsdp",
+        amp="bf16",
+        profiler="handlers",
+        early_stopping=2,
+        checkpoint_every=4,
+        output_dir=str(tmp_path),
+        **COMMON,
+    )
+    summary = train(config)
+    assert summary["strategy"] == "fsdp" and summary["amp"] == "bf16"
+    assert all(r["train_loss"] == r["train_loss"] for r in summary["history"])  # no NaN
+    assert summary["profiler"]["kind"] == "handlers" and len(summary["profiler"]["ranks"]) == 2
+    assert len(list((tmp_path / "checkpoints").glob("*.pt"))) == 2 and list((tmp_path / "best").glob("*.pt"))
+    best = torch.load(next((tmp_path / "best").glob("*.pt")), weights_only=True)
+    assert set(best) == set(_final_weights(summary))  # the best model is the full model too
