@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import csv
+import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import ignite.distributed as idist
 import pytest
 from conftest import QUICK, check_ok, load_summary, run, run_cli, run_script
+from ignite.engine import Events
 
-from ignite_ddl import LaunchSettings, launch
-from ignite_ddl.core.errors import LaunchFailed
+from ignite_ddl import LaunchSettings, TrainConfig, launch, train
+from ignite_ddl.core.errors import LaunchFailed, RunFailed
 from ignite_ddl.launcher import free_port
+
+TINY_RUN = {"train_size": 256, "val_size": 64, "batch_size": 32, "epochs": 1, "measure_flops": False}
 
 
 def big_result(local_rank: int) -> dict:
@@ -33,7 +38,7 @@ def test_serial_run(tmp_path):
 def test_spawn_two_processes(spawn_run):
     summary = load_summary(spawn_run, world_size=2)
     assert summary["backend"] == "gloo" and summary["launch_mode"] == "spawn"
-    assert summary["batch"] == {"requested_global": 64, "per_rank": 32, "global": 64}
+    assert summary["batch"] == {"requested_global": 64, "per_rank": 32, "global": 64, "accumulate": 1, "micro": 32}
     # 2 cores shared by 2 processes: one intra-op thread each (or more where the machine has more cores)
     assert summary["threads_per_process"] >= 1
     assert (spawn_run / "logs" / "rank0.log").is_file() and (spawn_run / "logs" / "rank1.log").is_file()
@@ -120,33 +125,35 @@ def test_launch_returns_rank0_result(tmp_path):
     assert result["rank"] == 0 and len(result["payload"]) == 1_000_000
 
 
+def _note_workers(run) -> None:
+    """On every rank, at the end of each epoch: the pids of its child processes (its DataLoader workers)."""
+    from ignite_ddl.launcher.processes import children_map
+
+    path = Path(run.config.output_dir) / f"workers_rank{idist.get_rank()}.txt"
+
+    @run.trainer.on(Events.EPOCH_COMPLETED)
+    def note(engine):
+        with open(path, "a") as f:
+            f.write(" ".join(map(str, sorted(children_map().get(os.getpid(), [])))) + "\n")
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_dataloader_workers_are_not_restarted_each_epoch(tmp_path):
     # Ranks started with "spawn": a DataLoader worker started afresh each epoch would re-import torch (seconds).
-    out = tmp_path / "run"
-    check_ok(
-        run_cli(
-            "train",
-            "--nproc-per-node",
-            "2",
-            "--start-method",
-            "spawn",
-            "--num-workers",
-            "2",
-            "--epochs",
-            "3",
-            *QUICK[:-3],
-            "--no-progress",
-            "--output-dir",
-            str(out),
-        )
+    config = TrainConfig(
+        nproc_per_node=2,
+        start_method="spawn",
+        num_workers=2,
+        output_dir=str(tmp_path),
+        progress=False,
+        **{**TINY_RUN, "epochs": 3},
     )
-    with open(out / "steps_rank0.csv") as f:
-        rows = list(csv.DictReader(f))
-    first_of_epoch = [float(r["data_s"]) for r in rows if int(r["iteration"]) % 8 == 1]
-    assert len(first_of_epoch) == 3 and max(first_of_epoch[1:]) < 0.3, first_of_epoch
-    assert load_summary(out, world_size=2)["start_method"] == "spawn"
+    summary = train(config, setup=_note_workers)
+    assert summary["start_method"] == "spawn" and summary["epochs"] == 3
+    for rank in (0, 1):
+        epochs = (tmp_path / f"workers_rank{rank}.txt").read_text().splitlines()
+        assert len(epochs) == 3 and epochs[0] and len(set(epochs)) == 1, epochs  # the same workers all along
 
 
 def _stalled_rank_main(real, marker, always):
@@ -188,3 +195,66 @@ def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
     with pytest.raises(LaunchFailed, match=r"rank\(s\) 1 did not join the process group within 2 s, 2 times"):
         launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork"))
     assert time.monotonic() - began < 60  # two attempts of 2 s and the stops, far from the 300 s rendezvous timeout
+
+
+_AT_FORK: list[tuple[int, int]] = []  # (Python threads, native threads) of this process at each of its forks
+_RECORDING = [False]
+
+
+def _record_fork() -> None:
+    if _RECORDING[0]:
+        _AT_FORK.append((threading.active_count(), len(os.listdir("/proc/self/task"))))
+
+
+os.register_at_fork(before=_record_fork)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_launcher_forks_its_ranks_without_a_thread_of_its_own():
+    """No thread of the launcher (no pipe reader, no watch, no rendezvous server) exists when it forks: a child cannot
+    inherit a lock one of them held. The native threads torch itself started at import are the baseline."""
+    baseline = (threading.active_count(), len(os.listdir("/proc/self/task")))
+    _AT_FORK.clear()
+    _RECORDING[0] = True
+    try:
+        assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=3, start_method="fork")) == 3
+    finally:
+        _RECORDING[0] = False
+    assert len(_AT_FORK) >= 4  # the rendezvous process and the 3 ranks
+    # never more threads than before the launch: the launcher itself added none (torch's own may have ended)
+    assert all(python <= baseline[0] and native <= baseline[1] for python, native in _AT_FORK), (baseline, _AT_FORK)
+
+
+def _late_for_the_barrier(local_rank):
+    if idist.get_rank() == 1:
+        time.sleep(60)  # never enters the barrier before the others give up
+    idist.barrier()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_rank_that_never_enters_a_barrier_is_named():
+    with pytest.raises(RunFailed) as failed:
+        launch(_late_for_the_barrier, LaunchSettings(backend="gloo", nproc_per_node=2, timeout=5))
+    assert failed.value.rank == 1
+    assert str(failed.value).startswith("rank 1 failed: never reached the collective rank 0 waited in (barrier); ")
+
+
+def _stuck_in_evaluation(run):
+    if idist.get_rank() == 1:
+        run.evaluator.add_event_handler(Events.ITERATION_STARTED, lambda: time.sleep(120))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_rank_stuck_in_evaluation_is_named(tmp_path):
+    config = TrainConfig(
+        nproc_per_node=2, timeout=30, stall_timeout=4, output_dir=str(tmp_path), progress=False, **TINY_RUN
+    )
+    with pytest.raises(RunFailed) as failed:
+        train(config, setup=_stuck_in_evaluation)
+    assert failed.value.rank == 1, str(failed.value)
+    assert "stuck evaluating" in str(failed.value) and "rank 0 waits for it, gathering the evaluation" in str(
+        failed.value
+    )

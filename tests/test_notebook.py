@@ -112,12 +112,17 @@ def test_quick_example(tmp_path: Path, python3_kernel: str):
     config = json.loads((out / "config.json").read_text())["config"]
     assert summary["backend"] == "gloo" and summary["launch_mode"] == "spawn"
     assert summary["model"] == "cnn" and summary["dataset"] == "synthetic"
-    assert summary["batch"] == {"requested_global": 128, "per_rank": 64, "global": 128}
+    assert summary["batch"] == {"requested_global": 128, "per_rank": 64, "global": 128, "accumulate": 1, "micro": 64}
     history = summary["history"]
     assert [record["epoch"] for record in history] == list(range(1, config["epochs"] + 1))
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert summary["best_val_accuracy"] > 0.15  # 10 classes: chance is 0.1
-    assert sorted(p.name for p in (out / "logs").iterdir()) == ["rank0.log", "rank1.log"]
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [
+        "memory_rank0.txt",
+        "memory_rank1.txt",
+        "rank0.log",
+        "rank1.log",
+    ]
     assert any((out / "tb").iterdir()) and any((out / "checkpoints").iterdir())
 
     # The plot the notebook saved, and showed.

@@ -287,7 +287,7 @@ def test_training_run(tmp_path):
     )
     summary = load_summary(out, world_size=REPLICAS)
     assert (summary["backend"], summary["device"]["type"], summary["launch_mode"]) == ("xla-tpu", "xla", "spawn")
-    assert summary["batch"] == {"requested_global": 64, "per_rank": 32, "global": 64}
+    assert summary["batch"] == {"requested_global": 64, "per_rank": 32, "global": 64, "accumulate": 1, "micro": 32}
     losses = [epoch["train_loss"] for epoch in summary["history"]]
     assert losses[-1] < losses[0], losses
     # The step recorder's summary: both ranks, the optimizer phase holding the device time of the step.

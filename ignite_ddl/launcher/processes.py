@@ -9,10 +9,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing as mp
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ __all__ = [
     "STOP_GRACE_S",
     "children_map",
     "current_rss_bytes",
+    "die_with_parent",
     "last_reading",
     "memory_limit_bytes",
     "out_of_memory",
@@ -61,6 +64,20 @@ def process_tree_pids(pid: int) -> list[int]:
         found.append(current)
         todo.extend(children.get(current, []))
     return found
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``signum`` to this process when its parent ends (Linux's ``PR_SET_PDEATHSIG``; a no-op
+    elsewhere): a launcher killed outright leaves no rank or worker behind. If the parent is already gone, the
+    signal comes at once."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signum), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent ended between the fork and the prctl
+        os.kill(os.getpid(), signum)
 
 
 def stop_children() -> None:

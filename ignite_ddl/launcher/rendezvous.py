@@ -1,6 +1,7 @@
 """The rendezvous of a spawned launch: node 0 hosts a TCPStore on a socket bound to the rendezvous address only
 (127.0.0.1 on one node), other nodes wait until it answers, and every rank joins it as a client, as ranks join
-torchrun's agent store. Nothing listens on other interfaces.
+torchrun's agent store. Nothing listens on other interfaces. The store lives in a process of its own
+(:class:`RendezvousHost`), so that the launcher forks its ranks from a process without threads.
 
 Example:
     >>> 1024 <= free_port() < 65536
@@ -12,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import multiprocessing as mp
 import os
+import signal
 import socket
 import sys
 import time
@@ -22,9 +25,10 @@ from typing import Any, cast
 import torch.distributed as dist
 
 from ignite_ddl.core.errors import ConfigError, LaunchFailed
+from ignite_ddl.launcher.processes import die_with_parent
 from ignite_ddl.launcher.settings import LaunchPlan
 
-__all__ = ["free_port", "rendezvous", "say"]
+__all__ = ["RendezvousHost", "agent_store_env", "free_port", "say"]
 
 _KEYS = "ignite_ddl/"  # our keys in the rendezvous store (torch's own live under a prefix of their own)
 
@@ -74,15 +78,64 @@ def _listen(address: str, port: int | None) -> socket.socket:
     return sock
 
 
-@contextlib.contextmanager
-def rendezvous(plan: LaunchPlan) -> Iterator[LaunchPlan]:
-    """Host (node 0) or reach (other nodes) the rendezvous store, wait until every node is there, and let the
-    ranks join the store as clients, the way torchrun's agent store works. Yields the plan with its port."""
-    timeout = datetime.timedelta(seconds=plan.timeout)
-    if plan.node_rank == 0:
-        sock = _listen(plan.master_addr, plan.master_port)
-        port = sock.getsockname()[1]
+class RendezvousHost:
+    """The rendezvous of a spawned launch, kept in a small process of its own, started before any rank: on node 0 it
+    hosts the TCPStore (whose server runs threads) and waits until every other node has announced itself; on the
+    other nodes it waits for node 0's store and announces its node. The launching process itself then holds no
+    thread and no server when it forks its ranks, so no rank can inherit a lock held at fork time.
+
+    Used as a context manager, it yields the plan with its port once the rendezvous is ready; it raises
+    :class:`ConfigError` (the address or port cannot be used) or :class:`LaunchFailed` (nodes never came).
+    """
+
+    def __init__(self, plan: LaunchPlan):
+        self.plan = plan
+        self.process: Any = None
+
+    def __enter__(self) -> LaunchPlan:
+        methods = mp.get_all_start_methods()
+        ctx: Any = mp.get_context("fork" if "fork" in methods else "spawn")
+        receiver, sender = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_host, args=(self.plan, sender), name="ignite-ddl-rendezvous", daemon=True)
+        self.process.start()
+        sender.close()
         try:
+            while not receiver.poll(0.5):
+                if not self.process.is_alive():
+                    raise LaunchFailed(f"the rendezvous ended with status {self.process.exitcode} before it was ready")
+            kind, value = receiver.recv()
+        except EOFError:
+            raise LaunchFailed("the rendezvous ended before it was ready") from None
+        except BaseException:
+            self._stop()
+            raise
+        if kind != "ready":
+            self._stop()
+            raise (ConfigError if kind == "refused" else LaunchFailed)(value)
+        return self.plan.with_port(value)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(5)
+
+
+def _host(plan: LaunchPlan, sender: Any) -> None:
+    """The rendezvous process: report ("ready", port), ("refused", why) or ("failed", why), then (node 0) keep the
+    store up until the launcher ends it."""
+    die_with_parent(signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the launcher decides
+    timeout = datetime.timedelta(seconds=plan.timeout)
+    try:
+        if plan.node_rank == 0:
+            sock = _listen(plan.master_addr, plan.master_port)
+            port = sock.getsockname()[1]
             store = dist.TCPStore(
                 plan.master_addr,
                 port,
@@ -91,29 +144,41 @@ def rendezvous(plan: LaunchPlan) -> Iterator[LaunchPlan]:
                 wait_for_workers=False,
                 timeout=timeout,
             )
-        except BaseException:
-            sock.close()
-            raise
-        sock.detach()  # the store owns the socket now, and closes it when it goes
-        if plan.nnodes > 1:
-            _await_nodes(store, plan, port)
-    else:
-        port = plan.master_port
-        assert port is not None
-        _await_store(plan.master_addr, port, plan.timeout)
-        store = dist.TCPStore(plan.master_addr, port, is_master=False, timeout=timeout)
-        store.set(f"{_KEYS}node/{plan.node_rank}", "1")
+            sock.detach()  # the store owns the socket now
+            if plan.nnodes > 1:
+                _await_nodes(store, plan, port)
+        else:
+            port = cast(int, plan.master_port)  # checked when the launch was planned
+            _await_store(plan.master_addr, port, plan.timeout)
+            store = dist.TCPStore(plan.master_addr, port, is_master=False, timeout=timeout)
+            store.set(f"{_KEYS}node/{plan.node_rank}", "1")
+    except ConfigError as e:
+        sender.send(("refused", str(e)))
+        return
+    except LaunchFailed as e:
+        sender.send(("failed", str(e)))
+        return
+    sender.send(("ready", port))
+    sender.close()
+    if plan.node_rank == 0:
+        while True:  # until the launcher ends the launch (SIGTERM), or dies (SIGKILL)
+            time.sleep(3600)
+    del store
+
+
+@contextlib.contextmanager
+def agent_store_env() -> Iterator[None]:
+    """While inside, ranks started here join the rendezvous store as clients, as they join torchrun's agent store."""
     saved = {k: os.environ.get(k) for k in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT")}
     os.environ.update(TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
     try:
-        yield plan.with_port(port)
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        del store
 
 
 def _progress_interval(timeout: float) -> float:

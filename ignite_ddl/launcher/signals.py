@@ -1,9 +1,12 @@
-"""SIGINT and SIGTERM as an exception, so that whoever started processes stops them before it goes.
+"""SIGINT, SIGTERM and SIGHUP as an exception, so that whoever started processes stops them before it goes.
 
-A launcher waiting for its ranks, or a sweep waiting for a run, wraps the wait in :func:`interruptible`: either
+A launcher waiting for its ranks, or a sweep waiting for a run, wraps the wait in :func:`interruptible`: a stopping
 signal then calls ``stop`` (take the children down) and raises :class:`Interrupted` in the main thread, a
 ``KeyboardInterrupt`` that knows which signal came. Outside the main thread (where Python cannot install
-handlers) it does nothing.
+handlers) it does nothing. A process forked while the handler is installed starts with the default handlers
+(:func:`interruptible` registers that once, with ``os.register_at_fork``): a rank or a worker stopped with SIGTERM
+ends by that signal, instead of raising the launcher's exception in a process that has no one to catch it (torch
+2.14's ``spawn`` wrapper counted that exception as a clean exit).
 
 Example:
     >>> import os, signal
@@ -27,15 +30,30 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ignite_ddl.core.errors import Interrupted
+from ignite_ddl.launcher.processes import die_with_parent
 
 __all__ = ["end_with", "interruptible", "sigterm_with_parent"]
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_OURS = "_ignite_ddl_interrupts"  # marks the handlers interruptible installs
+
+
+def _default_handlers_in_child() -> None:
+    """After a fork: the handlers :func:`interruptible` installed in the parent are not the child's to run."""
+    for s in SIGNALS:
+        if getattr(signal.getsignal(s), _OURS, False):
+            try:
+                signal.signal(s, signal.SIG_DFL)
+            except ValueError:  # not the main thread of the main interpreter: nothing to reset here
+                return
+
+
+os.register_at_fork(after_in_child=_default_handlers_in_child)
 
 
 @contextmanager
 def interruptible(stop: Callable[[], None] | None = None) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM run ``stop`` and raise :class:`Interrupted` (main thread only)."""
+    """While inside, SIGINT, SIGTERM and SIGHUP run ``stop`` and raise :class:`Interrupted` (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -48,6 +66,8 @@ def interruptible(stop: Callable[[], None] | None = None) -> Iterator[None]:
             stop()
         raise Interrupted(signum)
 
+    setattr(handler, _OURS, True)
+
     for s in SIGNALS:
         signal.signal(s, handler)
     try:
@@ -59,20 +79,26 @@ def interruptible(stop: Callable[[], None] | None = None) -> Iterator[None]:
 
 def end_with(pid: int) -> None:
     """SIGTERM this process when process ``pid`` ends, however it ends: a sweep killed with SIGKILL has no chance to
-    stop its run, so the run watches the sweep (and then stops its ranks as on any SIGTERM). Waits on a pidfd
-    where the kernel has them, else checks once a second."""
-
-    def watch() -> None:
+    stop its run, so the run watches the sweep (and then stops its ranks as on any SIGTERM). The watching is done by
+    a small forked process, not a thread: this process forks ranks later, and a fork should find no thread of ours.
+    It waits on a pidfd where the kernel has them, else checks once a second, and ends with this process."""
+    me = os.getpid()
+    if os.fork() != 0:
+        return
+    try:  # the watcher: nothing here may return into the caller's code
+        die_with_parent(signal.SIGKILL)
         try:
             fd = os.pidfd_open(pid)
         except (AttributeError, OSError):
-            while _alive(pid):
+            while _alive(pid) and _alive(me):
                 time.sleep(1.0)
         else:
-            select.select([fd], [], [])  # readable once the process has ended
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name=f"end-with-{pid}", daemon=True).start()
+            while _alive(me) and not select.select([fd], [], [], 1.0)[0]:
+                pass  # readable once the process has ended
+        if _alive(me):
+            os.kill(me, signal.SIGTERM)
+    finally:
+        os._exit(0)
 
 
 def _alive(pid: int) -> bool:
@@ -86,11 +112,5 @@ def _alive(pid: int) -> bool:
 
 
 def sigterm_with_parent() -> None:
-    """Ask the kernel to send this process SIGTERM when its parent ends (Linux ``prctl(PR_SET_PDEATHSIG)``; a
-    no-op elsewhere). Meant as a ``preexec_fn``: it applies to the child about to ``exec``."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    """Have this process get SIGTERM when its parent ends: a ``preexec_fn`` for a child about to ``exec``."""
+    die_with_parent(signal.SIGTERM)

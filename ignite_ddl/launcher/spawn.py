@@ -43,19 +43,24 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as torch_mp
+from ignite.distributed.comp_models.native import _NativeDistModel as NativeDistModel
 from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ignite_ddl.core.errors import Interrupted, LaunchFailed, RunFailed
+from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import rules
-from ignite_ddl.launcher.processes import STOP_GRACE_S, out_of_memory, stop_children, wait_children
-from ignite_ddl.launcher.rendezvous import rendezvous, say
+from ignite_ddl.launcher.processes import STOP_GRACE_S, die_with_parent, out_of_memory, stop_children, wait_children
+from ignite_ddl.launcher.rendezvous import RendezvousHost, agent_store_env, say
 from ignite_ddl.launcher.settings import LaunchPlan, LaunchSettings, plan_launch
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.launcher.watchdog import clear_stall, read_stall
@@ -136,108 +141,151 @@ class _NotJoined(Exception):
         self.ranks, self.seconds = ranks, seconds
 
 
-class _JoinWatch:
-    """Stops a single-node launch whose ranks do not all reach the process group within ``seconds``.
+# Where a rank is, in shared memory its launcher reads after a failure: running its own code, inside a collective
+# (1 + the index of the collective in _COLLECTIVES), or done.
+_RUNNING, _DONE = 0, -1
+_COLLECTIVES = (
+    "barrier",
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "reduce",
+    "send",
+    "recv",
+)
+_TIMED_OUT = ("timed out", "timeout", "time out")
+_FOLLOWED = "_ignite_ddl_followed"  # marks a collective _follow_collectives wrapped
 
-    A rank that joined sets its flag in shared memory. Ranks forked from a busy parent have (rarely) been seen to
-    stop before joining, leaving the others waiting in the rendezvous until the full ``timeout``; nothing has
-    trained at that point, so stopping everyone and starting again loses nothing.
-    """
 
-    def __init__(self, ctx: Any, plan: LaunchPlan):
-        self.flags = ctx.Array("b", plan.nproc_per_node, lock=False)
-        self.seconds = min(plan.timeout, JOIN_TIMEOUT_S)
-        self.missing: list[int] = []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="join-watch", daemon=True)
+@dataclass
+class _Shared:
+    """Shared memory between a single-node launch and its ranks: whether each has joined its process group, and
+    where each is (see _COLLECTIVES)."""
 
-    def __enter__(self) -> _JoinWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _watch(self) -> None:
-        deadline = time.monotonic() + self.seconds
-        while not self._done.wait(0.1):
-            if all(self.flags):
-                return
-            if time.monotonic() >= deadline:
-                self.missing = [rank for rank, joined in enumerate(self.flags) if not joined]
-                stop_children()
-                return
+    joined: Any
+    positions: Any
 
 
 def _spawn_once(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
-    ctx = mp.get_context(plan.start_method)
-    receiver, sender = ctx.Pipe(duplex=False)
-    results: list[Any] = []
-    # Rank 0 sends its result through the pipe; reading it while the ranks run keeps a large result from
-    # filling the pipe and blocking rank 0 at exit.
-    reader = threading.Thread(target=_drain, args=(receiver, results), daemon=True)
-    reader.start()
-    clear_stall(plan.log_dir)  # a diagnosis left by an earlier run in this folder is not this run's
-    # Several nodes wait for each other in the rendezvous for as long as --timeout allows: no early restart there.
     assert plan.backend is not None  # spawned ranks have a process group
-    rule = rules(plan.backend)
-    watch = _JoinWatch(ctx, plan) if plan.nnodes == 1 and rule.join_watch else None
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(_private_tempdir())
-            rendezvous_plan = plan
-            if rule.hosts_rendezvous:
-                rendezvous_plan = stack.enter_context(rendezvous(plan))
-            stack.enter_context(interruptible(stop=stop_children))
-            if watch is not None:
-                stack.enter_context(watch)
-            spawn_options: dict[str, Any] = {"timeout": datetime.timedelta(seconds=plan.timeout)}
-            with idist.Parallel(
-                backend=plan.backend,
-                nproc_per_node=plan.nproc_per_node,
-                nnodes=plan.nnodes,
-                node_rank=plan.node_rank,
-                master_addr=rendezvous_plan.master_addr,
-                master_port=rendezvous_plan.master_port,
+    if not rules(plan.backend).hosts_rendezvous:
+        return _spawn_pjrt(fn, plan, args, kwargs)
+    clear_stall(plan.log_dir)  # a diagnosis left by an earlier run in this folder is not this run's
+    ctx = mp.get_context(plan.start_method)
+    nproc = plan.nproc_per_node
+    shared = _Shared(ctx.Array("b", nproc, lock=False), ctx.Array("i", nproc, lock=False))
+    # Several nodes wait for each other in the rendezvous for as long as --timeout allows: no early restart there.
+    watch_s = min(plan.timeout, JOIN_TIMEOUT_S) if plan.nnodes == 1 and rules(plan.backend).join_watch else None
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(_private_tempdir())
+        result = Path(folder) / "result.pickle"  # rank 0's return value
+        stack.enter_context(interruptible(stop=stop_children))
+        try:
+            ready = stack.enter_context(RendezvousHost(plan))
+            stack.enter_context(agent_store_env())
+            context = torch_mp.start_processes(
+                NativeDistModel._dist_worker_task_fn,  # what idist.Parallel runs in each rank
+                nprocs=nproc,
+                args=(
+                    plan.backend,
+                    _rank_main,
+                    (fn, ready, str(result), args, kwargs, shared),
+                    {},
+                    plan.world_size,
+                    nproc,
+                    plan.node_rank,
+                    ready.master_addr,
+                    ready.master_port,
+                    "env://",
+                    {"timeout": datetime.timedelta(seconds=plan.timeout)},
+                ),
+                join=False,
                 start_method=plan.start_method,
-                **spawn_options,
-            ) as parallel:
-                flags = None if watch is None else watch.flags
-                parallel.run(_rank_main, fn, rendezvous_plan, sender, args, kwargs, flags)
-    except Interrupted:
-        wait_children(STOP_GRACE_S + 2)
-        raise
-    except (ProcessRaisedException, ProcessExitedException) as e:
-        stop_children()  # the others may still be running (torch stops them too; this reaches their workers)
-        if watch is not None and watch.missing:
+            )
+            _supervise(context, shared, watch_s)
+        except Interrupted:
             wait_children(STOP_GRACE_S + 2)
-            raise _NotJoined(watch.missing, watch.seconds) from None
-        stall = read_stall(plan.log_dir)
-        if stall is not None:  # a stall watchdog ended the run: the rank that held the others up is the culprit
-            raise RunFailed(stall["rank"], stall["message"]) from None
-        rank = plan.node_rank * plan.nproc_per_node + e.error_index
-        log_file = _log_file(plan.log_dir, rank)
-        message = _failure_message(e)
-        killed = isinstance(e, ProcessExitedException) and e.signal_name == "SIGKILL"
-        message = out_of_memory(message, plan.log_dir, rank, killed) or message
-        raise RunFailed(rank, message, log_file if _holds_traceback(log_file) else None) from None
-    finally:
-        sender.close()
-        reader.join(timeout=10)
-    return results[0] if results else None
+            raise
+        except (ProcessRaisedException, ProcessExitedException) as e:
+            stop_children()  # the others may still be running (torch stops them too; this reaches their workers)
+            raise _failure(e, plan, shared) from None
+        if not result.exists():
+            return None
+        return pickle.loads(result.read_bytes())  # written by this launch's own rank 0, in its private folder
 
 
-def _drain(receiver: Any, results: list[Any]) -> None:
-    try:
-        while True:
-            results.append(pickle.loads(receiver.recv_bytes()))
-    except (EOFError, OSError):
-        pass
+def _supervise(context: Any, shared: _Shared, watch_s: float | None) -> None:
+    """Wait for the ranks in this (main) thread: until all have ended, one failed (raises torch's exception), or
+    ``watch_s`` passed with a rank still outside its process group (raises _NotJoined)."""
+    deadline = time.monotonic() + watch_s if watch_s is not None else None
+    while not context.join(timeout=0.1):
+        if deadline is None:
+            continue
+        missing = [rank for rank, joined in enumerate(shared.joined) if not joined]
+        if not missing:
+            deadline = None
+        elif time.monotonic() >= deadline:
+            stop_children()
+            wait_children(STOP_GRACE_S + 2)
+            raise _NotJoined(missing, cast(float, watch_s))
+
+
+def _failure(e: Exception, plan: LaunchPlan, shared: _Shared) -> Exception:
+    """The error a failed launch ends with, naming the rank to blame."""
+    stall = read_stall(plan.log_dir)
+    if stall is not None:  # a stall watchdog ended the run: the rank that held the others up is the culprit
+        return RunFailed(stall["rank"], stall["message"])
+    local = cast(int, getattr(e, "error_index", 0))
+    rank = plan.node_rank * plan.nproc_per_node + local
+    log_file = _log_file(plan.log_dir, rank)
+    message = _failure_message(e)
+    killed = isinstance(e, ProcessExitedException) and e.signal_name == "SIGKILL"
+    message = out_of_memory(message, plan.log_dir, rank, killed) or message
+    traceback_file = log_file if _holds_traceback(log_file) else None
+    waited = shared.positions[local]
+    if any(word in message.lower() for word in _TIMED_OUT) and waited > 0:
+        # The rank timed out inside a collective: the ranks of this node that were not in one never reached it.
+        absent = [r for r, where in enumerate(shared.positions) if r != local and where == _RUNNING]
+        if absent:
+            culprit = plan.node_rank * plan.nproc_per_node + absent[0]
+            others = [plan.node_rank * plan.nproc_per_node + r for r in absent[1:]]
+            also = f" (nor did rank(s) {', '.join(map(str, others))})" if others else ""
+            said = (
+                f"never reached the collective rank {rank} waited in ({_COLLECTIVES[waited - 1]}){also}; "
+                f"rank {rank} failed: {message}"
+            )
+            return RunFailed(culprit, said, traceback_file)
+    return RunFailed(rank, message, traceback_file)
+
+
+def _spawn_pjrt(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
+    """XLA replicas: PJRT starts them (threads of one process on the CPU runtime) and finds its own peers."""
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(_private_tempdir())
+        result = Path(folder) / "result.pickle"
+        stack.enter_context(interruptible(stop=stop_children))
+        try:
+            with idist.Parallel(backend=plan.backend, nproc_per_node=plan.nproc_per_node) as parallel:
+                parallel.run(_rank_main, fn, plan, str(result), args, kwargs, None)
+        except Interrupted:
+            wait_children(STOP_GRACE_S + 2)
+            raise
+        except (ProcessRaisedException, ProcessExitedException) as e:
+            stop_children()
+            local = cast(int, getattr(e, "error_index", 0))
+            log_file = _log_file(plan.log_dir, local)
+            raise RunFailed(local, _failure_message(e), log_file if _holds_traceback(log_file) else None) from None
+        return pickle.loads(result.read_bytes()) if result.exists() else None
 
 
 @contextlib.contextmanager
-def _private_tempdir() -> Iterator[None]:
+def _private_tempdir() -> Iterator[str]:
     """torch's spawn writes a temporary error file per process and leaves it behind when a rank fails: give it
     a folder of its own and remove it afterwards."""
     # multiprocessing's own temporary folder lives until this process exits and removes itself then: create it
@@ -246,7 +294,7 @@ def _private_tempdir() -> Iterator[None]:
     folder = tempfile.mkdtemp(prefix="ignite-ddl-")
     previous, tempfile.tempdir = tempfile.tempdir, folder
     try:
-        yield
+        yield folder
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(folder, ignore_errors=True)
@@ -256,21 +304,29 @@ def _private_tempdir() -> Iterator[None]:
 
 
 def _rank_main(
-    local_rank: int, fn: Callable, plan: LaunchPlan, sender: Any, args: tuple, kwargs: dict, joined: Any = None
+    local_rank: int,
+    fn: Callable,
+    plan: LaunchPlan,
+    result: str | None,
+    args: tuple,
+    kwargs: dict,
+    shared: _Shared | None = None,
 ) -> Any:
-    if joined is not None:  # this rank is in the process group (see _JoinWatch)
-        joined[local_rank] = 1
+    if shared is not None:  # this rank is in the process group; its launcher follows where it is
+        shared.joined[local_rank] = 1
+        _follow_collectives(shared.positions, local_rank)
     _quiet_ignite_loggers()
     if plan.mode == "spawn" and threading.current_thread() is threading.main_thread():
         # Ctrl-C in a terminal reaches every process of the group: only the launcher decides what to stop, and
-        # when it stops a rank with SIGTERM the rank just ends (a forked rank inherited the launcher's handler).
-        # (PJRT runs XLA replicas in threads of one process, where the process's handlers already apply.)
+        # when it stops a rank with SIGTERM the rank just ends. A launcher killed outright (SIGKILL) takes its
+        # ranks with it. (PJRT runs XLA replicas in threads of one process, whose handlers already apply.)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        die_with_parent(signal.SIGKILL)
     rank = idist.get_rank()
-    # Rank 0 sends its result from where it ran: pickling tensors runs torch ops, which must not happen in the
+    # Rank 0 writes its result from where it ran: pickling tensors runs torch ops, which must not happen in the
     # forked main thread either (see in_fresh_thread).
-    work = functools.partial(_call_and_send, fn, sender if rank == 0 else None)
+    work = functools.partial(_call_and_keep, fn, result if rank == 0 else None)
     try:
         # PJRT already runs each XLA replica in a thread started after the fork, with its device set in that thread.
         if (
@@ -279,10 +335,10 @@ def _rank_main(
             and plan.backend is not None
             and rules(plan.backend).fresh_thread_after_fork
         ):
-            result = in_fresh_thread(plan.threads, work, local_rank, *args, **kwargs)
+            value = in_fresh_thread(plan.threads, work, local_rank, *args, **kwargs)
         else:
             torch.set_num_threads(plan.threads)
-            result = work(local_rank, *args, **kwargs)
+            value = work(local_rank, *args, **kwargs)
     except Exception as e:
         log_file = _log_file(plan.log_dir, rank)
         if log_file is not None:
@@ -295,16 +351,40 @@ def _rank_main(
         message = f"{type(e).__name__}: {e}"
         message = out_of_memory(message, plan.log_dir, rank) or message
         raise RunFailed(rank, message, log_file if _holds_traceback(log_file) else None) from e
-    return result
+    if shared is not None:
+        shared.positions[local_rank] = _DONE
+    return value
 
 
-def _call_and_send(fn: Callable, sender: Any, *args: Any, **kwargs: Any) -> Any:
-    result = fn(*args, **kwargs)
-    if sender is not None:
-        # Plain pickle, by value: the pipe's own pickler passes tensors as shared memory that the receiver fetches
-        # from this process, which may have exited by then.
-        sender.send_bytes(pickle.dumps(result))
-    return result
+def _call_and_keep(fn: Callable, result: str | None, *args: Any, **kwargs: Any) -> Any:
+    value = fn(*args, **kwargs)
+    if result is not None:
+        # Plain pickle, by value, to a file of the launch's private folder: the launcher reads it after the ranks
+        # ended (a pipe would need a thread reading it while they run).
+        write_bytes(result, pickle.dumps(value))
+    return value
+
+
+def _follow_collectives(positions: Any, local_rank: int) -> None:
+    """Record in ``positions[local_rank]`` when this rank is inside one of torch.distributed's collectives (left
+    set if the collective raised), so that a launcher whose rank timed out in one can tell which ranks never
+    reached it. Idist's collectives call these functions; DDP's own all-reduces (C++) are the stall watchdog's."""
+
+    def follow(code: int, collective: Callable) -> Callable:
+        @functools.wraps(collective)
+        def followed(*args: Any, **kwargs: Any) -> Any:
+            positions[local_rank] = code
+            value = collective(*args, **kwargs)
+            positions[local_rank] = _RUNNING
+            return value
+
+        setattr(followed, _FOLLOWED, True)
+        return followed
+
+    for code, name in enumerate(_COLLECTIVES, 1):
+        original = getattr(dist, name, None)
+        if original is not None and not getattr(original, _FOLLOWED, False):  # a forked rank inherits the wrappers
+            setattr(dist, name, follow(code, original))
 
 
 def in_fresh_thread(threads: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:

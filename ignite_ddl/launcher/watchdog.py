@@ -48,8 +48,10 @@ WHERE = (
     "in the iteration's handlers",
     "between iterations",
     "evaluating",
+    "gathering the evaluation's metrics (its own batches done)",
+    "past the evaluation",
 )
-BETWEEN, EVALUATING = 5, 6
+BETWEEN, EVALUATING, GATHERING, EVALUATED = 5, 6, 7, 8
 
 
 class StallWatchdog:
@@ -73,9 +75,11 @@ class StallWatchdog:
         trainer.add_event_handler(Events.COMPLETED, self.stop)
         # Not on EXCEPTION_RAISED: an engine with a handler there no longer raises the exception (Ignite 0.5).
         if evaluator is not None:
+            # A rank that has evaluated all its batches and waits in the metrics' all-reduce is further along than
+            # one still evaluating (ranks hold different numbers of validation batches): a victim, not the culprit.
             evaluator.add_event_handler(Events.STARTED, self._at, EVALUATING)
-            evaluator.add_event_handler(Events.ITERATION_COMPLETED, self._progress)
-            evaluator.add_event_handler(Events.COMPLETED, self._at, BETWEEN)
+            evaluator.add_event_handler(Events.ITERATION_COMPLETED, self._evaluated)
+            evaluator.add_event_handler(Events.COMPLETED, self._at, EVALUATED)
         return self
 
     # -- the handlers: attribute writes only, a few microseconds per iteration
@@ -85,8 +89,10 @@ class StallWatchdog:
         if ahead:
             self.iteration = engine.state.iteration + ahead
 
-    def _progress(self) -> None:
+    def _evaluated(self, engine: Engine) -> None:
         self.last_progress = time.monotonic()
+        if engine.state.epoch_length is not None and engine.state.iteration >= engine.state.epoch_length:
+            self.where = GATHERING  # its last batch: next come the metrics' collectives
 
     def _completed(self, engine: Engine) -> None:
         self.iteration, self.where = engine.state.iteration, BETWEEN
