@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from ignite_ddl.core.commands import PROG, VERSION, run_command
 from ignite_ddl.core.config import TrainConfig
-from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.options import add_to_parser, option_specs
 from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
@@ -211,6 +211,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
     from ignite_ddl.sweep.plan import sweep_dir
     from ignite_ddl.sweep.runner import sweep
@@ -227,7 +228,13 @@ def _sweep(args: argparse.Namespace) -> int:
     slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
     spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
     parsed = parse_spec(spec)
-    records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
+    try:
+        records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
+    except MachineBusy:
+        # The runs recorded before the stop are kept and reported: the report leads with why the sweep stopped.
+        if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):
+            print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
+        raise
     failed = [r for r in records if r["status"] != "completed"]
     print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
     if args.report:

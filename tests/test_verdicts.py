@@ -138,11 +138,14 @@ def test_a_run_beside_a_cpu_burning_process_is_contended_and_re_run(tmp_path):
 
     result = sweep(tmp_path, "--grid", "model=mlp", *TINY, "--resume", "--rerun-contended", "1")
     first, rerun = read_results(tmp_path / "results.jsonl")
-    assert first == record and rerun["attempt"] == 1 and not rerun["contended"]
+    assert first == record and rerun["attempt"] == 1
     analysis = load(tmp_path)
-    assert [(r.attempt, r.used) for r in analysis.configs[0].runs] == [(0, False), (1, True)]
+    # The re-run is used if it was not contended; on a machine someone else keeps busy it is flagged too, and
+    # neither attempt counts.
+    used = not rerun["contended"]
+    assert [(r.attempt, r.used) for r in analysis.configs[0].runs] == [(0, False), (1, used)]
     trust = (tmp_path / "report.md").read_text().split("## Can I trust these numbers?")[1].split("\n## ")[0]
-    assert "**contended** (1)" in trust and "repeat 1:" in trust
+    assert f"**contended** ({1 + rerun['contended']})" in trust and "repeat 1:" in trust
 
 
 @pytest.mark.slow

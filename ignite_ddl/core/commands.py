@@ -1,6 +1,7 @@
 """A command's ending: whatever error it ends with becomes one line on stderr and the exit status of
-:func:`~ignite_ddl.core.errors.exit_status` (2 refused before starting, 1 failed, 128 + N stopped by signal N), never
-a traceback. The command line and a sweep's runs (which do not go through the command line) end alike.
+:func:`~ignite_ddl.core.errors.exit_status` (2 refused before starting, 1 failed, 3 too busy to compare, 128 + N
+stopped by signal N), never a traceback. The command line and a sweep's runs (which do not go through the command
+line) end alike.
 
 Example:
     >>> from ignite_ddl.core.errors import ConfigError
@@ -20,7 +21,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ignite_ddl.core.errors import ConfigError, DatasetError, LaunchFailed, OutputError, RunFailed, exit_status
+from ignite_ddl.core.errors import (
+    ConfigError,
+    DatasetError,
+    LaunchFailed,
+    MachineBusy,
+    OutputError,
+    RunFailed,
+    exit_status,
+)
 from ignite_ddl.core.outputs import as_output_error
 
 __all__ = ["PROG", "VERSION", "run_command", "say"]
@@ -38,7 +47,7 @@ def run_command(fn: Callable[..., int], *args: Any, **kwargs: Any) -> int:
     """``fn(*args, **kwargs)``'s exit status, or the status of the error it raised after saying it in one line."""
     try:
         return fn(*args, **kwargs)
-    except (ConfigError, RunFailed, LaunchFailed, OutputError, DatasetError) as e:
+    except (ConfigError, RunFailed, LaunchFailed, OutputError, DatasetError, MachineBusy) as e:
         say(f"error: {e}")
         return exit_status(e)
     except OSError as e:  # a failed write outside a run (sweep records, report files) or another system error

@@ -8,6 +8,7 @@ exception            meaning                                                    
 :class:`LaunchFailed` the ranks could not be brought together                                     1
 :class:`OutputError` writing a file failed (a full disk, a read-only folder)                      1
 :class:`DatasetError` a dataset's files exist but cannot be read                                  1
+:class:`MachineBusy` other processes kept the machine too busy for a fair comparison               3
 :class:`Interrupted` SIGINT / SIGTERM / SIGHUP arrived and everything was stopped                 128 + signal
 ===================  ==========================================================================  =============
 
@@ -30,6 +31,7 @@ __all__ = [
     "DatasetError",
     "Interrupted",
     "LaunchFailed",
+    "MachineBusy",
     "OutputError",
     "RunFailed",
     "exit_status",
@@ -70,6 +72,12 @@ class DatasetError(RuntimeError):
     """A dataset's files exist but cannot be read (or downloaded); the message says which and what to do."""
 
 
+class MachineBusy(RuntimeError):
+    """Other processes kept the machine so busy that no run of a sweep could measure its own speed: waiting did not
+    help, or the last runs were all contended (re-running them cannot help). The message says how busy, in one line.
+    """
+
+
 class Interrupted(KeyboardInterrupt):
     """A stopping signal arrived (SIGINT, SIGTERM, SIGHUP); ``signum`` says which (exit status: 128 + signum)."""
 
@@ -81,9 +89,11 @@ class Interrupted(KeyboardInterrupt):
 
 def exit_status(error: BaseException) -> int:
     """The exit status of a command that ended with ``error``: 2 refused before starting, 1 failed, 128 + N
-    stopped by signal N (Ctrl-C without a handler counts as SIGINT)."""
+    stopped by signal N (Ctrl-C without a handler counts as SIGINT), 3 the machine was too busy to compare."""
     if isinstance(error, ConfigError):
         return 2
+    if isinstance(error, MachineBusy):
+        return 3
     if isinstance(error, KeyboardInterrupt):
         return 128 + getattr(error, "signum", signal.SIGINT)
     return 1

@@ -57,6 +57,7 @@ __all__ = [
     "Summary",
     "SweepMeta",
     "SweepSession",
+    "SweepStop",
     "append_record",
     "load_results",
     "read_json",
@@ -383,10 +384,21 @@ class RunRecord(TypedDict):
     slurm: NotRequired[Annotated[SlurmJobInfo, "the run's SLURM job (only with `executor: slurm`)"]]
 
 
+class SweepStop(TypedDict):
+    reason: Annotated[str, "one line: what was seen, e.g. the range of CPU shares other processes used"]
+    runs_left: Annotated[int, "runs of the sweep (or of its re-runs) that were not started"]
+
+
 class SweepSession(TypedDict):
     started: Annotated[str, "when the sweep (or a resumed part of it) started, ISO 8601"]
     wall_s: Annotated[float, "wall time from its start to its last recorded run"]
     runs: Annotated[int, "runs it recorded"]
+    stopped: NotRequired[
+        Annotated[
+            SweepStop,
+            "why the sweep stopped before its last run (other processes kept the machine busy); absent otherwise",
+        ]
+    ]
 
 
 class SweepMeta(TypedDict):
@@ -456,6 +468,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (SlurmJobInfo, "`slurm` of a record"),
     (SweepMeta, "a sweep's `sweep.json`"),
     (SweepSession, "each entry of `sessions`"),
+    (SweepStop, "`stopped` of a session"),
 ]
 
 _BEGIN, _END = "<!-- schema: generated from ignite_ddl/core/results.py -->", "<!-- end of generated schema -->"

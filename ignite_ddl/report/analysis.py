@@ -45,11 +45,22 @@ from ignite_ddl.report.stats import (
     welch_p,
 )
 
-__all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "analyze", "load", "notes", "workload_of"]
+__all__ = [
+    "Analysis",
+    "ConfigResult",
+    "Flag",
+    "RunResult",
+    "Verdict",
+    "analyze",
+    "load",
+    "notes",
+    "superlinear",
+    "workload_of",
+]
 
 MIB = float(1 << 20)
 MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
-SUPERLINEAR = 1.05  # efficiency above this is suspect
+SUPERLINEAR = 1.0  # efficiency above this is suspect: never printed without its flag
 CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
 FEW_ITERATIONS = 20  # measured iterations per rank below this make a short, transient-dominated window
 DATA_WAIT_HIGH = 0.25
@@ -62,7 +73,8 @@ EFFICIENCY_LOW = 0.7
 
 FLAG_MEANINGS = {
     "contended": "other processes used the CPUs (or GPUs) while the run measured, so its timings include waiting "
-    "for them; it is left out of the verdict (re-run it, or sweep with --rerun-contended N)",
+    "for them; it is left out of the verdict (re-run it, or sweep with --rerun-contended N), unless the report "
+    "counts contended runs (--include-contended): then every figure is marked as measured under contention",
     "superlinear": "more than N times the 1-process throughput on N processes is not how data parallelism "
     "scales: suspect noise, caching (a per-rank share that now fits in cache) or an unfair baseline",
     "high-variation": "repeats disagree by more than 10 % (standard deviation / mean): the machine was noisy or the "
@@ -79,8 +91,8 @@ FLAG_MEANINGS = {
     "the configuration does not fit this machine and is never recommended",
     "does-not-fit": "the configuration's peak memory per rank is above the sweep's memory_limit_mb: it is never "
     "recommended, however fast it is",
-    "provisional": f"fewer than {MIN_REPEATS} completed repeats per configuration: intervals are very wide (or "
-    "missing) and the verdict may change with more runs",
+    "provisional": f"fewer than {MIN_REPEATS} usable repeats per configuration (completed, and not contended unless "
+    "contended runs are counted): intervals are very wide (or missing) and the verdict may change with more runs",
 }
 
 
@@ -218,6 +230,29 @@ class Analysis:
     runs_elapsed_s: float
     sweep_wall_s: float | None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the sweep's last session stopped early (the machine was too busy to compare), or None."""
+        sessions = self.meta.get("sessions") or [{}]
+        stop = sessions[-1].get("stopped") if isinstance(sessions[-1], dict) else None
+        return str(stop.get("reason")) if isinstance(stop, dict) and stop.get("reason") else None
+
+    @property
+    def contended_used(self) -> int:
+        """Runs counted in the figures that were contended (only with ``include_contended``)."""
+        return sum(r.used and r.contended for c in self.configs for r in c.runs)
+
+    @property
+    def used_runs(self) -> int:
+        return sum(r.used for c in self.configs for r in c.runs)
+
+    @property
+    def contention_note(self) -> str | None:
+        """What every figure of a report that counts contended runs says beside it; None when none is counted."""
+        if not self.contended_used:
+            return None
+        return f"MEASURED UNDER CONTENTION: {self.contended_used} of the {self.used_runs} runs counted were contended"
 
     @property
     def measured_share(self) -> float | None:
@@ -415,6 +450,11 @@ def _runs(records: list[dict[str, Any]], include_contended: bool) -> list[RunRes
                 )
             )
     return runs
+
+
+def superlinear(efficiency: Estimate | None) -> bool:
+    """Whether an efficiency, as printed (two decimals), is above 1: more than N times one process on N."""
+    return efficiency is not None and efficiency.value is not None and round(efficiency.value, 2) > SUPERLINEAR
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -729,7 +769,7 @@ def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
                 flags.append(Flag("contended", config.name, f"{where}{share}"))
             if run.diverged:
                 flags.append(Flag("diverged", config.name, f"{where}: {run.diverged}"))
-        if config.efficiency is not None and config.efficiency.value and config.efficiency.value > SUPERLINEAR:
+        if config.efficiency is not None and superlinear(config.efficiency):
             interval = config.efficiency
             detail = f"efficiency {interval.value:.2f}"
             if interval.has_interval:

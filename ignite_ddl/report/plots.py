@@ -69,8 +69,29 @@ def figures(analysis: Analysis) -> dict[str, Any]:
     ):
         fig = draw(analysis, plt)
         if fig is not None:
+            if analysis.contention_note:
+                _mark_contended(fig, analysis.contention_note)
             made[name] = fig
     return made
+
+
+def _mark_contended(fig: Any, note: str) -> None:
+    """A figure that counts contended runs says so twice: in its title and as a watermark across it."""
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    fig.suptitle(f"{title}\n{note}" if title else note, fontsize=TITLE_FONT, color="tab:red")
+    fig.text(
+        0.5,
+        0.5,
+        "MEASURED UNDER CONTENTION",
+        ha="center",
+        va="center",
+        rotation=25,
+        fontsize=28,
+        color="tab:red",
+        alpha=0.15,
+        transform=fig.transFigure,
+        zorder=10,
+    )
 
 
 def _wrap(text: str, width: int = WRAP) -> str:
@@ -195,18 +216,22 @@ def _throughput(analysis: Analysis, plt: Any) -> Any:
         rows.sort(key=lambda c: -(c.throughput.value or 0.0))
     verdicts = {v.workload: v for v in analysis.verdicts}
     pct = round(100 * analysis.confidence)
+    # Counted contended runs can flip a ranking: then no bar gets the colours of a trusted verdict.
+    trusted = analysis.contention_note is None
+    legend = "green: best, olive: tied for best" if trusted else "orange: best or tied as measured, not trusted"
     fig, panels, _ = _bar_panels(
         plt,
         groups,
-        "Throughput per configuration (green: best, olive: tied for best)"
-        + ("; each workload ranked on its own" if len(groups) > 1 else ""),
+        f"Throughput per configuration ({legend})" + ("; each workload ranked on its own" if len(groups) > 1 else ""),
         f"global samples/s, mean with {pct} % interval over repeats",
     )
     for ax, rows in panels:
         colors = []
         for c in rows:
             verdict = verdicts.get(c.workload)
-            if verdict is not None and verdict.best == c.name:
+            if verdict is not None and (verdict.best == c.name or c.name in verdict.tied) and not trusted:
+                colors.append("tab:orange")
+            elif verdict is not None and verdict.best == c.name:
                 colors.append("tab:green")
             elif verdict is not None and c.name in verdict.tied:
                 colors.append("tab:olive")

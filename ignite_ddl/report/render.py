@@ -10,7 +10,16 @@ from typing import Any
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
 from ignite_ddl.measure.profilers import format_profile
-from ignite_ddl.report.analysis import FLAG_MEANINGS, MIB, MIN_REPEATS, Analysis, ConfigResult, load, notes
+from ignite_ddl.report.analysis import (
+    FLAG_MEANINGS,
+    MIB,
+    MIN_REPEATS,
+    Analysis,
+    ConfigResult,
+    load,
+    notes,
+    superlinear,
+)
 from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.stats import Estimate
@@ -140,10 +149,12 @@ def verdict_lines(analysis: Analysis) -> list[str]:
     """One line per workload: what the data supports."""
     pct = round(100 * analysis.confidence)
     several = len(analysis.verdicts) > 1
-    lines = []
+    lines = [analysis.stopped] if analysis.stopped else []
+    note = analysis.contention_note
     for v in analysis.verdicts:
         where = f"[{v.workload}] " if several else ""
         tag = " (provisional: see the report)" if v.provisional else ""
+        tag += f" ({note})" if note else ""
         if v.best is not None:
             lines.append(f"{where}best: {_named(analysis, v.best)}: {_figure(analysis.config(v.best), pct)}{tag}")
         elif v.tied:
@@ -158,6 +169,18 @@ def verdict_lines(analysis: Analysis) -> list[str]:
 def _verdict_section(doc: Document, analysis: Analysis) -> None:
     pct = round(100 * analysis.confidence)
     doc.heading("Verdict")
+    if analysis.stopped:
+        doc.paragraph(
+            f"**{analysis.stopped[0].upper()}{analysis.stopped[1:]}.** The sweep stopped there: re-running cannot "
+            "help while other processes keep the machine this busy. Run it again on a quieter machine "
+            "(`--resume` continues it; `--on-busy wait` waits for a quiet start)."
+        )
+    if analysis.contention_note:
+        doc.paragraph(
+            f"**{analysis.contention_note}** (the report was asked to count them): every figure below includes "
+            "time spent waiting for other processes, which need not slow every configuration alike, so a ranking "
+            "may be wrong. Re-run on a quiet machine before relying on it."
+        )
     for v in analysis.verdicts:
         items = []
         if len(analysis.verdicts) > 1:
@@ -217,7 +240,7 @@ def _trust_section(doc: Document, analysis: Analysis) -> None:
     doc.heading("Can I trust these numbers?")
     if not analysis.flags:
         doc.paragraph(
-            "No flags: no run was contended, diverged or oversubscribed, no efficiency is above 1.05, repeats agree "
+            "No flags: no run was contended, diverged or oversubscribed, no efficiency is above 1, repeats agree "
             "within 10 %, every configuration has enough measured iterations and repeats."
         )
     kinds = list(dict.fromkeys(f.kind for f in analysis.flags))
@@ -226,11 +249,23 @@ def _trust_section(doc: Document, analysis: Analysis) -> None:
         doc.paragraph(f"**{kind}** ({len(found)}): {FLAG_MEANINGS[kind]}.")
         doc.bullets([f"{f.config}: {f.detail}" if f.config else f.detail for f in found])
     contended = sum(r.contended for c in analysis.configs for r in c.runs)
-    state = "counted in" if analysis.include_contended else "left out of"
+    rerun = any(r.attempt for c in analysis.configs for r in c.runs)
+    state = (
+        f"counted in the figures and the verdict ({analysis.contended_used} of them used)"
+        if analysis.include_contended
+        else "left out of the figures and the verdict"
+    )
+    used = (
+        " Where a repeat was re-run, its last completed attempt is used"
+        + ("" if analysis.include_contended else " that was not contended")
+        + "; the others are listed but not counted."
+        if rerun
+        else ""
+    )
     doc.paragraph(
         f"Contention: a run counts as contended when other processes used more than "
         f"{analysis.contention_threshold:.0%} of the machine while it measured; {contended} run(s) were, and are "
-        f"{state} the verdict."
+        f"{state}.{used}"
     )
 
 
@@ -292,12 +327,22 @@ def _decision_table(analysis: Analysis) -> Table:
                 _rate(c.throughput.value),
                 _interval(c.throughput),
                 _ratio(c.speedup),
-                _ratio(c.efficiency),
+                _efficiency_cell(c),
                 *([_memory_cell(c)] if memory else []),
                 _config_flags(analysis, c),
             ]
         )
     return header, rows
+
+
+def _efficiency_cell(c: ConfigResult) -> str:
+    """Efficiency, never above 1 without its flag beside it (more than N times one process on N is suspect)."""
+    text = _ratio(c.efficiency)
+    if superlinear(c.efficiency):
+        text += " (superlinear: suspect)"
+    if any(r.used and r.contended for r in c.runs):
+        text += " (contended)"
+    return text
 
 
 def _memory_cell(c: ConfigResult) -> str:

@@ -6,6 +6,7 @@ file that the report reads.
 - :mod:`~ignite_ddl.sweep.runner`: the loop, the results file, re-runs of contended runs;
 - :mod:`~ignite_ddl.sweep.local` and :mod:`~ignite_ddl.sweep.slurm`: the executors (here, or SLURM jobs);
 - :mod:`~ignite_ddl.sweep.records`: a run's record, however it was executed.
+- :mod:`~ignite_ddl.sweep.busy`: a busy machine said before the first run, and a sweep stopped when contention persists.
 
 Example:
     >>> from ignite_ddl.sweep import expand, parse_spec

@@ -9,7 +9,10 @@ already recorded; a line that cannot be read (cut short by a killed sweep, or da
 
 **Contention.** Each run records how much of the machine other processes used while it measured
 (:mod:`ignite_ddl.measure.contention`); a run above ``contention_threshold`` is recorded as contended, and with
-``rerun_contended: N`` re-run up to N times at the end of the sweep.
+``rerun_contended: N`` re-run up to N times at the end of the sweep. A machine busy before the first run is said
+at once, and waited on (``on_busy``, ``wait_quiet``); a local sweep whose last ``busy_stop_after`` runs were all
+contended stops with :class:`~ignite_ddl.core.errors.MachineBusy`, the reason kept in ``sweep.json``
+(:mod:`ignite_ddl.sweep.busy`).
 
 An executor is anything with ``check()`` (refuse before anything starts) and ``execute(runs, recorded, progress,
 where)`` (run them, calling ``recorded(record, run, number)`` as each ends): :class:`~ignite_ddl.sweep.local.
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ignite_ddl.core.environment import host, versions
-from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.folders import lock
 from ignite_ddl.core.results import (
     RunRecord,
@@ -39,6 +42,7 @@ from ignite_ddl.core.results import (
     write_json,
 )
 from ignite_ddl.launcher.signals import interruptible
+from ignite_ddl.sweep.busy import BusyStreak, wait_until_quiet
 from ignite_ddl.sweep.local import LocalExecutor
 from ignite_ddl.sweep.plan import Run, contended_reruns, expand, sweep_dir
 from ignite_ddl.sweep.records import describe_outcome
@@ -78,13 +82,16 @@ def sweep(
     """Run every configuration of ``spec`` not yet recorded; return all records of the sweep.
 
     Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, and a folder another sweep
-    is using.
+    is using. Raises :class:`MachineBusy` when other processes keep the machine too busy to compare (its records
+    so far are kept, and the reason is written to ``sweep.json``).
     """
     out = sweep_dir(spec, output_dir)
     runs = list(expand(spec, out))
     executor = executor_for(spec, out)
     executor.check()
     with lock(out, "sweep"):
+        if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
+            wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress)
         return _sweep(spec, out, runs, executor, resume, progress)
 
 
@@ -114,6 +121,7 @@ def _sweep(
     todo = [run for run in runs if run.key not in done]
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
+    streak = BusyStreak(spec.busy_stop_after if spec.executor == "local" else 0)
 
     def execute(batch: list[Run], what: str) -> None:
         def where(run: Run, number: int) -> str:
@@ -126,6 +134,14 @@ def _sweep(
             session.update({"wall_s": round(time.monotonic() - began, 3), "runs": session["runs"] + 1})
             write_json(meta_path, meta)
             progress(f"{where(run, number)} {describe_outcome(record)}")
+            if record["status"] == "completed":
+                summary: dict[str, Any] = dict(record.get("summary") or {})
+                share = (summary.get("contention") or {}).get("foreign_cpu_share")
+                reason = streak.add(record["contended"], share)
+                if reason:
+                    session["stopped"] = {"reason": reason, "runs_left": len(batch) - number}
+                    write_json(meta_path, meta)
+                    raise MachineBusy(f"{reason}; {len(batch) - number} run(s) not started")
 
         executor.execute(batch, recorded, progress, where)
 

@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, option, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.sweep.busy import BUSY_POLICIES
 
 __all__ = [
     "EXECUTORS",
@@ -55,6 +57,14 @@ EXECUTORS = ("local", "slurm")
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
 # throughput does not need: no checkpoints, no best model, one evaluation after the last epoch.
 SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
+
+
+def _env_int(name: str, default: int) -> Any:
+    """An integer default from the environment; a value that is not one is refused when a spec is checked."""
+    value = os.environ.get(name, str(default))
+    return int(value) if value.strip().lstrip("-").isdigit() else value
+
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a folder name under runs/, never a path
 
 
@@ -135,6 +145,31 @@ class Spec(Options):
     )
     rerun_contended: int = option(
         0, "re-run a run up to N times while other processes contend for the machine", role=Role.SWEEP, low=0, high=100
+    )
+    # The busy-machine defaults may come from the environment: a CI runner or a test suite that must run on a
+    # shared machine sets IGNITE_DDL_ON_BUSY=run and IGNITE_DDL_BUSY_STOP_AFTER=0 (runs are still flagged).
+    on_busy: str = option(
+        os.environ.get("IGNITE_DDL_ON_BUSY", "wait"),
+        "when other processes keep the machine busy before the sweep starts: wait for it to quieten (up to "
+        "wait_quiet seconds), run anyway (runs are flagged contended), or stop (default: $IGNITE_DDL_ON_BUSY, "
+        "else wait)",
+        role=Role.SWEEP,
+        choices=BUSY_POLICIES,
+    )
+    wait_quiet: float = option(
+        60.0,
+        "how long to wait for a busy machine to quieten before the sweep, seconds",
+        role=Role.SWEEP,
+        low=0,
+        high=MAX_TIMEOUT_S,
+    )
+    busy_stop_after: int = option(
+        _env_int("IGNITE_DDL_BUSY_STOP_AFTER", 3),
+        "stop a local sweep when this many runs in a row were contended: the contention is not passing and "
+        "re-runs cannot help (0: never; default: $IGNITE_DDL_BUSY_STOP_AFTER, else 3)",
+        role=Role.SWEEP,
+        low=0,
+        high=10_000,
     )
     memory_limit_mb: float | None = option(
         None,
