@@ -12,8 +12,10 @@ import threading
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 from conftest import run_cli
+from matplotlib.colors import to_hex
 from test_plots import drawn
 from test_report import configs, record
 
@@ -214,23 +216,32 @@ def test_a_report_counting_contended_runs_marks_verdict_tables_and_plots(tmp_pat
     # Efficiency 2.0 on 2 processes is printed only with its flag beside it.
     decision = report.split("| config |")[1].split("\n\n")[0]
     assert "2.00 (" in decision and "(superlinear: suspect)" in decision and "(contended)" in decision
-    for name, fig in figures(analysis).items():
-        _, texts = drawn(fig)
-        words = [t.get_text() for t in texts]
-        assert any("MEASURED UNDER CONTENTION" in w for w in words), name
-        if name == "throughput.png":
-            bars = [p.get_facecolor()[:3] for ax in fig.axes for p in ax.patches]
-            green = (0.17254901960784313, 0.6274509803921569, 0.17254901960784313)  # tab:green
-            assert bars and all(tuple(round(c, 3) for c in b) != tuple(round(c, 3) for c in green) for b in bars)
+    made = figures(analysis)
+    try:
+        for name, fig in made.items():
+            _, texts = drawn(fig)
+            words = [t.get_text() for t in texts]
+            assert any("MEASURED UNDER CONTENTION" in w for w in words), name
+            if name == "throughput.png":
+                bars = [to_hex(p.get_facecolor()) for ax in fig.axes for p in ax.patches]
+                assert bars and to_hex("tab:green") not in bars and to_hex("tab:orange") in bars
+    finally:
+        for fig in made.values():
+            plt.close(fig)
 
 
 def test_a_report_leaving_contended_runs_out_marks_nothing(tmp_path):
     records = _contended_sweep(tmp_path)
     analysis = analyze(records)
     assert analysis.contention_note is None
-    for name, fig in figures(analysis).items():
-        _, texts = drawn(fig)
-        assert not any("CONTENTION" in t.get_text() for t in texts), name
+    made = figures(analysis)
+    try:
+        for name, fig in made.items():
+            _, texts = drawn(fig)
+            assert not any("CONTENTION" in t.get_text() for t in texts), name
+    finally:
+        for fig in made.values():
+            plt.close(fig)
     report = write_report(tmp_path).read_text()
     assert "left out of the figures and the verdict" in report and "MEASURED UNDER CONTENTION" not in report
 
