@@ -225,6 +225,8 @@ def _sweep(args: argparse.Namespace) -> int:
     for key, declared in option_specs(Spec).items():
         if declared.kind not in (dict, list) and getattr(args, key) is not None:  # base, grid, slurm, exclude
             spec[key] = getattr(args, key)
+    if isinstance(args.repeats, int):  # a count on the command line replaces a spec's 'repeats: auto'
+        spec["adaptive"] = False
     slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
     spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
     parsed = parse_spec(spec)

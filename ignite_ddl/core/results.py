@@ -55,6 +55,7 @@ __all__ = [
     "StepStats",
     "Straggler",
     "Summary",
+    "SweepAdaptive",
     "SweepMeta",
     "SweepSession",
     "SweepStop",
@@ -389,6 +390,15 @@ class SweepStop(TypedDict):
     runs_left: Annotated[int, "runs of the sweep (or of its re-runs) that were not started"]
 
 
+class SweepAdaptive(TypedDict):
+    rounds: Annotated[int, "rounds run so far (the most repeats any configuration has)"]
+    outcome: Annotated[
+        dict[str, str],
+        "per workload: separated (a best is named), equivalent (the contenders are within the margin), "
+        "max_repeats or budget (cut short undecided), undecided (more rounds were due)",
+    ]
+
+
 class SweepSession(TypedDict):
     started: Annotated[str, "when the sweep (or a resumed part of it) started, ISO 8601"]
     wall_s: Annotated[float, "wall time from its start to its last recorded run"]
@@ -399,6 +409,7 @@ class SweepSession(TypedDict):
             "why the sweep stopped before its last run (other processes kept the machine busy); absent otherwise",
         ]
     ]
+    adaptive: NotRequired[Annotated[SweepAdaptive, "adaptive repeats (repeats: auto): where the comparison stands"]]
 
 
 class SweepMeta(TypedDict):
@@ -469,6 +480,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (SweepMeta, "a sweep's `sweep.json`"),
     (SweepSession, "each entry of `sessions`"),
     (SweepStop, "`stopped` of a session"),
+    (SweepAdaptive, "`adaptive` of a session"),
 ]
 
 _BEGIN, _END = "<!-- schema: generated from ignite_ddl/core/results.py -->", "<!-- end of generated schema -->"

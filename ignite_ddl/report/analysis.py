@@ -37,7 +37,9 @@ from ignite_ddl.core.text import all_reduce_wait
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.stats import (
     CONFIDENCE,
+    EQUIVALENCE_MARGIN,
     Estimate,
+    equivalent,
     mean_interval,
     ratio_interval,
     repeats_to_separate,
@@ -212,6 +214,8 @@ class Verdict:
     recommended: str | None = None  # the configuration to use: the best, or the cheapest of those tied with it
     recommendation: str = ""  # why, in words
     does_not_fit: list[str] = field(default_factory=list)  # above the memory limit, or ran out of memory
+    equivalent: bool = False  # every tied configuration shown within ``margin`` of the fastest (two one-sided tests)
+    margin: float = EQUIVALENCE_MARGIN
 
 
 @dataclass
@@ -237,6 +241,13 @@ class Analysis:
         sessions = self.meta.get("sessions") or [{}]
         stop = sessions[-1].get("stopped") if isinstance(sessions[-1], dict) else None
         return str(stop.get("reason")) if isinstance(stop, dict) and stop.get("reason") else None
+
+    @property
+    def adaptive(self) -> dict[str, Any] | None:
+        """Where adaptive repeats (``repeats: auto``) left the comparison: ``{"rounds", "outcome"}``, or None."""
+        sessions = self.meta.get("sessions") or [{}]
+        state = sessions[-1].get("adaptive") if isinstance(sessions[-1], dict) else None
+        return state if isinstance(state, dict) else None
 
     @property
     def contended_used(self) -> int:
@@ -364,7 +375,9 @@ def analyze(
     _speedups(configs, confidence)
     flags = _flags(configs, meta)
     flags += _memory_flags(configs, limit)
-    verdicts = [_verdict(name, rows, confidence) for name, rows in _by_workload(configs).items()]
+    margin = spec.get("equivalence_margin")
+    margin = float(margin) if _number(margin) and 0 < margin < 1 else EQUIVALENCE_MARGIN
+    verdicts = [_verdict(name, rows, confidence, margin) for name, rows in _by_workload(configs).items()]
     for verdict in verdicts:
         _recommend(verdict, [c for c in configs if c.workload == verdict.workload], limit)
     flags += [Flag("provisional", None, f"workload {v.workload}") for v in verdicts if v.provisional]
@@ -628,7 +641,9 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
     return dict(groups)
 
 
-def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> Verdict:
+def _verdict(
+    workload: str, configs: list[ConfigResult], confidence: float, margin: float = EQUIVALENCE_MARGIN
+) -> Verdict:
     measured = sorted(
         (c for c in configs if c.throughput.value is not None),
         key=lambda c: cast(float, c.throughput.value),  # not None: the filter keeps the configurations with a value
@@ -682,7 +697,13 @@ def _verdict(workload: str, configs: list[ConfigResult], confidence: float) -> V
     verdict.repeats_needed = {
         c.name: repeats_to_separate(top.throughput, c.throughput, confidence) for c in overlapping
     }
+    verdict.margin = margin
+    verdict.equivalent = all(equivalent(top.samples_per_s, c.samples_per_s, margin) for c in overlapping)
     verdict.reason = "their intervals overlap the fastest configuration's"
+    if verdict.equivalent:
+        verdict.reason += (
+            f"; each is shown within ±{100 * margin:g} % of it (two one-sided tests at 5 %): equivalent, any will do"
+        )
     return verdict
 
 

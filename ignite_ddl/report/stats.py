@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -29,7 +30,18 @@ from dataclasses import dataclass
 
 from scipy import stats as _scipy
 
-__all__ = ["CONFIDENCE", "Estimate", "mean_interval", "ratio_interval", "repeats_to_separate", "separated", "welch_p"]
+__all__ = [
+    "CONFIDENCE",
+    "EQUIVALENCE_CONFIDENCE",
+    "EQUIVALENCE_MARGIN",
+    "Estimate",
+    "equivalent",
+    "mean_interval",
+    "ratio_interval",
+    "repeats_to_separate",
+    "separated",
+    "welch_p",
+]
 
 CONFIDENCE = 0.95
 
@@ -69,6 +81,7 @@ class Estimate:
         return Estimate(mul(self.value), mul(self.low), mul(self.high), self.n, mul(self.sd))
 
 
+@functools.lru_cache(maxsize=4096)  # simulations of whole sweeps ask for the same few quantiles many times
 def _t(confidence: float, df: float) -> float:
     return float(_scipy.t.ppf((1 + confidence) / 2, df))
 
@@ -119,6 +132,27 @@ def separated(a: Estimate, b: Estimate) -> bool | None:
         return None
     assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
     return a.low > b.high or b.low > a.high
+
+
+EQUIVALENCE_MARGIN = 0.03  # the default: within 3 % is "equivalent"
+EQUIVALENCE_CONFIDENCE = 0.90  # a 90 % interval inside the margin = two one-sided tests at 5 %
+
+
+def equivalent(leader: Sequence[float], other: Sequence[float], margin: float) -> bool:
+    """Whether the mean of ``other`` is within ``margin`` of the mean of ``leader``, shown by two one-sided tests at
+    5 %: the 90 % interval of the ratio of the means lies inside ``[1 / (1 + margin), 1 + margin]``.
+
+    Example:
+        >>> equivalent([100.0, 100.5, 99.5], [99.0, 99.4, 98.6], 0.03)
+        True
+        >>> equivalent([100.0, 110, 90], [99.0, 109, 89], 0.03)  # too few runs at this spread to show it
+        False
+    """
+    ratio = ratio_interval(leader, other, EQUIVALENCE_CONFIDENCE)
+    if not ratio.has_interval:
+        return False
+    assert ratio.low is not None and ratio.high is not None
+    return 1 / (1 + margin) < ratio.low and ratio.high < 1 + margin
 
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:

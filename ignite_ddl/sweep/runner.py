@@ -42,12 +42,14 @@ from ignite_ddl.core.results import (
     write_json,
 )
 from ignite_ddl.launcher.signals import interruptible
+from ignite_ddl.report.analysis import analyze
+from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import BusyStreak, wait_until_quiet
 from ignite_ddl.sweep.local import LocalExecutor
-from ignite_ddl.sweep.plan import Run, contended_reruns, expand, sweep_dir
+from ignite_ddl.sweep.plan import Run, contended_reruns, expand, make_run, sweep_dir
 from ignite_ddl.sweep.records import describe_outcome
 from ignite_ddl.sweep.slurm import SlurmExecutor
-from ignite_ddl.sweep.spec import Spec
+from ignite_ddl.sweep.spec import Spec, configurations
 
 __all__ = ["Executor", "executor_for", "sweep"]
 
@@ -126,7 +128,8 @@ def _sweep(
     def execute(batch: list[Run], what: str) -> None:
         def where(run: Run, number: int) -> str:
             again = f", re-run {run.attempt} of a contended run" if run.attempt else ""
-            repeat = f"repeat {run.repeat + 1}/{spec.repeats}{again}"
+            of = f"at most {spec.max_repeats}, adaptive" if spec.adaptive else str(spec.repeats)
+            repeat = f"repeat {run.repeat + 1}/{of}{again}"
             return f"[{number}/{len(batch)}{what}] cfg{run.index:03d} {run.label} ({repeat})"
 
         def recorded(record: RunRecord, run: Run, number: int) -> None:
@@ -145,11 +148,61 @@ def _sweep(
 
         executor.execute(batch, recorded, progress, where)
 
-    with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
-        execute(todo, "")
+    def rerun_contended() -> None:
         for _ in range(spec.rerun_contended):
             reruns = contended_reruns(spec, read_results(results), out)
             if not reruns:
                 break
             execute(reruns, " re-runs")
+
+    with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
+        execute(todo, "")
+        rerun_contended()
+        if spec.adaptive:
+            earlier_s = sum(float(s.get("wall_s") or 0.0) for s in sessions)
+            while True:
+                batch = _next_round(spec, out, meta, session, earlier_s + time.monotonic() - began, progress)
+                write_json(meta_path, meta)
+                if not batch:
+                    break
+                execute(batch, f" round {batch[0].repeat + 1}")
+                rerun_contended()
     return read_results(results)
+
+
+def _next_round(
+    spec: Spec,
+    out: Path,
+    meta: SweepMeta,
+    session: SweepSession,
+    elapsed_s: float,
+    progress: Callable[[str], None],
+) -> list[Run]:
+    """Adaptive repeats: the runs of the next round (empty: the sweep is decided, or cut short), decided by the
+    report's own reading of the records so far (:func:`ignite_ddl.sweep.adaptive.decide`)."""
+    records = read_results(out / "results.jsonl")
+    # A configuration whose runs all failed cannot be the best: it gets no more rounds (its failures are reported).
+    configs = [c for c in analyze(records, dict(meta)).configs if any(r.status == "completed" for r in c.runs)]
+    samples = {c.index: c.samples_per_s for c in configs}
+    workloads = {c.index: c.workload for c in configs}
+    repeats = {c.index: len({r.repeat for r in c.runs}) for c in configs}
+    rounds = max(repeats.values(), default=0)
+    times = sorted(r.elapsed_s for c in configs for r in c.runs if r.elapsed_s)
+    rule = AdaptiveRule(spec.min_repeats, spec.max_repeats, spec.equivalence_margin, spec.budget_s)
+    run_s = times[len(times) // 2] if times else None
+    decision = decide(samples, workloads, rule, rounds, elapsed_s, run_s)
+    session["adaptive"] = {"rounds": rounds, "outcome": dict(decision.outcome)}
+    if decision.done:
+        said = ", ".join(f"{name}: {state}" for name, state in decision.outcome.items())
+        progress(f"adaptive repeats: stopped after {rounds} round(s) ({said})")
+        return []
+    grids = configurations(spec)
+    order = decision.more[::-1] if rounds % 2 else decision.more  # the interleaving direction alternates
+    done = {r["key"] for r in records if r["status"] != "interrupted"}
+    batch = [make_run(spec, i, grids[i], repeats.get(i, 0), out) for i in order]
+    batch = [run for run in batch if run.key not in done]
+    progress(
+        f"adaptive repeats: round {rounds + 1} for {len(batch)} of {len(grids)} configuration(s) that can still be "
+        "the best"
+    )
+    return batch

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import re
@@ -36,6 +37,7 @@ from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, option, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
 
 __all__ = [
@@ -63,6 +65,19 @@ def _env_int(name: str, default: int) -> Any:
     """An integer default from the environment; a value that is not one is refused when a spec is checked."""
     value = os.environ.get(name, str(default))
     return int(value) if value.strip().lstrip("-").isdigit() else value
+
+
+MAX_REPEATS = 10_000
+
+
+def _repeats_text(text: str) -> int | str:
+    """``--repeats``: a count, or ``auto``."""
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a folder name under runs/, never a path
@@ -109,7 +124,43 @@ class Spec(Options):
         role=Role.SWEEP,
     )
     repeats: int = option(
-        1, "runs per configuration: the unit of replication of every comparison", role=Role.SWEEP, low=1, high=10_000
+        1,
+        "runs per configuration: the unit of replication of every comparison; 'auto': adaptive repeats",
+        role=Role.SWEEP,
+        low=1,
+        high=MAX_REPEATS,
+        parse=_repeats_text,
+        metavar="INT|auto",
+    )
+    adaptive: bool = option(
+        False,
+        "adaptive repeats (what 'repeats: auto' sets): after min_repeats rounds, more rounds only for the "
+        "configurations that can still be the best, until a best is separated, the contenders are equivalent "
+        "within equivalence_margin, max_repeats rounds were run, or budget_s is spent",
+        role=Role.SWEEP,
+    )
+    min_repeats: int = option(
+        3, "adaptive repeats: rounds every configuration gets", role=Role.SWEEP, low=2, high=MAX_REPEATS
+    )
+    max_repeats: int = option(
+        15, "adaptive repeats: the most rounds a configuration gets", role=Role.SWEEP, low=2, high=MAX_REPEATS
+    )
+    budget_s: float | None = option(
+        None,
+        "adaptive repeats: no round is started that would end the sweep past this many seconds",
+        role=Role.SWEEP,
+        low=0,
+        low_open=True,
+        high=MAX_TIMEOUT_S * MAX_REPEATS,
+    )
+    equivalence_margin: float = option(
+        EQUIVALENCE_MARGIN,
+        "adaptive repeats and the verdict: configurations whose mean throughputs are shown within this share of "
+        "each other (two one-sided tests, each at the 5 percent level) are equivalent",
+        role=Role.SWEEP,
+        low=0,
+        low_open=True,
+        high=0.5,
     )
     timeout_s: float = option(
         600.0, "wall-time limit of one run, seconds", role=Role.SWEEP, low=0, low_open=True, high=MAX_TIMEOUT_S
@@ -211,6 +262,8 @@ class Spec(Options):
         if unknown:
             raise ConfigError(f"unknown train option(s) in the spec: {', '.join(unknown)}")
         SlurmOptions.from_dict(self.slurm)
+        if self.min_repeats > self.max_repeats:
+            raise ConfigError(f"min_repeats ({self.min_repeats}) is above max_repeats ({self.max_repeats})")
 
     def slurm_options(self) -> SlurmOptions:
         return SlurmOptions.from_dict(self.slurm)
@@ -238,6 +291,10 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
         raise ConfigError(f"unknown spec key(s): {', '.join(unknown)} (allowed: {', '.join(option_specs(Spec))})")
     values = {**data, "name": data.get("name", default_name), "base": data.get("base") or {}}
     values["slurm"] = data.get("slurm") or {}
+    if values.get("repeats") == "auto":  # adaptive: the first rounds are the minimum, the rest are decided as they go
+        values["adaptive"] = True
+    if values.get("adaptive"):
+        values["repeats"] = values.get("min_repeats", option_specs(Spec)["min_repeats"].default)
     if isinstance(values["name"], (int, float)) and not isinstance(values["name"], bool):
         values["name"] = str(values["name"])  # a YAML name like 2024 reads as a number
     spec = Spec.from_dict(values)

@@ -1,0 +1,115 @@
+"""Adaptive repeats (``repeats: auto``): the least machine time to a verdict that is right.
+
+After ``min_repeats`` rounds (every configuration once per round, interleaved), a round is added only for the
+configurations that can still be the best of their workload, until each workload is decided:
+
+- **separated**: the fastest configuration's interval lies above every other's: the report's own rule for naming a
+  best (:mod:`ignite_ddl.report.analysis`), so the sweep stops exactly when the report can name one;
+- **equivalent**: every configuration still overlapping the fastest is shown equivalent to it within
+  ``equivalence_margin`` (default 3 %) by two one-sided tests at 5 %: the 90 % interval of the ratio of their mean
+  throughputs lies inside ``[1 / (1 + margin), 1 + margin]``. Any of them will do; the report recommends the
+  cheapest;
+- or the sweep ends undecided: ``max_repeats`` rounds were run, or the next round would overrun ``budget_s``.
+
+Configurations already clearly out of the race (their interval below the fastest's) get no more rounds. Each
+round's runs keep the interleaved order (the direction reversed every round), so a slow minute of the machine is
+spread over the configurations that are still compared.
+
+Example:
+    >>> rule = AdaptiveRule(min_repeats=3, max_repeats=10, margin=0.03)
+    >>> decide({0: [100.0, 101, 99], 1: [80.0, 81, 79]}, {0: "w", 1: "w"}, rule, rounds=3).outcome
+    {'w': 'separated'}
+    >>> decide({0: [100.0, 104, 96], 1: [99.0, 103, 95]}, {0: "w", 1: "w"}, rule, rounds=3).more
+    [0, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ignite_ddl.report.stats import CONFIDENCE, equivalent, mean_interval, separated
+
+__all__ = ["OUTCOMES", "AdaptiveRule", "Decision", "decide"]
+
+# How a workload's comparison ended: decided either way, or cut short.
+OUTCOMES = ("separated", "equivalent", "max_repeats", "budget", "undecided")
+
+
+@dataclass(frozen=True)
+class AdaptiveRule:
+    """When adaptive repeats stop."""
+
+    min_repeats: int = 3
+    max_repeats: int = 15
+    margin: float = 0.03
+    budget_s: float | None = None
+    confidence: float = CONFIDENCE
+
+
+@dataclass
+class Decision:
+    """The verdict so far: each workload's state, and the configurations that need another round (empty: stop)."""
+
+    outcome: dict[str, str] = field(default_factory=dict)  # workload -> one of OUTCOMES ("undecided": more rounds)
+    more: list[int] = field(default_factory=list)
+    leader: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return not self.more
+
+
+def _workload(samples: Mapping[int, Sequence[float]], rule: AdaptiveRule) -> tuple[str, list[int], int]:
+    """(state, configurations needing more rounds, leader) of one workload's configurations."""
+    estimates = {index: mean_interval(list(values), rule.confidence) for index, values in samples.items() if values}
+    leader = max(estimates, key=lambda i: estimates[i].value or 0.0)
+    top = estimates[leader]
+    contenders = [i for i, e in estimates.items() if i != leader and not separated(top, e)]
+    missing = [i for i, values in samples.items() if not values]  # no usable run yet: it might be the best
+    if not contenders and not missing and top.has_interval:
+        return "separated", [], leader
+    open_ = [i for i in contenders if not equivalent(samples[leader], samples[i], rule.margin)]
+    if not open_ and not missing and top.has_interval:
+        return "equivalent", [], leader
+    return "undecided", sorted({leader, *open_, *missing}), leader
+
+
+def decide(
+    samples: Mapping[int, Sequence[float]],
+    workloads: Mapping[int, str],
+    rule: AdaptiveRule,
+    rounds: int,
+    elapsed_s: float = 0.0,
+    run_s: float | None = None,
+) -> Decision:
+    """What to do after ``rounds`` rounds, given each configuration's usable throughputs (samples/s per run).
+
+    ``elapsed_s`` is the sweep's time so far and ``run_s`` a run's typical wall time: a round that would end past
+    ``budget_s`` is not started.
+    """
+    decision = Decision()
+    by_workload: dict[str, dict[int, Sequence[float]]] = {}
+    for index, name in workloads.items():
+        by_workload.setdefault(name, {})[index] = samples.get(index, [])
+    for name, group in by_workload.items():
+        if not any(group.values()):  # nothing usable at all: more runs of everything, up to the limits
+            state, more, leader = "undecided", sorted(group), min(group)
+        else:
+            state, more, leader = _workload(group, rule)
+        decision.outcome[name], decision.leader[name] = state, leader
+        decision.more += more
+    decision.more.sort()
+    if not decision.more:
+        return decision
+    cut = None
+    if rounds >= rule.max_repeats:
+        cut = "max_repeats"
+    elif rule.budget_s is not None and run_s is not None and elapsed_s + run_s * len(decision.more) > rule.budget_s:
+        cut = "budget"
+    if rounds < rule.min_repeats:
+        cut = None
+    if cut:
+        decision.outcome = {name: (cut if state == "undecided" else state) for name, state in decision.outcome.items()}
+        decision.more = []
+    return decision

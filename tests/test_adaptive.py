@@ -1,0 +1,201 @@
+"""Adaptive repeats (``repeats: auto``): the stopping rule on its own, the sweep loop driven by a seeded executor
+that draws each run's throughput from a known distribution (so the right answer is known), the false-best rate of
+the rule on A/A sweeps, and one real sweep."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from ignite_ddl.core.results import read_json, read_results
+from ignite_ddl.report import analyze
+from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
+from ignite_ddl.sweep.plan import Run, expand
+from ignite_ddl.sweep.records import new_record
+from ignite_ddl.sweep.runner import _sweep
+from ignite_ddl.sweep.spec import parse_spec
+
+RULE = AdaptiveRule(min_repeats=3, max_repeats=12, margin=0.03)
+
+
+def test_a_clear_best_stops_at_the_minimum():
+    decision = decide(
+        {0: [100.0, 101, 99], 1: [80.0, 81, 79], 2: [60.0, 61, 59]}, dict.fromkeys(range(3), "w"), RULE, 3
+    )
+    assert decision.done and decision.outcome == {"w": "separated"} and decision.leader == {"w": 0}
+
+
+def test_only_the_configurations_still_in_the_race_get_another_round():
+    samples = {0: [100.0, 104, 96], 1: [99.0, 103, 95], 2: [50.0, 51, 49]}
+    decision = decide(samples, dict.fromkeys(range(3), "w"), RULE, 3)
+    assert decision.more == [0, 1] and decision.outcome == {"w": "undecided"}
+
+
+def test_configurations_shown_within_the_margin_are_equivalent():
+    samples = {0: [100.0, 100.2, 99.8, 100.1], 1: [99.9, 100.1, 99.7, 100.0]}
+    assert decide(samples, {0: "w", 1: "w"}, RULE, 4).outcome == {"w": "equivalent"}
+
+
+def test_the_limits_cut_an_undecided_comparison_short():
+    close = {0: [100.0, 110, 90], 1: [99.0, 109, 89]}
+    assert decide(close, {0: "w", 1: "w"}, RULE, 12).outcome == {"w": "max_repeats"}
+    budget = AdaptiveRule(3, 12, 0.03, budget_s=100.0)
+    cut = decide(close, {0: "w", 1: "w"}, budget, 3, elapsed_s=90.0, run_s=10.0)
+    assert cut.done and cut.outcome == {"w": "budget"}
+    assert decide(close, {0: "w", 1: "w"}, budget, 3, elapsed_s=70.0, run_s=10.0).more == [0, 1]
+    # Below the minimum nothing stops a sweep, whatever the data says.
+    assert decide({0: [100.0], 1: [50.0]}, {0: "w", 1: "w"}, RULE, 1).more == [0, 1]
+
+
+def test_workloads_are_decided_apart():
+    samples = {0: [100.0, 101, 99], 1: [80.0, 81, 79], 2: [100.0, 104, 96], 3: [99.0, 103, 95]}
+    decision = decide(samples, {0: "a", 1: "a", 2: "b", 3: "b"}, RULE, 3)
+    assert decision.outcome == {"a": "separated", "b": "undecided"} and decision.more == [2, 3]
+
+
+class Simulated:
+    """An executor whose runs draw their throughput from Normal(mean[index], cv * mean) with a fixed seed: the
+    truth is known, so what the sweep concludes can be checked."""
+
+    def __init__(self, means: Sequence[float], cv: float, seed: int = 0, run_s: float = 10.0, sleep: bool = False):
+        self.means, self.cv, self.rng, self.run_s, self.sleep = means, cv, random.Random(seed), run_s, sleep
+        self.started: list[tuple[int, int]] = []
+
+    def check(self) -> None:
+        pass
+
+    def execute(
+        self,
+        runs: Sequence[Run],
+        recorded: Callable[..., None],
+        progress: Callable[[str], None],
+        where: Callable[[Run, int], str],
+    ) -> None:
+        for number, run in enumerate(runs, 1):
+            self.started.append((run.index, run.repeat))
+            if self.sleep:  # runs that take the time they report, for the budget
+                time.sleep(self.run_s)
+            mean = self.means[run.index]
+            record = new_record(run, self.run_s, 0)
+            record["summary"] = {
+                "world_size": 1,
+                "samples_per_s": self.rng.gauss(mean, self.cv * mean),
+                "contention": {"foreign_cpu_share": 0.0},
+            }
+            recorded(record, run, number)
+
+
+def simulate(
+    tmp_path: Path, means: Sequence[float], cv: float, executor: Simulated | None = None, **spec: object
+) -> tuple[Simulated, dict]:
+    parsed = parse_spec(
+        {
+            "name": "sim",
+            "grid": {"batch_size": [16 * (i + 1) for i in range(len(means))]},
+            "repeats": "auto",
+            "rerun_contended": 0,
+            **spec,
+        }
+    )
+    executor = executor or Simulated(means, cv)
+    said: list[str] = []
+    _sweep(parsed, tmp_path, list(expand(parsed, tmp_path)), executor, False, said.append)
+    return executor, read_json(tmp_path / "sweep.json")
+
+
+def test_a_sweep_with_a_clear_best_runs_the_minimum_and_names_it(tmp_path):
+    executor, meta = simulate(tmp_path, [100.0, 80.0, 60.0], cv=0.01)
+    assert len(executor.started) == 9  # 3 configurations x min_repeats
+    adaptive = meta["sessions"][-1]["adaptive"]
+    assert adaptive["rounds"] == 3 and list(adaptive["outcome"].values()) == ["separated"]
+    assert analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0].best == "cfg000"
+
+
+def test_a_close_race_repeats_only_the_contenders_and_keeps_interleaving(tmp_path):
+    # cfg000 and cfg001 are 0.5 % apart; cfg002 is far behind and must get no round past the minimum.
+    executor, meta = simulate(tmp_path, [100.0, 99.5, 70.0], cv=0.02, max_repeats=10)
+    runs = {i: sum(1 for index, _ in executor.started if index == i) for i in range(3)}
+    assert runs[2] == 3 and runs[0] > 3 and runs[1] > 3
+    outcome = next(iter(meta["sessions"][-1]["adaptive"]["outcome"].values()))
+    assert outcome in ("separated", "equivalent", "max_repeats")
+    rounds = [[index for index, repeat in executor.started if repeat == r] for r in range(3, max(runs.values()))]
+    for earlier, later in zip(rounds, rounds[1:]):  # the direction alternates from round to round
+        assert later == earlier[::-1]
+
+
+def test_identical_configurations_end_equivalent_and_the_report_says_so(tmp_path):
+    _, meta = simulate(tmp_path, [100.0, 100.0], cv=0.005, max_repeats=20)
+    assert set(meta["sessions"][-1]["adaptive"]["outcome"].values()) == {"equivalent"}
+    verdict = analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0]
+    assert verdict.best is None and verdict.equivalent and "within ±3 %" in verdict.reason
+
+
+def test_a_budget_is_never_overrun(tmp_path):
+    # Three identical configurations at 5 % spread: equivalence within 3 % needs far more runs than the budget
+    # allows. Each run takes 0.2 s; the minimum is 9 runs (1.8 s); a round of 3 more runs must end within 3 s.
+    sim = Simulated([100.0, 100.0, 100.0], cv=0.05, run_s=0.2, sleep=True)
+    executor, meta = simulate(tmp_path, sim.means, sim.cv, executor=sim, max_repeats=50, budget_s=3.0)
+    assert 9 < len(executor.started) <= 15
+    assert list(meta["sessions"][-1]["adaptive"]["outcome"].values()) == ["budget"]
+
+
+@pytest.mark.slow
+def test_a_a_sweeps_rarely_name_a_false_best():
+    """1000 simulated sweeps of 8 identical configurations (CV 2 %): the rule may name a best only by chance, and
+    must do so in at most 5 % of them (the report's rule needs the best's interval above all 7 others')."""
+    rule = AdaptiveRule(min_repeats=3, max_repeats=15, margin=0.03)
+    rng = random.Random(1)
+    false_best = 0
+    for _ in range(1000):
+        samples: dict[int, list[float]] = {i: [rng.gauss(100, 2) for _ in range(3)] for i in range(8)}
+        rounds = 3
+        while True:
+            decision = decide(samples, dict.fromkeys(samples, "w"), rule, rounds)
+            if decision.done:
+                break
+            for i in decision.more:
+                samples[i].append(rng.gauss(100, 2))
+            rounds += 1
+        false_best += decision.outcome["w"] == "separated"
+    assert false_best <= 50, false_best
+
+
+@pytest.mark.slow
+def test_a_real_adaptive_sweep(tmp_path):
+    """`--repeats auto` end to end: real runs, the rounds recorded in sweep.json, the report's verdict."""
+    result = run_cli(
+        "sweep",
+        "--grid",
+        "model=toy,mlp",
+        "--set",
+        "dataset=synthetic",
+        "--set",
+        "train_size=256",
+        "--set",
+        "val_size=64",
+        "--set",
+        "epochs=1",
+        "--repeats",
+        "auto",
+        "--min-repeats",
+        "2",
+        "--max-repeats",
+        "3",
+        "--workload",
+        "dataset",
+        "--output-dir",
+        str(tmp_path),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    meta = read_json(tmp_path / "sweep.json")
+    adaptive = meta["sessions"][-1]["adaptive"]
+    records = read_results(tmp_path / "results.jsonl")
+    assert 2 <= adaptive["rounds"] <= 3 and len(records) >= 4
+    assert "adaptive repeats: stopped after" in result.stdout
+    assert meta["spec"]["adaptive"] is True
