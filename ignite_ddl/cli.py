@@ -211,6 +211,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from ignite_ddl.measure.contention import ForeignLoad
+
+    load = ForeignLoad().start()  # whether the machine is busy, counted while the imports below run
     from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
     from ignite_ddl.sweep.plan import sweep_dir
@@ -231,7 +234,8 @@ def _sweep(args: argparse.Namespace) -> int:
     spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
     parsed = parse_spec(spec)
     try:
-        records = [r for r in sweep(parsed, resume=args.resume) if r["status"] != "interrupted"]  # re-run since
+        records = sweep(parsed, resume=args.resume, load_since=load)
+        records = [r for r in records if r["status"] != "interrupted"]  # re-run since
     except MachineBusy:
         # The runs recorded before the stop are kept and reported: the report leads with why the sweep stopped.
         if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):

@@ -118,7 +118,7 @@ def sweep(tmp_path: Path, n_axes: int, repeats: int = 3, seed: int = 0) -> list[
                     "window": "after warm-up",
                     "limit_bytes": None,
                     "ranks": [],
-                    "max": {"peak_rss_bytes": (300 + 2 * batch / procs) * 2**20 * rng.gauss(1.0, 0.02)},
+                    "max": {"peak_rss_bytes": int((300 + 2 * batch / procs) * 2**20 * rng.gauss(1.0, 0.02))},
                 },
                 "steps": {
                     "warmup_iterations": 5,

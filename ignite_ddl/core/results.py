@@ -27,6 +27,9 @@ from typing import Annotated, Any, TypedDict, Union
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import option_specs
 from ignite_ddl.core.outputs import write_bytes, writing
 
 __all__ = [
@@ -67,6 +70,7 @@ __all__ = [
     "repair_results",
     "schema_fields",
     "schema_markdown",
+    "schema_problem",
     "write_json",
     "write_schema_doc",
 ]
@@ -538,6 +542,116 @@ class RejectedLine:
     reason: str
 
 
+# The largest magnitude any recorded figure can have (bytes of memory on the largest machine are ~1e15; FLOP counts
+# of a run ~1e21): beyond it a number is damage, not a measurement. Throughput has its own, tighter bound.
+LARGEST_FIGURE = 1e24
+MAX_SAMPLES_PER_S = 1e12
+
+
+def schema_problem(value: Any, hint: Any, where: str = "") -> str | None:
+    """Why ``value`` (plain JSON data) does not have the shape the schema type ``hint`` declares: a wrong type, a
+    non-finite or out-of-range number, at any depth (None if it conforms). A key a schema declares may be missing
+    (records of an older release lack the newer keys); a key it does not declare is left alone.
+
+    >>> schema_problem({"type": "cpu", "name": 5}, DeviceInfo, "device")
+    'device.name: expected string, got int'
+    """
+    return _checker(hint)(value, where)
+
+
+_Check = typing.Callable[[Any, str], "str | None"]
+_CHECKERS: dict[Any, _Check] = {}
+
+
+def _checker(hint: Any) -> _Check:
+    """The check of one schema type, built once per type (reading type hints is slow; records are many)."""
+    try:
+        return _CHECKERS[hint]
+    except (KeyError, TypeError):
+        pass
+    check = _build_checker(hint)
+    with contextlib.suppress(TypeError):  # an unhashable hint is rebuilt each time
+        _CHECKERS[hint] = check
+    return check
+
+
+def _got(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _build_checker(hint: Any) -> _Check:  # noqa: C901 - one branch per kind of type, as the schema uses them
+    if typing.get_origin(hint) is Annotated:
+        return _checker(typing.get_args(hint)[0])
+    if typing.get_origin(hint) is NotRequired:
+        return _checker(typing.get_args(hint)[0])
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return lambda value, where: None
+    if origin is Union or origin is types.UnionType:
+        options = [_checker(a) for a in args if a is not type(None)]
+        nullable = type(None) in args
+
+        def union(value: Any, where: str) -> str | None:
+            if value is None and nullable:
+                return None
+            problems = [check(value, where) for check in options]
+            return None if any(p is None for p in problems) else problems[0]
+
+        return union
+    if hint is type(None):
+        return lambda value, where: None if value is None else f"{where}: expected null, got {_got(value)}"
+    if hint in (int, float):
+        name = "integer" if hint is int else "number"
+
+        def number(value: Any, where: str) -> str | None:
+            if value is None and hint is float:  # a figure not measured: NaN, which JSON writes as null
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{where}: expected {name}, got {_got(value)}"
+            if not math.isfinite(value) or abs(value) > LARGEST_FIGURE:
+                return f"{where}: {value!r:.30} is not a figure a run can produce"
+            if hint is int and isinstance(value, float) and not value.is_integer():  # 1e6 written as 1000000.0 is fine
+                return f"{where}: expected integer, got {value!r:.30}"
+            return None
+
+        return number
+    if hint in (str, bool):
+        name = "string" if hint is str else "boolean"
+        return lambda value, where: None if isinstance(value, hint) else f"{where}: expected {name}, got {_got(value)}"
+    if origin is list or hint is list:
+        item = _checker(args[0]) if args else _checker(Any)
+
+        def items(value: Any, where: str) -> str | None:
+            if not isinstance(value, list):
+                return f"{where}: expected a list, got {_got(value)}"
+            for number, element in enumerate(value):
+                problem = item(element, f"{where}[{number}]")
+                if problem:
+                    return problem
+            return None
+
+        return items
+    if origin is dict or hint is dict:
+        return lambda value, where: (
+            None if isinstance(value, dict) else f"{where}: expected an object, got {_got(value)}"
+        )
+    if typing.is_typeddict(hint):
+        fields = {name: _checker(field) for name, field in typing.get_type_hints(hint, include_extras=True).items()}
+
+        def mapping(value: Any, where: str) -> str | None:
+            if not isinstance(value, dict):
+                return f"{where}: expected an object, got {_got(value)}"
+            for key, check in fields.items():
+                if key in value:
+                    problem = check(value[key], f"{where}.{key}" if where else key)
+                    if problem:
+                        return problem
+            return None
+
+        return mapping
+    raise TypeError(f"no schema check for {hint!r}")
+
+
 def _problem(record: Any) -> str | None:
     """Why plain JSON data is not a run record (None if it is one)."""
     if not isinstance(record, dict):
@@ -553,6 +667,24 @@ def _problem(record: Any) -> str | None:
         summary = record.get("summary")
         if not isinstance(summary, dict) or not isinstance(summary.get("samples_per_s"), (int, float)):
             return "a completed run record without a summary holding samples_per_s"
+        rate = summary["samples_per_s"]
+        if isinstance(rate, bool) or not (math.isfinite(rate) and 0 < rate <= MAX_SAMPLES_PER_S):
+            return f"not a throughput a run can produce (samples_per_s {rate!r:.30})"
+    problem = schema_problem(record, RunRecord) or _options_problem(record)
+    return f"not a run record ({problem})" if problem else None
+
+
+def _options_problem(record: dict[str, Any]) -> str | None:
+    """The run's options checked against their one declaration (:class:`~ignite_ddl.core.config.TrainConfig`):
+    a value no run could have been given is damage. Options this release does not know are left alone."""
+    declared = option_specs(TrainConfig)
+    for part in ("grid", "config"):
+        for key, value in record[part].items():
+            if key in declared:
+                try:
+                    declared[key].coerce(key, value)
+                except ConfigError as e:
+                    return f"{part}.{e}" if str(e).startswith(key) else f"{part}: {e}"
     return None
 
 

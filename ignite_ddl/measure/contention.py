@@ -101,6 +101,10 @@ class ForeignLoad:
         self._busy0, self._own0, self._t0 = _machine_busy_s(), self._own(), time.perf_counter()
         return self
 
+    def elapsed_s(self) -> float:
+        """Seconds since :meth:`start`."""
+        return time.perf_counter() - self._t0
+
     def stop(self) -> float | None:
         busy, own, now = _machine_busy_s(), self._own(), time.perf_counter()
         self.window_s = now - self._t0

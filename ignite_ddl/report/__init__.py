@@ -16,7 +16,18 @@ Example:
     (None, ['cfg000', 'cfg001'])
 """
 
-from ignite_ddl.report.analysis import Analysis, ConfigResult, Flag, Verdict, analyze, load
-from ignite_ddl.report.render import verdict_lines, write_report
+from __future__ import annotations
+
+from ignite_ddl.core.exports import lazy_exports
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load", "verdict_lines", "write_report"]
+
+# Imported when first used: the plots and the profilers' tables import torch and matplotlib, which a sweep spec
+# reading its statistical defaults (report.stats) for ``--help`` must not pay for.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(("Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load"), "analysis"),
+        **dict.fromkeys(("verdict_lines", "write_report"), "render"),
+    },
+)

@@ -27,8 +27,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from scipy import stats as _scipy
+from typing import Any
 
 __all__ = [
     "CONFIDENCE",
@@ -44,6 +43,14 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95
+
+
+def _scipy() -> Any:
+    """scipy.stats, imported when first needed: it imports torch where torch is installed (its array-API
+    support), and a sweep spec read for ``--help`` or a refusal must not pay for that."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class Estimate:
 
 @functools.lru_cache(maxsize=4096)  # simulations of whole sweeps ask for the same few quantiles many times
 def _t(confidence: float, df: float) -> float:
-    return float(_scipy.t.ppf((1 + confidence) / 2, df))
+    return float(_scipy().t.ppf((1 + confidence) / 2, df))
 
 
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
@@ -161,7 +168,7 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
         return None
     if statistics.stdev(a) == 0 and statistics.stdev(b) == 0:
         return 1.0 if statistics.fmean(a) == statistics.fmean(b) else 0.0
-    return float(_scipy.ttest_ind(a, b, equal_var=False).pvalue)
+    return float(_scipy().ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def repeats_to_separate(a: Estimate, b: Estimate, confidence: float = CONFIDENCE, limit: int = 100) -> int | None:

@@ -25,18 +25,31 @@ from collections.abc import Callable
 from ignite_ddl.core.errors import MachineBusy
 from ignite_ddl.measure.contention import ForeignLoad
 
-__all__ = ["BUSY_POLICIES", "PROBE_S", "BusyStreak", "machine_share", "wait_until_quiet"]
+__all__ = ["BUSY_POLICIES", "PROBE_S", "BusyStreak", "first_probe_from", "machine_share", "wait_until_quiet"]
 
 BUSY_POLICIES = ("wait", "run", "stop")
 PROBE_S = 2.0  # one probe of the machine: long enough to average a scheduler's time slices, short enough to wait on
 
 
-def machine_share(seconds: float = PROBE_S) -> float | None:
+def machine_share(seconds: float = PROBE_S, since: ForeignLoad | None = None) -> float | None:
     """The share of the machine's CPUs that processes other than this one (and its children) used over the next
-    ``seconds``; None where the system does not say (no ``/proc/stat``)."""
-    with ForeignLoad() as load:
-        time.sleep(seconds)
-    return load.share
+    ``seconds``; None where the system does not say (no ``/proc/stat``). With ``since`` (a load opened earlier), the
+    window runs from its start and lasts at least ``seconds``: a command that opens one as it starts has its first
+    answer as soon as its imports are done, since the CPU this process spent on them is its own."""
+    load = since if since is not None else ForeignLoad().start()
+    time.sleep(max(0.0, seconds - load.elapsed_s()))
+    return load.stop()
+
+
+def first_probe_from(load: ForeignLoad) -> Callable[[], float | None]:
+    """A probe for :func:`wait_until_quiet` whose first answer covers the time since ``load`` opened, and each
+    later one a new window of :data:`PROBE_S`."""
+    pending = [load]
+
+    def probe() -> float | None:
+        return machine_share(since=pending.pop() if pending else None)
+
+    return probe
 
 
 def _range(shares: list[float]) -> str:

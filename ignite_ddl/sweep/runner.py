@@ -42,9 +42,10 @@ from ignite_ddl.core.results import (
     write_json,
 )
 from ignite_ddl.launcher.signals import interruptible
+from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
-from ignite_ddl.sweep.busy import BusyStreak, wait_until_quiet
+from ignite_ddl.sweep.busy import BusyStreak, first_probe_from, machine_share, wait_until_quiet
 from ignite_ddl.sweep.local import LocalExecutor
 from ignite_ddl.sweep.plan import Run, contended_reruns, expand, make_run, sweep_dir
 from ignite_ddl.sweep.records import describe_outcome
@@ -80,12 +81,14 @@ def sweep(
     output_dir: str | Path | None = None,
     resume: bool = False,
     progress: Callable[[str], None] = print,
+    load_since: ForeignLoad | None = None,
 ) -> list[dict[str, Any]]:
     """Run every configuration of ``spec`` not yet recorded; return all records of the sweep.
 
     Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, and a folder another sweep
     is using. Raises :class:`MachineBusy` when other processes keep the machine too busy to compare (its records
-    so far are kept, and the reason is written to ``sweep.json``).
+    so far are kept, and the reason is written to ``sweep.json``). ``load_since``: the machine's load counted since
+    the command started, the first probe of whether it is busy.
     """
     out = sweep_dir(spec, output_dir)
     runs = list(expand(spec, out))
@@ -93,7 +96,8 @@ def sweep(
     executor.check()
     with lock(out, "sweep"):
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
-            wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress)
+            probe = first_probe_from(load_since) if load_since is not None else machine_share
+            wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)
         return _sweep(spec, out, runs, executor, resume, progress)
 
 
