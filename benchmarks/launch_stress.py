@@ -39,6 +39,7 @@ try:  # this release's layout
 except ImportError:  # the flat layout of earlier releases, for the comparison
     from ignite_ddl.contention import ForeignLoad  # type: ignore[no-redef]
     from ignite_ddl.errors import LaunchFailed, RunFailed  # type: ignore[no-redef]
+
     from ignite_ddl.launcher import LaunchSettings, launch  # type: ignore[no-redef]
 
 
