@@ -8,7 +8,7 @@ anything started, 128 + signal number when interrupted (130 for SIGINT, 143 for 
 from __future__ import annotations
 
 import argparse
-import math
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,10 +17,10 @@ from typing import Any, NoReturn
 from ignite_ddl.core.commands import PROG, VERSION, run_command
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError, MachineBusy
-from ignite_ddl.core.options import add_to_parser, option_specs
+from ignite_ddl.core.options import add_to_parser, option_flag, option_specs
 from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
-from ignite_ddl.projection.model import LINKS
+from ignite_ddl.projection.model import LINKS, ProjectOptions
 from ignite_ddl.sweep.spec import SlurmOptions, Spec
 
 __all__ = ["LINK_PRESETS", "build_parser", "main"]
@@ -33,6 +33,22 @@ class _Parser(argparse.ArgumentParser):
         # One line, no usage block: the user sees what is wrong and `--help` tells the rest.
         self.exit(2, f"{PROG}: error: {message}\n")
 
+    def _parse_optional(self, arg_string: str) -> Any:
+        # argparse takes only -1 and -1.5 for negative numbers: "--lr -inf" or "--lr -1e-3" would end in "expected
+        # one argument". A number that is not one of this parser's flags is a value, so that the option's own check
+        # (its range, finiteness) refuses it in one line.
+        if arg_string.startswith("-") and arg_string not in self._option_string_actions and _is_number(arg_string):
+            return None
+        return super()._parse_optional(arg_string)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
 
 def _add_project(commands: Any) -> None:
     """``ignite-ddl project``: its options only; the projection package is imported by the handler."""
@@ -42,61 +58,29 @@ def _add_project(commands: Any) -> None:
         description="Project a data-parallel step to 1, 2, 4, ... workers with the alpha-beta model "
         "(ignite_ddl.projection.model): a ring all-reduce with DDP's bucketed overlap, and one parameter server.",
     )
-    project.add_argument("--run", metavar="DIR", help="a measured 1-process run (ignite-ddl train's output folder)")
-    project.add_argument(
-        "--compute-ms",
-        type=float,
-        metavar="MS",
-        help="or: one worker's compute per step, ms (split forward 1/3, backward 2/3)",
-    )
-    project.add_argument("--grad-mb", type=float, metavar="MIB", help="with --compute-ms: gradient MiB per step")
-    project.add_argument("--batch-size", type=int, metavar="B", help="with --compute-ms: the batch of one worker")
-    project.add_argument("--link", choices=LINK_PRESETS, help="the link between the workers: a preset")
-    project.add_argument("--alpha-us", type=float, metavar="US", help="or: the link's latency, microseconds")
-    project.add_argument(
-        "--beta-gbps",
-        type=float,
-        metavar="GB/S",
-        help="and its bandwidth per direction, GB/s (10^9 bytes/s: 100 GbE is 12.5)",
-    )
-    project.add_argument(
-        "--fit",
-        action="store_true",
-        help="or: fit alpha and beta to all-reduce times measured here on 2 gloo processes",
-    )
-    project.add_argument(
-        "--gpus-per-node",
-        type=int,
-        metavar="G",
-        help="workers per node: beyond G workers the --inter-link joins the nodes",
-    )
-    project.add_argument("--inter-link", choices=LINK_PRESETS, help="with --gpus-per-node: the link between nodes")
-    project.add_argument(
-        "--max-workers",
-        type=int,
-        default=1024,
-        metavar="N",
-        help="project 1, 2, 4, ... up to N workers (default: 1024)",
-    )
-    project.add_argument(
-        "--bucket-mb",
-        type=float,
-        default=25.0,
-        metavar="MIB",
-        help="DDP gradient bucket size in MiB (default: 25, as DDP)",
-    )
-    project.add_argument(
-        "--output-dir",
-        default="runs/project",
-        metavar="DIR",
-        help="where projection.json, .csv and .png go (default: runs/project)",
-    )
+    add_to_parser(project, ProjectOptions)  # each flag, its type and range, declared once
     project.set_defaults(handler=_project)
+
+
+def _flag_checked(options: type, args: argparse.Namespace) -> Any:
+    """``options`` built from the parsed flags; a value refused by its declaration is refused in one line that
+    names its flag (``--bucket-mb must be >= ...``), as the user typed it."""
+    names = option_specs(options)
+    try:
+        return options(**{name: getattr(args, name) for name in names})
+    except ConfigError as e:
+        text = str(e)
+        for name in sorted(names, key=len, reverse=True):
+            for lead in ("", "option ", "unknown "):
+                if text.startswith(f"{lead}{name} "):
+                    raise ConfigError(f"{lead}{option_flag(name)}{text[len(lead) + len(name) :]}") from None
+        raise
 
 
 def _project(args: argparse.Namespace) -> int:
     from ignite_ddl import projection as pj
 
+    _flag_checked(ProjectOptions, args)  # each value within its declared range (a finite number, not 1e308)
     explicit = [args.compute_ms, args.grad_mb, args.batch_size]
     if (args.run is None) == all(v is None for v in explicit):
         raise ConfigError(
@@ -111,14 +95,11 @@ def _project(args: argparse.Namespace) -> int:
         raise ConfigError("--alpha-us and --beta-gbps go together: give both")
     if (args.gpus_per_node is None) != (args.inter_link is None):
         raise ConfigError("--gpus-per-node and --inter-link go together: give both (or neither, for one node)")
-    for name in ("compute_ms", "grad_mb", "alpha_us", "beta_gbps", "bucket_mb"):
-        value = getattr(args, name)
-        zero_ok = name in ("grad_mb", "alpha_us")  # a model without gradients, a link without latency
-        if value is not None and not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
-            bound = ">= 0" if zero_ok else "> 0"
-            raise ConfigError(f"--{name.replace('_', '-')} must be a number {bound}, got {value:g}")
     if args.run is not None:
         compute = pj.compute_from_run(args.run)
+        caveat = pj.run_warning(args.run)
+        if caveat:
+            print(f"{PROG}: warning: {caveat}", file=sys.stderr)
     else:
         compute = pj.Compute.from_total(args.compute_ms / 1e3, args.grad_mb * pj.MIB, args.batch_size)
     if args.link is not None:
@@ -233,19 +214,22 @@ def _sweep(args: argparse.Namespace) -> int:
     slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
     spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
     parsed = parse_spec(spec)
-    try:
-        records = sweep(parsed, resume=args.resume, load_since=load)
-        records = [r for r in records if r["status"] != "interrupted"]  # re-run since
-    except MachineBusy:
-        # The runs recorded before the stop are kept and reported: the report leads with why the sweep stopped.
-        if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):
+    # The sweep's folder stays locked until the report's last file is written: a run started on it meanwhile
+    # (train --output-dir <sweep folder>) would mix its files with the report's.
+    with contextlib.ExitStack() as held:
+        try:
+            records = sweep(parsed, resume=args.resume, load_since=load, hold=held)
+            records = [r for r in records if r["status"] != "interrupted"]  # re-run since
+        except MachineBusy:
+            # The runs recorded before the stop are kept and reported: the report leads with why the sweep stopped.
+            if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):
+                print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
+            raise
+        failed = [r for r in records if r["status"] != "completed"]
+        print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
+        if args.report:
             print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
-        raise
-    failed = [r for r in records if r["status"] != "completed"]
-    print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
-    if args.report:
-        print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
-        _print_verdicts(sweep_dir(parsed))
+            _print_verdicts(sweep_dir(parsed))
     return 1 if failed else 0
 
 
@@ -295,4 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return run_command(args.handler, args)
+    from ignite_ddl.launcher.scratch import scratch_folder
+
+    # Every temporary file of the command and of the processes it starts (ranks, workers, a sweep's runs, its fork
+    # server), Inductor's cache included, in one private folder removed when it ends.
+    with scratch_folder():
+        return run_command(args.handler, args)

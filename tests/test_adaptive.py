@@ -199,3 +199,32 @@ def test_a_real_adaptive_sweep(tmp_path):
     assert 2 <= adaptive["rounds"] <= 3 and len(records) >= 4
     assert "adaptive repeats: stopped after" in result.stdout
     assert meta["spec"]["adaptive"] is True
+
+
+def test_the_stop_needs_the_lead_to_survive_the_correction_for_many_configurations():
+    """The verdict's rule, multiple comparisons included: a leader whose interval clears a precise runner-up's is
+    separated among two configurations, but among eight (one-sided Welch p = 0.018 > 5 % / 7) the two run again;
+    the configurations far behind do not."""
+    leader, runner_up = [100.0, 110.0, 120.0], [80.0, 80.1, 79.9]
+    far = {i: [50.0 - i, 50.1 - i, 49.9 - i] for i in range(2, 8)}
+    two = decide({0: leader, 1: runner_up}, {0: "w", 1: "w"}, RULE, 3)
+    assert two.outcome == {"w": "separated"}
+    eight = decide({0: leader, 1: runner_up, **far}, dict.fromkeys(range(8), "w"), RULE, 3)
+    assert eight.outcome == {"w": "undecided"} and eight.more == [0, 1]
+    # the report reads the same samples the same way
+    records = [
+        {
+            "key": f"k{i}-r{r}",
+            "index": i,
+            "repeat": r,
+            "status": "completed",
+            "grid": {"batch_size": 16 * (i + 1)},
+            "config": {"batch_size": 16 * (i + 1)},
+            "summary": {"world_size": 1, "samples_per_s": v},
+        }
+        for i, rates in {0: leader, 1: runner_up, **far}.items()
+        for r, v in enumerate(rates)
+    ]
+    verdict = analyze(records).verdicts[0]
+    assert verdict.best is None and verdict.tied == ["cfg000", "cfg001"]
+    assert analyze([r for r in records if r["index"] < 2]).verdicts[0].best == "cfg000"

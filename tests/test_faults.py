@@ -613,7 +613,7 @@ def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path):
         second = run_cli("sweep", str(spec), "--output-dir", str(out), "--resume")
         assert second.returncode == 2
         assert second.stderr.strip().splitlines() == [
-            f"ignite-ddl: error: {out} is in use by another sweep (process {first.pid}); "
+            f"ignite-ddl: error: {out} is in use by a sweep (process {first.pid}); "
             "wait for it or choose another --output-dir"
         ]
     finally:

@@ -70,3 +70,25 @@ def test_cli_with_image_grid(tmp_path):
     assert "[ok] BUG REPRODUCED (expected): without sampler.set_epoch(epoch)" in result.stdout
     assert "WITHOUT sampler.set_epoch(epoch):" in result.stdout and "FAILED" not in result.stdout
     assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_image_grid_is_readable(tmp_path):
+    """Each rank's first batch: tiles at least 0.7 in wide with labels of 8 pt, panels no larger than their tiles,
+    so the PNG is mostly pictures, not white space (a short batch used to be a thin strip in a square panel)."""
+    import matplotlib.image
+    import numpy as np
+
+    from ignite_ddl.trainer.data import synthetic_images
+
+    images, labels = synthetic_images(24).tensors
+    rows = [
+        {"rank": r, "grid": {"indices": list(range(r, 24, 3)), "images": images[r::3], "labels": labels[r::3]}}
+        for r in range(3)
+    ]
+    path = tmp_path / "grid.png"
+    shards.save_image_grid(rows, str(path))
+    pixels = matplotlib.image.imread(path)[..., :3]
+    height, width = pixels.shape[:2]
+    assert width >= 8 * 0.7 * 100 and height >= 3 * 0.7 * 100  # 8 tiles a row, 3 ranks, at 100 dpi
+    white = float(np.mean(np.all(pixels > 0.97, axis=-1)))
+    assert white < 0.45, f"{white:.0%} of the grid is white space"  # the earlier layout: 88 %

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from conftest import load_summary
 
 from ignite_ddl.colab import COLAB_URL, INSTALL_CELL
+from ignite_ddl.report.plots import ddp_step
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 
@@ -90,6 +92,14 @@ def test_notebooks_share_one_layout(path: Path):
     for cell in code:
         for forbidden in forbidden_calls:
             assert forbidden not in cell.source, f"{path.name} re-implements what the library does: {forbidden}"
+    # A notebook that shows timings says, in words, that they are the machine's.
+    prose = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    if any(TIMINGS.search(cell.source) for cell in code[:-1]):
+        assert re.search(r"\bmachine\b", prose), f"{path.name} shows timings without saying they depend on the machine"
+
+
+# What a cell that shows timings reads: throughput, step and phase times, bandwidths.
+TIMINGS = re.compile(r"samples_per_s|_s_mean|step_s|wall_time_s|algbw|busbw")
 
 
 @pytest.mark.slow
@@ -124,6 +134,22 @@ def test_quick_example(tmp_path: Path, python3_kernel: str):
         "rank1.log",
     ]
     assert any((out / "tb").iterdir()) and any((out / "checkpoints").iterdir())
+
+    # Every column of the per-rank table the run printed is explained in the notebook's prose.
+    text = stream_text(nb)
+    header = next(line for line in text.splitlines() if line.startswith("rank  iters"))
+    columns = re.split(r"\s{2,}", header.strip())
+    prose = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    explained = set(re.findall(r"`([^`]+)`", prose))
+    assert len(columns) >= 10 and not [c for c in columns if c not in explained], columns
+    # Library logs reach the notebook on stdout (stderr shows red in Jupyter, as if they were errors).
+    streams = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs if o.output_type == "stream"]
+    assert any("rank0 INFO" in o.text for o in streams)
+    assert not [o.text for o in streams if o.name == "stderr" and "rank0 INFO" in o.text]
+    # The picture of DDP, drawn from this run's step: several buckets, saved and shown.
+    step = ddp_step(out)
+    assert all(r["buckets"] >= 2 for r in step["ranks"]) and (out / "ddp_step.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert f"iteration {step['iteration']}:" in text
 
     # The plot the notebook saved, and showed.
     png = out / "curves.png"

@@ -353,3 +353,82 @@ def test_a_report_made_from_another_folder_finds_the_runs(tmp_path):
     finally:
         for fig in made.values():
             plt.close(fig)
+
+
+def test_rank_step_times_names_the_repeat_it_shows(tmp_path):
+    # The first repeat of every configuration was contended: the plot shows the second one, and says so.
+    records = sweep(tmp_path, 1)
+    for record in records:
+        record["contended"] = record["repeat"] == 0
+    analysis = analyze(records, {})
+    made = figures(analysis)
+    try:
+        fig = made["rank_step_times.png"]
+        (two,) = [c for c in analysis.configs if c.world_size == 2]
+        (ax,) = panels(fig)
+        assert ax.get_title().endswith("repeat 2 of 3"), ax.get_title()
+        assert "one repeat (named per panel)" in fig._suptitle.get_text().replace("\n", " ")
+        # The boxes are that repeat's measured steps: each rank's median is drawn, the contended repeat's is not.
+        levels = [ln.get_ydata()[0] for ln in ax.lines if len(set(ln.get_ydata())) == 1]
+        for repeat, drawn_here in ((1, True), (0, False)):
+            run_dir = Path(next(r.run_dir for r in two.runs if r.repeat == repeat))
+            for rank in range(2):
+                with open(run_dir / f"steps_rank{rank}.csv") as f:
+                    steps = [1e3 * float(r["step_s"]) for r in csv.DictReader(f) if r["warmup"] == "0"]
+                median = float(np.median(steps))
+                assert any(abs(level - median) < 1e-9 for level in levels) is drawn_here, (repeat, rank)
+    finally:
+        for fig in made.values():
+            plt.close(fig)
+
+
+def _ddp_csv(path: Path, steps: list[tuple[float, float, float, float, float, float]], warmup: int = 1) -> None:
+    """A rank's steps_rank<r>.csv with the columns ddp_step reads: per row step, data, forward, backward, optimizer
+    and communication seconds, exposed communication 1 ms, 3 buckets of 120 kB in all."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["iteration", "warmup", "data_s", "step_s", "forward_s", "backward_s", "optimizer_s"]
+            + ["comm_s", "exposed_comm_s", "comm_bytes", "buckets"]
+        )
+        for i, (step, data, fwd, bwd, opt, comm) in enumerate(steps):
+            writer.writerow([i + 1, int(i < warmup), data, step, fwd, bwd, opt, comm, 0.001, 120000, 3])
+
+
+def test_the_ddp_diagram_draws_the_recorded_step(tmp_path):
+    from matplotlib.patches import Rectangle
+
+    from ignite_ddl.report.plots import ddp_diagram, ddp_step
+
+    steps = [(0.09, 0.001, 0.03, 0.05, 0.001, 0.01)]  # warm-up
+    steps += [(s, 0.001, 0.02, s - 0.022, 0.001, 0.004) for s in (0.030, 0.050, 0.040)]  # median: iteration 4
+    _ddp_csv(tmp_path / "steps_rank0.csv", steps)
+    _ddp_csv(tmp_path / "steps_rank1.csv", [(s, d, f + 0.002, b, o, c) for s, d, f, b, o, c in steps])
+    step = ddp_step(tmp_path)
+    assert step["iteration"] == 4 and len(step["ranks"]) == 2
+    rank1 = step["ranks"][1]
+    assert rank1["forward_s"] == pytest.approx(0.022) and rank1["backward_compute_s"] == pytest.approx(0.018 - 0.001)
+    assert rank1["buckets"] == 3 and rank1["comm_s"] == pytest.approx(0.004)
+
+    fig = ddp_diagram(tmp_path)
+    try:
+        renderer, texts = drawn(fig)
+        timeline = next(ax for ax in fig.findobj(Axes) if ax.get_yticklabels() and ax.get_xlabel())
+        bars = [p for p in timeline.patches if isinstance(p, Rectangle) and p.get_width() > 0]
+        widths = sorted(round(p.get_width(), 6) for p in bars)
+        # every part of both ranks' step, in ms: data 1, forward 20 / 22, backward compute 17, exposed 1, optimizer 1,
+        # and the all-reduce in flight, 4
+        assert widths == sorted([1.0, 20.0, 17.0, 1.0, 1.0, 4.0, 1.0, 22.0, 17.0, 1.0, 1.0, 4.0])
+        words = " ".join(t.get_text() for t in texts)
+        assert "3 bucket(s)" in words and "iteration 4" in words and "this machine's" in words
+        box = fig.bbox
+        for text in texts:  # nothing drawn outside the figure
+            extent = text.get_window_extent(renderer)
+            assert extent.x0 >= box.x0 - TOLERANCE and extent.x1 <= box.x1 + TOLERANCE, text.get_text()
+    finally:
+        plt.close(fig)
+    one = tmp_path / "one"
+    one.mkdir()
+    _ddp_csv(one / "steps_rank0.csv", steps)
+    with pytest.raises(ValueError, match="2\\+ processes"):
+        ddp_step(one)

@@ -29,6 +29,7 @@ from ignite_ddl.projection import (
     project,
     ps_comm_s,
     ring_allreduce_s,
+    run_warning,
     validate_nvidia_resnet50,
 )
 from ignite_ddl.projection.model import worker_counts
@@ -257,6 +258,57 @@ def test_projection_from_a_real_one_process_run(tmp_path):
     (other / "config.json").write_text((run / "config.json").read_text())
     with pytest.raises(ConfigError, match="1-process run"):
         compute_from_run(other)
+
+
+def _measured_run(folder: Path, threads: int, foreign_share: float) -> Path:
+    """A finished 1-process run's folder, written by hand: what compute_from_run and run_warning read."""
+    from ignite_ddl.core.config import TrainConfig
+
+    folder.mkdir()
+    config = TrainConfig(model="cnn", dataset="synthetic", batch_size=64).to_dict()
+    (folder / "config.json").write_text(json.dumps({"config": config}))
+    phases = {"forward_s_mean": 0.01, "backward_s_mean": 0.02, "optimizer_s_mean": 0.001}
+    summary = {
+        "world_size": 1,
+        "model": "cnn",
+        "samples_per_s": 64 / 0.035,
+        "batch": {"per_rank": 64, "global": 64},
+        "threads_per_process": threads,
+        "contention": {"foreign_cpu_share": foreign_share},
+        "steps": {"ranks": [{"rank": 0, **phases}]},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "threads, share, said",
+    [
+        (1, 0.01, None),
+        (2, 0.01, "measured with 2 threads in its one process (a worker of an N-process run on these cores gets "),
+        (1, 0.57, "measured under contention (other processes used 57% of the CPUs, above 10%: its step includes"),
+    ],
+)
+def test_run_warning_says_why_a_projection_is_optimistic(tmp_path, threads, share, said):
+    run_dir = _measured_run(tmp_path / "run", threads, share)
+    warning = run_warning(run_dir)
+    assert warning is None if said is None else said in warning and warning.endswith("the projection is optimistic")
+    assert run_warning(run_dir, threshold=0.6) is None or threads > 1  # the threshold is the caller's to set
+
+
+def test_projecting_a_contended_multithreaded_run_warns_in_one_line(tmp_path):
+    clean = _measured_run(tmp_path / "clean", threads=1, foreign_share=0.01)
+    result = run_cli("project", "--run", str(clean), "--link", "10gbe", "--max-workers", "4", cwd=tmp_path)
+    check_ok(result)
+    assert "warning" not in result.stderr
+
+    busy = _measured_run(tmp_path / "busy", threads=2, foreign_share=0.57)
+    result = run_cli("project", "--run", str(busy), "--link", "10gbe", "--max-workers", "4", cwd=tmp_path)
+    check_ok(result)
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"ignite-ddl: warning: the run {busy} was measured under ")
+    assert "57% of the CPUs" in warnings[0] and "and with 2 threads in its one process" in warnings[0]
+    assert "ring all-reduce" in result.stdout  # it still projects: a warning, not a refusal
 
 
 def test_nvidia_resnet50_validation_recomputes():

@@ -4,6 +4,7 @@ when separated, ties named, flags raised, workloads kept apart, HParams records,
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 import statistics
@@ -16,7 +17,8 @@ from tensorboard.plugins.hparams import metadata as plugin_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from ignite_ddl.core.results import append_record
-from ignite_ddl.report import analyze, write_report
+from ignite_ddl.report import analyze, load, write_report
+from ignite_ddl.report.analysis import TABLE_ROWS
 from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
 
 
@@ -422,3 +424,190 @@ def test_a_configuration_that_ran_out_of_memory_does_not_fit():
     analysis = analyze([*records, failed], sweep["meta"])
     assert analysis.config("cfg003").fits is False and "cfg003" in analysis.verdicts[0].does_not_fit
     assert any(f.kind == "out-of-memory" for f in analysis.flags)
+
+
+# -- comparable runs only (issue 23.6): a sweep whose runs were made in different environments is judged per
+# environment, never averaged across
+
+
+def _environment(records: list[dict], repeats: set[int], versions: dict | None = None, **summary) -> list[dict]:
+    """The records of the given repeats marked as made elsewhere (other versions, other summary facts)."""
+    for r in records:
+        if r["repeat"] in repeats:
+            if versions is not None:
+                r["summary"]["versions"] = versions
+            r["summary"].update(summary)
+    return records
+
+
+TORCH_A = {"python": "3.11.7", "torch": "2.14.1", "ignite": "0.5.5", "cuda": ""}
+TORCH_B = {**TORCH_A, "torch": "2.15.0"}
+
+
+def test_a_sweep_resumed_with_another_torch_is_split_and_flagged(tmp_path):
+    records = configs([100.0, 101.0, 99.0, 130.0, 131.0, 129.0])
+    records += [record(1, r, v, procs=2) for r, v in enumerate([150.0, 151.0, 149.0, 140.0, 141.0, 139.0])]
+    _environment(records, {0, 1, 2}, TORCH_A)
+    _environment(records, {3, 4, 5}, TORCH_B)
+    analysis = analyze(records)
+    names = [c.name for c in analysis.configs]
+    assert names == ["cfg000", "cfg000@env2", "cfg001", "cfg001@env2"]
+    assert analysis.config("cfg000").samples_per_s == [100.0, 101.0, 99.0]  # never averaged with 130
+    assert analysis.config("cfg000@env2").samples_per_s == [130.0, 131.0, 129.0]
+    # one verdict per environment; each speed-up against the 1-process run of its own environment
+    assert [v.best for v in analysis.verdicts] == ["cfg001", "cfg001@env2"]
+    assert analysis.config("cfg001@env2").baseline == "cfg000@env2"
+    assert analysis.config("cfg001@env2").speedup.value == pytest.approx(140.0 / 130.0)
+    (flag,) = [f for f in analysis.flags if f.kind == "mixed-environments"]
+    assert flag.config is None and "torch" in flag.detail and "2.14.1" in flag.detail and "2.15.0" in flag.detail
+    assert "6 run(s)" in flag.detail and "Ignite" not in flag.detail  # says what differs, and only that
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    report = write_report(tmp_path).read_text()
+    trust = report.split("## Can I trust these numbers?")[1].split("\n## ")[0]
+    assert "**mixed-environments** (1)" in trust and "env 2 (torch 2.15.0)" in trust
+    verdicts = (tmp_path / "verdict.txt").read_text().splitlines()
+    assert len(verdicts) == 2 and "env 1 (torch 2.14.1)" in verdicts[0] and "env 2 (torch 2.15.0)" in verdicts[1]
+
+
+def test_the_environment_comes_from_each_run_folder_and_names_the_cpu(tmp_path):
+    """Real records carry no versions: they are read from each run's config.json; the CPU model and the cores come
+    from the summary (the device) and the run's host."""
+    records = configs([100.0, 101.0, 99.0, 80.0, 81.0], [110.0, 111.0, 109.0, 90.0, 91.0])
+    for r in records:
+        run_dir = tmp_path / "runs" / f"cfg{r['index']:03d}-r{r['repeat']}"
+        run_dir.mkdir(parents=True)
+        r["run_dir"] = str(run_dir)
+        later = r["repeat"] >= 3
+        host = {"hostname": "b" if later else "a", "cpu": "Intel Xeon" if later else "AMD EPYC", "cpu_cores": 2}
+        (run_dir / "config.json").write_text(json.dumps({"versions": TORCH_A, "host": host}))
+        r["summary"]["device"] = {"type": "cpu", "name": host["cpu"]}
+        append_record(tmp_path / "results.jsonl", r)
+    analysis = load(tmp_path)
+    (flag,) = [f for f in analysis.flags if f.kind == "mixed-environments"]
+    assert "differ in CPU:" in flag.detail and "AMD EPYC" in flag.detail and "Intel Xeon" in flag.detail
+    assert [c.name for c in analysis.configs] == ["cfg000", "cfg000@env2", "cfg001", "cfg001@env2"]
+    assert analysis.config("cfg001@env2").samples_per_s == [90.0, 91.0]
+
+
+def test_runs_that_do_not_say_where_they_ran_are_not_split():
+    """Records of an older release (no versions, no run folder) join the environment they agree with."""
+    records = configs([100.0, 101.0, 99.0], [110.0, 111.0, 109.0])
+    _environment(records, {0}, TORCH_A)
+    analysis = analyze(records)
+    assert [c.name for c in analysis.configs] == ["cfg000", "cfg001"] and analysis.verdicts[0].best == "cfg001"
+    assert not any(f.kind == "mixed-environments" for f in analysis.flags)
+    assert all(c.environment is None for c in analysis.configs)
+
+
+def test_runs_of_one_configuration_with_other_thread_counts_are_reported_apart():
+    records = configs([100.0, 101.0, 99.0, 60.0, 61.0], [110.0, 111.0, 109.0])
+    _environment(records, {3, 4}, threads_per_process=1)  # cfg000: 2 threads in repeats 1-3, 1 in repeats 4-5
+    records[0]["summary"]["threads_per_process"] = 2
+    analysis = analyze(records)
+    assert [c.name for c in analysis.configs] == ["cfg000", "cfg000@threads=1", "cfg001"]
+    assert analysis.config("cfg000").samples_per_s == [100.0, 101.0, 99.0]
+    assert analysis.config("cfg000@threads=1").samples_per_s == [60.0, 61.0]
+    (flag,) = [f for f in analysis.flags if f.kind == "mixed-environments"]
+    assert flag.config == "cfg000" and "2 (3 run(s)), 1 (2 run(s))" in flag.detail
+
+
+# -- multiple comparisons (issue 23.4)
+
+
+def _leader_and_seven() -> list[dict]:
+    """cfg000 leads a precise runner-up (cfg001) with intervals apart, by a margin one comparison accepts (one-sided
+    Welch p = 0.018) and seven do not (5 % / 7 = 0.0071); the other six are far behind."""
+    rates = [[100.0, 110.0, 120.0], [80.0, 80.1, 79.9]] + [[50.0 - i, 50.1 - i, 49.9 - i] for i in range(6)]
+    return configs(*rates)
+
+
+def test_with_eight_configurations_a_lead_one_comparison_would_accept_is_a_tie(tmp_path):
+    records = _leader_and_seven()
+    leader, runner_up = analyze(records).configs[:2]
+    assert separated(leader.throughput, runner_up.throughput)  # the intervals alone would name cfg000 best
+    (verdict,) = analyze(records).verdicts
+    assert verdict.best is None and verdict.tied == ["cfg000", "cfg001"]
+    assert "with 8 configurations compared a one-sided Welch t-test at 5 % / 7 (Bonferroni)" in verdict.reason
+    assert verdict.repeats_needed["cfg001"] is not None  # more repeats would settle it
+    (pair,) = analyze([r for r in records if r["index"] < 2]).verdicts  # the same two alone: one comparison
+    assert pair.best == "cfg000" and "one-sided Welch t-test at 5 %" in pair.reason
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    method = write_report(tmp_path).read_text().split("## Method")[1]
+    assert "Multiple comparisons: with k configurations in a workload, the best must also be shown faster" in method
+    assert "at 5 % / (k - 1) (Bonferroni" in method and "at most 5 % however many configurations" in method
+
+
+def test_far_apart_configurations_are_still_separated_among_many():
+    (verdict,) = analyze(configs(*[[100.0 + 50 * i, 101.0 + 50 * i, 99.0 + 50 * i] for i in range(8)])).verdicts
+    assert verdict.best == "cfg007" and "each of the 7 others" in verdict.reason
+
+
+# -- figures come from the runs the verdict uses
+
+
+def _steps(p50: float) -> dict:
+    return {
+        "ranks": [{"iterations": 40, "step_s_p50": p50}],
+        "global": {"step_s_p50": p50, "step_s_p90": p50, "data_share": 0.0},
+        "straggler": None,
+    }
+
+
+def test_step_times_average_only_the_runs_the_verdict_uses():
+    """A contended attempt (left out of the verdict) and its re-run share the run folder name: only the re-run's
+    step time counts, as its throughput does."""
+    records = configs([100.0, 101.0, 99.0])
+    for r in records:
+        r["summary"]["steps"] = _steps(0.010)
+    contended = records[2]
+    contended.update(contended=True)
+    contended["summary"].update(samples_per_s=40.0, steps=_steps(0.500))
+    rerun = record(0, 2, 99.0, attempt=1)
+    rerun["summary"]["steps"] = _steps(0.010)
+    config = analyze([*records, rerun]).configs[0]
+    assert config.samples_per_s == [100.0, 101.0, 99.0]
+    assert config.step_p50_s == pytest.approx(0.010) and config.step_p90_s == pytest.approx(0.010)
+    counted = analyze([*records, rerun], include_contended=True).configs[0]
+    assert counted.step_p50_s == pytest.approx(0.010)  # the re-run is still the attempt used
+
+
+# -- scale
+
+
+def test_a_view_of_many_configurations_keeps_the_named_ones_and_their_baselines():
+    rates = [[100.0 + i, 101.0 + i, 99.0 + i] for i in range(30)]
+    records = configs(*rates) + configs(*rates, procs=2, model="mlp")
+    for r in records[len(records) // 2 :]:
+        r["index"] += 30
+    analysis = analyze(records)
+    view = analysis.shown(10)
+    assert view.omitted == 50 and len(view.configs) == 10
+    assert {v.tied[0] for v in analysis.verdicts} <= {c.name for c in view.configs}  # the fastest of each workload
+    assert {c.workload for c in view.configs} == {c.workload for c in analysis.configs}
+    assert "Shown: 10 of the 60 configurations" in view.shown_note
+    assert analysis.shown(100) is analysis and analysis.shown_note is None
+
+
+def test_a_report_on_thousands_of_records_counts_every_one(tmp_path):
+    """3000 records of 600 configurations: the report is written whole, every record is counted, and its tables,
+    plots and verdict lines stay a readable size, saying what they leave out."""
+    rng = random.Random(5)
+    records = []
+    for index in range(600):
+        mean = rng.uniform(50, 150)
+        procs = 1 + index % 2
+        records += [record(index, r, rng.gauss(mean, 1.0), procs=procs, batch=16 + index) for r in range(5)]
+    records[7].update(contended=True)
+    with open(tmp_path / "results.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    report = write_report(tmp_path).read_text()
+    analysis = load(tmp_path)
+    assert sum(len(c.runs) for c in analysis.configs) == 3000 and len(analysis.configs) == 600
+    assert analysis.used_runs == 2999 and not any(f.kind == "unreadable" for f in analysis.flags)
+    assert "Shown: " in report and "of the 600 configurations" in report
+    decision = report.split("## Configurations")[1].split("###")[0]
+    assert decision.count("\n| cfg") <= 2 * TABLE_ROWS  # the named and the fastest, with their baselines
+    assert all(len(line) < 2000 for line in (tmp_path / "verdict.txt").read_text().splitlines())
+    assert len(list((tmp_path / "tb_hparams" / "configs").iterdir())) == 600

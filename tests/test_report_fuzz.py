@@ -134,3 +134,63 @@ def test_a_run_too_short_to_measure_is_a_valid_record(tmp_path):
     write(tmp_path, records)
     good, rejected = load_results(tmp_path / "results.jsonl")
     assert rejected == [] and len(good) == 3
+
+
+def nested_paths(value: Any, prefix: tuple = (), depth: int = 4) -> list[tuple]:
+    """Every field of a record down to ``depth`` levels (the first two items of each list)."""
+    found = [prefix] if prefix else []
+    if depth and isinstance(value, dict):
+        for key, inner in value.items():
+            found += nested_paths(inner, (*prefix, key), depth - 1)
+    elif depth and isinstance(value, list):
+        for number, inner in enumerate(value[:2]):
+            found += nested_paths(inner, (*prefix, number), depth - 1)
+    return found
+
+
+def test_the_fast_schema_test_accepts_exactly_what_the_checker_accepts(real_summary):
+    """Reading a large sweep asks a quick yes/no of every record (results._conforms) and the checker only about the
+    ones it refuses: the two must agree on every value, at every depth."""
+    from ignite_ddl.core.results import RunRecord, _checker, _conforms
+
+    record = sweep_records(real_summary)[0]
+    values = [*VALUES, 3, 2.5, 1e25, -1e25, 10**30, "", [1], {"a": 1}, [[1, 2], [3, 4]], [None]]
+    fast, slow = _conforms(RunRecord), _checker(RunRecord)
+    cases = 0
+    for path in nested_paths(record):
+        for value in values:
+            changed = copy.deepcopy(record)
+            holder = changed
+            for key in path[:-1]:
+                holder = holder[key]
+            if value is MISSING:
+                if not isinstance(holder, dict):
+                    continue
+                holder.pop(path[-1], None)
+            else:
+                holder[path[-1]] = value
+            assert fast(changed) == (slow(changed, "") is None), (path, value)
+            cases += 1
+    assert cases > 3000
+
+
+def test_results_are_read_as_a_stream_line_by_line_as_before(tmp_path):
+    """iter_results reads the file a block at a time and cuts its lines where bytes.splitlines does (a \\r\\n split
+    across two blocks too); each line's offset finds it again; load_results keeps its answers."""
+    from ignite_ddl.core.results import RejectedLine, _lines, iter_results
+
+    good = [json.dumps(r) for r in configs([100.0, 101.0, 99.0])]
+    text = f"{good[0]}\r\n\n  \n{{cut\n{good[1]}\rnot json\n{good[2]}".encode()
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(text)
+    for block in (1, 7, 64, 1 << 20):
+        with open(path, "rb") as f:
+            assert list(_lines(f, block)) == text.splitlines(keepends=True)
+    read = list(iter_results(path))
+    records, rejected = load_results(path)
+    assert [found for *_, found in read if not isinstance(found, RejectedLine)] == [r for r, _ in records]
+    assert [found.line for *_, found in read if isinstance(found, RejectedLine)] == [r.line for r in rejected]
+    assert [r.line for r in rejected] == [4, 6]  # "{cut" and "not json"; the last line, unterminated, is a record
+    for _, offset, line, _ in read:
+        assert text[offset : offset + len(line.rstrip(b"\r\n"))] == line.rstrip(b"\r\n")
+    assert list(iter_results(tmp_path / "missing.jsonl")) == []

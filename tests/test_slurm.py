@@ -8,6 +8,7 @@ saying why; the option checks at the top run everywhere.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -20,11 +21,12 @@ import pytest
 import yaml
 from conftest import QUICK, check_ok, load_summary, run, run_cli
 
+from ignite_ddl.cli import main
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.results import read_results
 from ignite_ddl.sweep import expand, load_spec
-from ignite_ddl.sweep.slurm import JobState, _seconds, job_config, job_resources
+from ignite_ddl.sweep.slurm import JobState, _seconds, job_config, job_resources, never_runs
 from ignite_ddl.sweep.spec import SlurmOptions
 
 pytestmark = [pytest.mark.slurm]
@@ -62,6 +64,8 @@ def test_job_resources_follow_the_configuration():
         ({"gpus_per_node": True}, "gpus_per_node expects int"),
         ({"queue": "x"}, "unknown option"),
         ({"poll_s": -1}, "poll_s"),
+        ({"poll_s": float("nan")}, "poll_s must be a finite number, got nan"),
+        ({"time_limit_min": float("inf")}, "time_limit_min expects int"),
         (["gpu"], "must be a mapping"),
     ],
 )
@@ -74,6 +78,33 @@ def test_slurm_times_are_read():
     assert _seconds("1-02:03:04") == 93784 and _seconds("05:06") == 306 and _seconds("") is None
     state = JobState("TIMEOUT", "TimeLimit", "0:15")
     assert state.ended and state.describe("7_1") == "SLURM job 7_1 TIMEOUT, reason TimeLimit, exit code 0:15"
+
+
+def test_a_nan_in_the_slurm_options_is_refused_before_submitting(tmp_path, capsys):
+    spec = _write_spec(
+        tmp_path / "spec.yaml", base=TINY, grid={"seed": [1]}, executor="slurm", slurm={"poll_s": math.nan}
+    )
+    for argv in (
+        [spec],
+        ["--executor", "slurm", "--grid", "seed=1", "--poll-s", "nan"],
+        ["--executor", "slurm", "--grid", "seed=1", "--poll-s", "-inf"],
+    ):
+        assert main(["sweep", *argv, "--output-dir", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "poll_s must be a finite number" in err, err
+    assert not (tmp_path / "s").exists()  # nothing submitted, nothing written
+
+
+def test_a_job_slurm_says_can_never_run_is_told_apart():
+    for reason in ("PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "QOSMaxNodePerJobLimit"):
+        state = JobState("PENDING", reason)
+        assert (
+            state.never_runs
+            and state.describe("7") == f"SLURM job 7 can never run as submitted (reason {reason}): cancelled"
+        )
+    for reason in ("Resources", "Priority", "QOSGrpNodeLimit", "AssocGrpCpuLimit", "ReqNodeNotAvail", None):
+        assert not JobState("PENDING", reason).never_runs and not never_runs(reason)
+    assert not JobState("RUNNING", "PartitionNodeLimit").never_runs
 
 
 def test_no_slurm_client_is_a_refusal(tmp_path):
@@ -304,6 +335,32 @@ def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
     again = run_cli("sweep", spec, "--output-dir", str(out), "--resume", "--no-report", timeout=120)
     assert "resuming: 2 of 2 runs already recorded" in again.stdout and "SLURM job" not in again.stdout
     assert _jobs(out) == jobs and len(read_results(out / "results.jsonl")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_job_that_can_never_run_is_recorded_as_failed_at_once(cluster, tmp_path):
+    # two nodes on the one-node partition of .ci/slurm: SLURM keeps the job pending with reason PartitionNodeLimit
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="never",
+        base=TINY,
+        grid={"nnodes": [2]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = read_results(tmp_path / "out/results.jsonl")
+    job = record["slurm"]["job_id"]
+    assert record["status"] == "failed" and record["summary"] is None
+    # SLURM says PartitionConfig at submission ("until the partition's configuration changes"), PartitionNodeLimit
+    # after its first scheduling pass: either way the job is failed at its first poll
+    reason = record["slurm"]["reason"]
+    assert record["slurm"]["state"] == "PENDING" and reason in ("PartitionConfig", "PartitionNodeLimit")
+    assert record["error"] == f"SLURM job {job} can never run as submitted (reason {reason}): cancelled"
+    shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True)
+    assert "JobState=PENDING" not in shown.stdout  # cancelled, not left in the queue
 
 
 def _wait_until_running(job_id: str, timeout: float = 120) -> None:

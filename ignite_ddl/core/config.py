@@ -29,6 +29,8 @@ from ignite_ddl.core.options import Options, Role, names_with_role, option, opti
 __all__ = [
     "AMP_MODES",
     "BACKENDS",
+    "COMM_HOOKS",
+    "COMPILE_MODES",
     "DATASETS",
     "LAYOUT_OPTIONS",
     "OPTIMIZERS",
@@ -48,6 +50,8 @@ AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers", "torch")
 STRATEGIES = ("auto", "none", "ddp", "fsdp")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 TRACKERS = ("none", "mlflow")
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -203,6 +207,54 @@ class TrainConfig(LaunchOptions):
         low=0,
         low_open=True,
         high=1 << 20,
+    )
+    comm_hook: str = option(
+        "none",
+        "DDP communication hook (torch's built-in): none (DDP's all-reduce) | fp16 / bf16 (gradients compressed to "
+        "half precision on the wire) | powersgd (low-rank compression, --powersgd-rank, after "
+        "--powersgd-start-iter iterations of plain all-reduce)",
+        role=Role.LAYOUT,
+        choices=COMM_HOOKS,
+    )
+    powersgd_rank: int = option(
+        1,
+        "PowerSGD's matrix approximation rank (larger: more accurate, more bytes)",
+        role=Role.LAYOUT,
+        low=1,
+        high=4096,
+    )
+    powersgd_start_iter: int = option(
+        10,
+        "iterations of plain all-reduce before PowerSGD compresses (error feedback needs 2 or more)",
+        role=Role.LAYOUT,
+        low=2,
+        high=10**9,
+    )
+    static_graph: bool = option(
+        False,
+        "DDP static_graph: the set of parameters used and the graph are the same every iteration (DDP then skips "
+        "some bookkeeping)",
+        role=Role.LAYOUT,
+    )
+    gradient_as_bucket_view: bool = option(
+        False,
+        "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (saves a copy and the memory "
+        "of one set of gradients)",
+        role=Role.LAYOUT,
+    )
+    # -- how each step is executed
+    compile: bool = option(
+        False,
+        "torch.compile the model (Inductor; on CPU it needs a C++ compiler): compilation is timed apart "
+        "(compile_s) and left out of steady-state throughput",
+        role=Role.EXECUTION,
+    )
+    compile_mode: str = option(
+        "default",
+        "torch.compile mode: default | reduce-overhead (CUDA graphs on GPU) | max-autotune (longer compilation, "
+        "tuned kernels)",
+        role=Role.EXECUTION,
+        choices=COMPILE_MODES,
     )
     # -- run
     epochs: int = option(3, "training epochs", role=Role.TRAINING, low=1, high=1_000_000)

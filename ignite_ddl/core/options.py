@@ -15,6 +15,8 @@ A **role** says what an option changes, which decides how runs that differ in it
                         speed-up baseline of a configuration ignores it
 ``workload``            what fixes the work done per sample (model, dataset, precision, optimizer):
                         configurations are ranked only within one workload
+``execution``           how each step's work is executed (``torch.compile``): the same work, compared like any
+                        recipe choice, and never part of the speed-up baseline's difference
 ``training``            the rest of the recipe (batch, learning rate, epochs, seed, ...)
 ``measurement``         what is measured and how (step recording, profilers, warm-up)
 ``output``              where results go and what is kept (folders, checkpoints, trackers)
@@ -75,6 +77,7 @@ class Role(str, enum.Enum):
     LAUNCH = "launch"
     LAYOUT = "layout"
     WORKLOAD = "workload"
+    EXECUTION = "execution"
     TRAINING = "training"
     MEASUREMENT = "measurement"
     OUTPUT = "output"
@@ -142,6 +145,14 @@ class OptionSpec:
     def _check_range(self, name: str, value: int | float) -> None:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name} must be a finite number, got {value}")
+        if isinstance(value, int) and abs(value) > 1e300:  # 10**400 from YAML or int(): no float holds it
+            digits = str(abs(value))
+            shown_big = f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+            if value < 0 and self.low is not None:
+                raise ConfigError(
+                    f"{name} must be {'>' if self.low_open else '>='} {_number(self.low)}, got {shown_big}"
+                )
+            raise ConfigError(f"{name} must be <= {_number(HUGE if self.high is None else self.high)}, got {shown_big}")
         shown = float(value) if self.kind is float else value  # as the option holds it: -1.0 for a float
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             raise ConfigError(f"{name} must be {'>' if self.low_open else '>='} {_number(self.low)}, got {shown}")

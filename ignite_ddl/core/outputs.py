@@ -6,6 +6,12 @@ TensorBoard's writer thread or by ``logging`` (which then goes on without its lo
 sweep goes through :func:`writing` (or the helpers built on it) and fails with :class:`OutputError`:
 ``cannot write <path>: No space left on device``.
 
+**Links.** An output's name is predictable, so a symbolic link planted in the output folder (``config.json`` ->
+``~/.bashrc``) would make a run write through it. No output is ever written through one: :func:`write_bytes`
+writes a temporary file with an unpredictable name, created exclusively in the same folder, and refuses a link
+where the file goes; :func:`open_output` (log files, appended records) opens with ``O_NOFOLLOW``. A link is
+refused with one line: ``cannot write <path>: it is a symbolic link (...)``.
+
 Example:
     >>> import tempfile, os
     >>> folder = tempfile.mkdtemp()
@@ -21,10 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import logging
 import os
+import stat
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +44,7 @@ from ignite_ddl.core.errors import OutputError
 __all__ = [
     "OutputFileHandler",
     "as_output_error",
+    "open_output",
     "output_errors",
     "quiet_writer_threads",
     "save_torch",
@@ -44,6 +54,7 @@ __all__ = [
 
 # Errors that only a write can raise: where one of these surfaces without a file name, the output is to blame.
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS})
+_LINK_REFUSED = "it is a symbolic link (an output is never written through a link: remove it, or choose another folder)"
 
 
 @contextlib.contextmanager
@@ -68,6 +79,7 @@ def as_output_error(error: BaseException, folder: str | Path) -> OutputError | N
 @contextlib.contextmanager
 def output_errors(folder: str | Path) -> Iterator[None]:
     """Turn a failed write inside (see :func:`as_output_error`) into :class:`OutputError`; other errors pass."""
+    _quiet_engine_write_errors()
     try:
         yield
     except OSError as e:
@@ -78,19 +90,56 @@ def output_errors(folder: str | Path) -> Iterator[None]:
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file moved into place, removed if the write fails)."""
+    """Write ``data`` to ``path`` atomically: a temporary file with an unpredictable name, created exclusively in the
+    same folder (nothing planted there can be written through), moved into place; removed if the write fails. A
+    symbolic link at ``path`` is refused (:class:`OutputError`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing(path):
+    try:
+        if path.is_symlink():
+            raise OSError(errno.ELOOP, _LINK_REFUSED, str(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        moved = False
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the group
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            os.replace(tmp, path)  # a link put at ``path`` meanwhile is replaced, never written through
+            moved = True
         finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            if not moved:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+    except OSError as e:  # named after the output, not its temporary file
+        raise OutputError(path, e) from e
+
+
+def open_output(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT) -> int:
+    """A file descriptor of ``path`` opened with ``flags`` (appending by default), never through a symbolic link and
+    never on anything but a regular file (a FIFO planted there would block a run): :class:`OutputError` names it."""
+    with writing(path):
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "it is not a regular file (refused as an output)", str(path))
+        os.set_blocking(fd, True)
+        return fd
+
+
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask would, for every thread, for a moment)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def save_torch(obj: Any, path: str | Path, save: Callable[..., None] | None = None, **kwargs: Any) -> None:
@@ -105,7 +154,10 @@ def save_torch(obj: Any, path: str | Path, save: Callable[..., None] | None = No
 
 class OutputFileHandler(logging.FileHandler):
     """A log file whose failed writes raise :class:`OutputError` (``logging`` would print a traceback and go on
-    without the log)."""
+    without the log), opened never through a symbolic link (:func:`open_output`)."""
+
+    def _open(self) -> Any:
+        return open(open_output(self.baseFilename), self.mode, encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
         error = sys.exc_info()[1]
@@ -133,3 +185,23 @@ def quiet_writer_threads() -> None:
 
     threading.excepthook = hook
     _quieted = True
+
+
+class _EngineWriteErrors(logging.Filter):
+    """Drops Ignite's "Engine run is terminating due to exception: ..." when the exception is a failed write: the
+    error goes on up and ends the command in one line naming the file; Ignite's line before it is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = sys.exc_info()[1]  # Ignite logs inside its ``except`` block: the exception being handled
+        if error is None or "terminating due to exception" not in record.getMessage():
+            return True
+        return as_output_error(error, ".") is None
+
+
+_ENGINE_LOGGER = "ignite.engine.engine.Engine"  # logging.getLogger(__name__ + "." + class name) in Ignite's Engine
+
+
+def _quiet_engine_write_errors() -> None:
+    logger = logging.getLogger(_ENGINE_LOGGER)
+    if not any(isinstance(f, _EngineWriteErrors) for f in logger.filters):
+        logger.addFilter(_EngineWriteErrors())

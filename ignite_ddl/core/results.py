@@ -30,13 +30,14 @@ from typing_extensions import NotRequired  # typing's from Python 3.11
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
-from ignite_ddl.core.outputs import write_bytes, writing
+from ignite_ddl.core.outputs import open_output, write_bytes, writing
 
 __all__ = [
     "SCHEMA_VERSION",
     "BatchInfo",
     "CommReference",
     "CommWait",
+    "CompileStats",
     "Contention",
     "CudaMemory",
     "DeviceInfo",
@@ -55,6 +56,7 @@ __all__ = [
     "RunConfig",
     "RunRecord",
     "SlurmJobInfo",
+    "SteadyState",
     "StepStats",
     "Straggler",
     "Summary",
@@ -63,6 +65,7 @@ __all__ = [
     "SweepSession",
     "SweepStop",
     "append_record",
+    "iter_results",
     "load_results",
     "read_json",
     "read_results",
@@ -179,10 +182,35 @@ class CommReference(TypedDict):
     busbw_Bps: Annotated[float, "its bus bandwidth: what the run's `busbw_Bps` is compared with"]
 
 
+class SteadyState(TypedDict):
+    method: Annotated[str, "`MSER-5`: the cut that minimises the standard error of the kept batch means of 5"]
+    fixed_warmup_iterations: Annotated[int, "`--warmup-iters`: always left out"]
+    detected_warmup_iterations: Annotated[
+        list[int], "per rank, iterations MSER-5 found still settling after the fixed warm-up and compilation"
+    ]
+    settled: Annotated[bool, "false when a rank's step times never settled (best cut in the run's second half)"]
+    tested: Annotated[bool, "false when the run was too short to look for a cut (fewer than 20 iterations)"]
+    first_measured_iteration: Annotated[int, "the first iteration in the statistics (1-based)"]
+
+
+class CompileStats(TypedDict):
+    compile_s: Annotated[
+        float, "time the iterations that compiled took beyond a steady iteration, slowest rank (`--compile`)"
+    ]
+    compile_s_per_rank: Annotated[list[float], "the same, per rank"]
+    iterations: Annotated[list[int], "the iterations during which something was compiled (on any rank)"]
+    recompilations: Annotated[int, "iterations that compiled again after the first compilation ended"]
+    reasons: Annotated[list[str], "TorchDynamo's reasons for recompiling (guard failures), first lines"]
+
+
 StepStats = TypedDict(
     "StepStats",
     {
-        "warmup_iterations": Annotated[int, "iterations at the start left out of every statistic"],
+        "warmup_iterations": Annotated[
+            int,
+            "iterations at the start left out of every statistic: `--warmup-iters`, then until compilation ended, "
+            "then as long as MSER-5 finds the step times settling",
+        ],
         "ranks": Annotated[list[RankStats], "one record per rank"],
         "global": Annotated[GlobalStats, "figures over all ranks"],
         "straggler": Annotated[Straggler | None, "with 2 or more ranks, the rank doing the most on its own"],
@@ -190,6 +218,8 @@ StepStats = TypedDict(
         "comm_reference": Annotated[
             CommReference | None, "an isolated all-reduce of the run's bucket size (null when not timed)"
         ],
+        "steady": NotRequired[Annotated[SteadyState, "how the measured window was found"]],
+        "compile": NotRequired[Annotated[CompileStats | None, "what `torch.compile` cost (null: not compiled)"]],
     },
 )
 
@@ -556,6 +586,8 @@ def schema_problem(value: Any, hint: Any, where: str = "") -> str | None:
     >>> schema_problem({"type": "cpu", "name": 5}, DeviceInfo, "device")
     'device.name: expected string, got int'
     """
+    if _conforms(hint)(value):  # the common case, answered without naming every field on the way
+        return None
     return _checker(hint)(value, where)
 
 
@@ -652,6 +684,78 @@ def _build_checker(hint: Any) -> _Check:  # noqa: C901 - one branch per kind of 
     raise TypeError(f"no schema check for {hint!r}")
 
 
+_Conforms = typing.Callable[[Any], bool]
+_CONFORMS: dict[Any, _Conforms] = {}
+
+
+def _conforms(hint: Any) -> _Conforms:
+    """Whether a value has the shape ``hint`` declares: :func:`_checker`'s test, branch for branch, without saying
+    why (what reading every record of a large sweep needs; the checker is asked only about a value that fails)."""
+    try:
+        return _CONFORMS[hint]
+    except (KeyError, TypeError):
+        pass
+    check = _build_conforms(hint)
+    with contextlib.suppress(TypeError):
+        _CONFORMS[hint] = check
+    return check
+
+
+def _build_conforms(hint: Any) -> _Conforms:  # noqa: C901 - one branch per branch of _build_checker
+    if typing.get_origin(hint) is Annotated or typing.get_origin(hint) is NotRequired:
+        return _conforms(typing.get_args(hint)[0])
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return lambda value: True
+    if origin is Union or origin is types.UnionType:
+        options = [_conforms(a) for a in args if a is not type(None)]
+        nullable = type(None) in args
+        if len(options) == 1:
+            (only,) = options
+            return lambda value: (value is None and nullable) or only(value)
+        return lambda value: (value is None and nullable) or any(check(value) for check in options)
+    if hint is type(None):
+        return lambda value: value is None
+    if hint in (int, float):
+        integer = hint is int
+
+        def number(value: Any) -> bool:
+            kind = type(value)
+            if kind is float:  # NaN and infinities fail the comparison
+                return -LARGEST_FIGURE <= value <= LARGEST_FIGURE and (not integer or value.is_integer())
+            if kind is int:
+                return -LARGEST_FIGURE <= value <= LARGEST_FIGURE
+            if value is None:
+                return not integer  # a figure not measured (NaN written as null)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return False
+            if not math.isfinite(value) or abs(value) > LARGEST_FIGURE:
+                return False
+            return not (integer and isinstance(value, float) and not value.is_integer())
+
+        return number
+    if hint in (str, bool):
+        return lambda value: isinstance(value, hint)
+    if origin is list or hint is list:
+        item = _conforms(args[0]) if args else _conforms(Any)
+        return lambda value: isinstance(value, list) and all(map(item, value))
+    if origin is dict or hint is dict:
+        return lambda value: isinstance(value, dict)
+    if typing.is_typeddict(hint):
+        fields = [(name, _conforms(kind)) for name, kind in typing.get_type_hints(hint, include_extras=True).items()]
+
+        def mapping(value: Any) -> bool:
+            if not isinstance(value, dict):
+                return False
+            for key, check in fields:
+                if key in value and not check(value[key]):
+                    return False
+            return True
+
+        return mapping
+    raise TypeError(f"no schema check for {hint!r}")
+
+
 def _problem(record: Any) -> str | None:
     """Why plain JSON data is not a run record (None if it is one)."""
     if not isinstance(record, dict):
@@ -682,36 +786,82 @@ def _options_problem(record: dict[str, Any]) -> str | None:
         for key, value in record[part].items():
             if key in declared:
                 try:
+                    if (key, type(value), value) in _ACCEPTED_OPTIONS:  # every run of a sweep repeats its options
+                        continue
+                except TypeError:  # a list or mapping: checked each time
+                    pass
+                try:
                     declared[key].coerce(key, value)
                 except ConfigError as e:
                     return f"{part}.{e}" if str(e).startswith(key) else f"{part}: {e}"
+                with contextlib.suppress(TypeError):
+                    if len(_ACCEPTED_OPTIONS) >= 100_000:
+                        _ACCEPTED_OPTIONS.clear()
+                    _ACCEPTED_OPTIONS.add((key, type(value), value))
     return None
+
+
+_ACCEPTED_OPTIONS: set[tuple[str, type, Any]] = set()  # (option, type, value) that coerce() accepted
 
 
 def load_results(path: str | Path) -> tuple[list[tuple[dict[str, Any], bytes]], list[RejectedLine]]:
     """The run records of a results file with their lines as written, and every line that is not one (a line cut
-    short by a killed writer, text that is not JSON, JSON that is not a run record). Blank lines are ignored."""
-    path = Path(path)
-    if not path.exists():
-        return [], []
+    short by a killed writer, text that is not JSON, JSON that is not a run record). Blank lines are ignored.
+
+    A last line without its newline is a record if it reads as one (a hand edit that dropped the newline: a write
+    cut short leaves JSON that does not parse); its line is given with the newline it lacks, as it is to be kept."""
     records, rejected = [], []
-    for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
+    for _, _, line, found in iter_results(path):
+        if isinstance(found, RejectedLine):
+            rejected.append(found)
+        else:
+            records.append((found, line))
+    return records, rejected
+
+
+def iter_results(
+    source: str | Path | typing.BinaryIO,
+) -> typing.Iterator[tuple[int, int, bytes, dict[str, Any] | RejectedLine]]:
+    """Each non-blank line of a results file, read as it comes (the file is never held whole): ``(line number,
+    byte offset, line, its record or the RejectedLine saying why it is not one)``, by :func:`load_results`'s rules.
+    ``source`` is a path (a missing file has no lines) or a file opened in binary mode, read from where it is."""
+    if not isinstance(source, (str, Path)):
+        yield from _results_lines(source)
+        return
+    if not Path(source).exists():
+        return
+    with open(source, "rb") as f:
+        yield from _results_lines(f)
+
+
+def _results_lines(f: typing.BinaryIO) -> typing.Iterator[tuple[int, int, bytes, dict[str, Any] | RejectedLine]]:
+    offset = f.tell()
+    for number, line in enumerate(_lines(f), 1):
+        at, offset = offset, offset + len(line)
         if not line.strip():
             continue
-        if not line.endswith(b"\n"):
-            rejected.append(RejectedLine(number, line, "incomplete last line (a write cut short)"))
-            continue
+        terminated = line.endswith(b"\n")
         try:
             record = json.loads(line)
         except ValueError as e:
-            rejected.append(RejectedLine(number, line, f"not JSON ({e})"))
+            reason = f"not JSON ({e})" if terminated else "incomplete last line (a write cut short)"
+            yield number, at, line, RejectedLine(number, line, reason)
             continue
+        if not terminated:
+            line += b"\n"
         problem = _problem(record)
-        if problem:
-            rejected.append(RejectedLine(number, line, problem))
-        else:
-            records.append((record, line))
-    return records, rejected
+        yield number, at, line, RejectedLine(number, line, problem) if problem else record
+
+
+def _lines(f: typing.BinaryIO, block: int = 1 << 20) -> typing.Iterator[bytes]:
+    """The lines of a binary file as ``bytes.splitlines(keepends=True)`` cuts them, a block at a time."""
+    pending = b""
+    while chunk := f.read(block):
+        pieces = (pending + chunk).splitlines(keepends=True)
+        pending = pieces.pop()  # it may go on in the next block (a line ending in \r, too: \r\n split)
+        yield from pieces
+    if pending:
+        yield pending
 
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:
@@ -730,9 +880,18 @@ def repair_results(path: str | Path) -> list[RejectedLine]:
     path = Path(path)
     records, rejected = load_results(path)
     if not rejected:
+        if records and not path.read_bytes().endswith(b"\n"):
+            # A valid last record without its newline: give it one, or the next record appended would join it.
+            fd = open_output(path)
+            try:
+                with writing(path):
+                    os.write(fd, b"\n")
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         return []
     side_path = rejected_path(path)
-    with writing(side_path), open(side_path, "ab") as side:
+    with writing(side_path), open(open_output(side_path), "ab") as side:
         for bad in rejected:
             side.write(bad.text if bad.text.endswith(b"\n") else bad.text + b"\n")
         side.flush()
@@ -745,7 +904,7 @@ def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
     """Append one record as a single line in one write, then sync it to disk."""
     line = (json.dumps(_finite(record), allow_nan=False) + "\n").encode()
     with writing(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_output(path)  # never through a symbolic link planted in the sweep's folder
         try:
             size = os.fstat(fd).st_size
             try:

@@ -137,25 +137,58 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
-    """Each rank's first batch as an 8 x 8 grid of images, labelled with the sample indices (a PNG)."""
-    from torchvision.utils import make_grid
+TILE_IN = 0.72  # inches per image tile: a 32 x 32 image at twice its size, with room for its label at 100 dpi
+MAX_FIGURE_WIDTH_IN = 15.0
 
+
+def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
+    """Each rank's first batch (up to 8 x 8 images) as a grid of tiles, one panel per rank, each tile labelled with
+    its sample index (and class, where ``row["grid"]["labels"]`` gives them); a PNG. Tiles are as large as a label
+    needs, panels as large as their tiles (a short batch makes a short panel, not a strip in white space), and each
+    image is scaled to its own range, so its pattern shows whatever the others hold."""
     from ignite_ddl.core.figures import pyplot, save_figure
 
     plt = pyplot()
-
-    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 4.4), squeeze=False)
-    for ax, row in zip(axes[0], rows):
+    largest = max(len(row["grid"]["indices"]) for row in rows)
+    columns = min(GRID_SIDE, largest)
+    tile_rows = math.ceil(largest / columns)
+    panel_w, panel_h = columns * TILE_IN, tile_rows * TILE_IN + 0.35
+    # Short batches (a row or two of tiles) stack one rank under the other; full grids go side by side.
+    per_line = 1 if tile_rows <= 2 else max(1, min(len(rows), int(MAX_FIGURE_WIDTH_IN // (panel_w + 0.2))))
+    lines = math.ceil(len(rows) / per_line)
+    fig, axes = plt.subplots(
+        lines, per_line, figsize=(per_line * (panel_w + 0.2), lines * panel_h), squeeze=False, layout="constrained"
+    )
+    for ax in axes.flat[len(rows) :]:
+        ax.set_visible(False)
+    for ax, row in zip(axes.flat, rows):
         images, indices = row["grid"]["images"], row["grid"]["indices"]
-        grid = make_grid(images, nrow=GRID_SIDE, padding=2, normalize=True)
-        ax.imshow(grid.permute(1, 2, 0).numpy())
-        tile = images.shape[-1] + 2
-        for k, index in enumerate(indices):
-            ax.text(k % GRID_SIDE * tile + 3, k // GRID_SIDE * tile + 9, str(index), color="yellow", fontsize=6)
-        ax.set_title(f"rank {row['rank']}: first batch ({len(indices)} samples)")
+        labels = row["grid"].get("labels")
+        ax.set_xlim(0, columns)
+        ax.set_ylim(tile_rows, 0)
+        ax.set_aspect("equal")
         ax.axis("off")
-    fig.tight_layout()
+        for k, image in enumerate(images):
+            low, high = float(image.min()), float(image.max())
+            shown = ((image - low) / (high - low or 1.0)).permute(1, 2, 0).numpy()
+            x, y = k % columns, k // columns
+            ax.imshow(
+                shown.squeeze(), extent=(x + 0.03, x + 0.97, y + 0.97, y + 0.03), interpolation="nearest", cmap="gray"
+            )
+            text = f"{indices[k]}" + (f" · c{int(labels[k])}" if labels is not None else "")
+            ax.text(
+                x + 0.06,
+                y + 0.08,
+                text,
+                color="white",
+                fontsize=8,
+                va="top",
+                ha="left",
+                bbox={"facecolor": "black", "alpha": 0.6, "pad": 1.0, "linewidth": 0},
+            )
+        ax.set_title(f"rank {row['rank']}: first batch, {len(indices)} samples", fontsize=10)
+    classes = " (tile: sample index · class)" if any(row["grid"].get("labels") is not None for row in rows) else ""
+    fig.suptitle(f"Each rank's first batch{classes}", fontsize=11)
     save_figure(fig, path, dpi=100)
 
 

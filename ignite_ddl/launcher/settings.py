@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ignite_ddl.core.commands import say
 from ignite_ddl.core.config import DEFAULT_TIMEOUT_S, LaunchOptions
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.errors import ConfigError
@@ -30,7 +31,7 @@ from ignite_ddl.core.options import Role, names_with_role, option
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import check_backend, resolve_backend
 
-__all__ = ["LaunchPlan", "LaunchSettings", "launched_externally", "plan_launch"]
+__all__ = ["compiled_here", "LaunchPlan", "LaunchSettings", "launched_externally", "plan_launch"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +71,9 @@ class LaunchPlan:
     log_dir: str | None = None
     cuda_devices: int = 0
     launcher: str | None = field(default=None)  # "torchrun" or "slurm" in env mode
+    # "serial" in a child process rather than this one: what it runs must not leave this process changed (a
+    # compiled run: see ignite_ddl.launcher.spawn._run_serial_apart)
+    apart: bool = False
 
     @property
     def world_size(self) -> int:
@@ -129,8 +133,23 @@ def plan_launch(
             "CUDA is already initialised in this process, so forked ranks cannot use it: "
             "launch before touching CUDA (restart the notebook kernel) or use start_method='spawn'"
         )
+    if mode == "spawn" and start_method == "fork" and compiled_here():
+        raise ConfigError(
+            "torch.compile has run in this process, so forked ranks cannot run backward (torch refuses autograd "
+            "after such a fork): launch before compiling anything here (restart the notebook kernel) or use "
+            "start_method='spawn'"
+        )
     master_addr = settings.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
-    threads = settings.threads or max(1, cpu_cores() // nproc)
+    cores = cpu_cores()
+    threads = settings.threads or max(1, cores // nproc)
+    first_here = environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0")) == "0"  # one warning per node
+    if settings.threads and threads * nproc > cores and first_here:
+        # Threads beyond the cores wait for one: each step is slower and noisier (57x slower at 1000 on 2 cores),
+        # which no figure of the run says by itself.
+        say(
+            f"warning: {threads} thread(s) x {nproc} process(es) oversubscribe the {cores} core(s) this process may "
+            f"use: steps wait for a core (use --threads {max(1, cores // nproc)}, or leave it out)"
+        )
     return LaunchPlan(
         mode,
         backend,
@@ -146,6 +165,15 @@ def plan_launch(
         cuda_devices,
         external,
     )
+
+
+def compiled_here() -> bool:
+    """Whether TorchDynamo has compiled anything in this process. After that, a backward run here leaves autograd
+    in a state a forked child inherits and refuses ("Unable to handle autograd's threading in combination with
+    fork-based multiprocessing", seen with torch 2.14 even for a forward-only function compiled with the eager
+    backend), so ranks must not be forked from it."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return utils is not None and int(getattr(utils, "counters", {}).get("frames", {}).get("total", 0)) > 0
 
 
 def _resolve_start_method(requested: str) -> str:

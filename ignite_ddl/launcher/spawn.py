@@ -88,11 +88,57 @@ def launch(fn: Callable[..., Any], settings: LaunchSettings | LaunchPlan, *args:
     xla.install()
     _quiet_ignite_loggers()
     if plan.mode == "serial":
+        if plan.apart:
+            return _run_serial_apart(fn, plan, args, kwargs)
         with interruptible():
             return _rank_main(0, fn, plan, None, args, kwargs)
     if plan.mode == "env":
         return _run_env(fn, plan, args, kwargs)
     return _run_spawned(fn, plan, args, kwargs)
+
+
+def _run_serial_apart(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
+    """One process, but a forked child of this one: what the run does to its process stays there. A compiled run
+    needs it: once torch.compile has run in a process, a backward there makes every process forked from it later
+    unable to run backward (:func:`~ignite_ddl.launcher.settings.compiled_here`), so a notebook or a test suite that
+    trained a compiled model in its own process could not launch ranks again."""
+    ctx = mp.get_context("fork")
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(_private_tempdir())
+        result = Path(folder) / "result.pickle"
+        stack.enter_context(interruptible(stop=stop_children))
+        child = ctx.Process(target=_serial_child, args=(fn, plan, str(result), args, kwargs), name="rank0")
+        child.start()
+        try:
+            child.join()
+        except Interrupted:
+            wait_children(STOP_GRACE_S + 2)
+            raise
+        outcome = pickle.loads(result.read_bytes()) if result.exists() else None
+    if outcome is None:  # killed, or it ended without a word
+        code = child.exitcode or 0
+        killed = code < 0 and signal.Signals(-code).name == "SIGKILL"
+        message = f"killed by {signal.Signals(-code).name}" if code < 0 else f"the process exited with status {code}"
+        message = out_of_memory(message, plan.log_dir, 0, killed) or message
+        raise RunFailed(
+            0, message, _log_file(plan.log_dir, 0) if _holds_traceback(_log_file(plan.log_dir, 0)) else None
+        )
+    kind, payload = outcome
+    if kind == "failed":
+        raise RunFailed(*payload)
+    return payload
+
+
+def _serial_child(fn: Callable, plan: LaunchPlan, result: str, args: tuple, kwargs: dict) -> None:
+    """The child of :func:`_run_serial_apart`: the rank's work in a thread started after the fork (OpenMP, see
+    :func:`in_fresh_thread`), its value or its failure written for the parent."""
+    die_with_parent()
+    try:
+        value = in_fresh_thread(plan.threads, _rank_main, 0, fn, plan, None, args, kwargs)
+    except RunFailed as e:
+        write_bytes(result, pickle.dumps(("failed", (e.rank, e.message, e.log_file))))
+        return
+    write_bytes(result, pickle.dumps(("value", value)))
 
 
 def _run_env(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:

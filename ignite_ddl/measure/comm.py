@@ -10,6 +10,12 @@ each step:
 - when its all-reduce *completed* (the future's callback), and
 - its bytes.
 
+The reduction itself is a hook of torch's own (:data:`Hook`: ``default_hooks.allreduce_hook``, the fp16 / bf16
+compression hooks, PowerSGD), which the timer *wraps* rather than replaces: what goes on the wire and the result
+are the wrapped hook's; the timer adds the two instants and the bytes the hook puts on the wire (half the bucket
+for fp16 / bf16, PowerSGD's low-rank factors and uncompressed tensors). The time from ready to completed then
+includes the hook's own compression and decompression.
+
 On CPU (gloo) both instants are host clock readings: the callback runs in the process group's thread as the work
 completes. On CUDA they are CUDA events recorded on the stream the hook and the callback run on (the callback's
 stream waits for the collective), read after the step's end synchronisation: the hook adds no host
@@ -42,6 +48,7 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +59,23 @@ from torch import nn
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.measure.clock import device_synchronizer
 
-__all__ = ["NO_COMM", "CommTimer", "StepComm", "summarize", "time_allreduce", "waits"]
+__all__ = ["NO_COMM", "CommTimer", "Hook", "StepComm", "allreduce", "summarize", "time_allreduce", "waits"]
+
+# A DDP communication hook as the timer calls it: reduce one bucket, return the future of the reduced bucket and
+# the bytes this rank puts on the wire for it.
+Hook = Callable[[dist.GradBucket], "tuple[torch.futures.Future[torch.Tensor], int]"]
+
+
+def allreduce(group: Any) -> Hook:
+    """torch's ``allreduce_hook`` (what DDP does without a hook: divide by the world size, all-reduce with SUM),
+    with the bucket's bytes."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def hook(bucket: dist.GradBucket) -> tuple[torch.futures.Future[torch.Tensor], int]:
+        tensor = bucket.buffer()
+        return allreduce_hook(group, bucket), tensor.numel() * tensor.element_size()
+
+    return hook
 
 
 @dataclass
@@ -111,16 +134,17 @@ class CommTimer:
     device: torch.device
     _buckets: list[_Bucket] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # completions arrive on the backend's threads
-    _group: Any = None
+    _hook: Hook | None = None
     _world_size: int = 1
 
-    def attach(self, model: nn.Module) -> CommTimer:
-        """Register the timing hook on ``model`` (a ``DistributedDataParallel``); returns self."""
+    def attach(self, model: nn.Module, hook: Hook | None = None) -> CommTimer:
+        """Register the timing hook on ``model`` (a ``DistributedDataParallel``), wrapping ``hook`` (default:
+        :func:`allreduce`, DDP's own reduction); returns self."""
         if not isinstance(model, nn.parallel.DistributedDataParallel):
             raise TypeError(f"CommTimer needs a DistributedDataParallel model, got {type(model).__name__}")
-        self._group = model.process_group
-        self._world_size = dist.get_world_size(self._group)
-        model.register_comm_hook(self, _timed_allreduce)
+        self._world_size = dist.get_world_size(model.process_group)
+        self._hook = hook if hook is not None else allreduce(model.process_group)
+        model.register_comm_hook(self, _timed_hook)
         return self
 
     def _now(self) -> Any:
@@ -166,19 +190,17 @@ def _event_seconds(buckets: list[_Bucket]) -> list[_Bucket]:
 
 # DDP checks a hook's annotations against the real classes; this module's postponed (string) annotations would
 # fail that check, so the hook carries none.
-def _timed_allreduce(timer, bucket):  # type: ignore[no-untyped-def]
-    """DDP's default all-reduce (average the bucket over the ranks), with the bucket's ready and done instants
-    recorded by ``timer``."""
-    tensor = bucket.buffer()
-    record = timer._ready(bucket.index(), tensor.numel() * tensor.element_size())
-    tensor.div_(timer._world_size)  # before the sum, as DDP does: fp16 gradients do not overflow
-    work = dist.all_reduce(tensor, group=timer._group, async_op=True)
+def _timed_hook(timer, bucket):  # type: ignore[no-untyped-def]
+    """The timer's wrapped hook reducing ``bucket``, with the bucket's ready and done instants and its bytes on the
+    wire recorded by ``timer``."""
+    record = timer._ready(bucket.index(), 0)
+    future, record.nbytes = timer._hook(bucket)
 
     def completed(fut: torch.futures.Future) -> torch.Tensor:
         record.done = timer._now()
-        return fut.value()[0]
+        return fut.value()
 
-    return work.get_future().then(completed)
+    return future.then(completed)
 
 
 def time_allreduce(nbytes: int, dtype: torch.dtype, device: torch.device, iters: int = 10, warmup: int = 2) -> float:

@@ -7,8 +7,14 @@ time spent waiting for the batch (``GET_BATCH_STARTED`` -> ``GET_BATCH_COMPLETED
 optimizer time. On CUDA the device is synchronised before each clock reading, so asynchronous execution is not
 hidden. On XLA a clock reading waits for the work launched so far and the step's end launches the pending graph
 first, so the step time includes its execution; forward and backward are then the time to trace them, and the
-optimizer phase (whose ``auto_optim`` step launches the graph) holds the device time of the whole step. The first
-``warmup`` iterations are recorded but left out of statistics.
+optimizer phase (whose ``auto_optim`` step launches the graph) holds the device time of the whole step.
+
+Every iteration is recorded (``steps_rank<r>.csv``); the statistics leave out the **warm-up**: the first
+``warmup`` iterations, then, for a compiled model, every iteration until compilation has ended
+(:mod:`~ignite_ddl.measure.compilation`), then as many more as the run's own step times show were still settling
+(MSER-5, :mod:`~ignite_ddl.measure.steady`: the run-level figures only, the latest cut over the ranks applying to
+all of them). An iteration that compiled again later (a recompilation) is left out too; its time counts as
+compilation (``compile.compile_s``).
 
 :meth:`StepRecorder.gather` (a collective: every rank calls it) returns plain data: per-rank statistics, global
 throughput (all ranks' samples over the measured window's wall time, never one rank's figure times the world
@@ -48,11 +54,14 @@ from ignite_ddl.core.outputs import writing
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.comm import NO_COMM, CommTimer, waits
+from ignite_ddl.measure.compilation import CompileWatch, distinct
 from ignite_ddl.measure.gather import gather_objects
+from ignite_ddl.measure.steady import mser5
 
 __all__ = [
     "COLUMNS",
     "StepRecorder",
+    "compile_sentence",
     "format_steps",
     "wait_sentence",
 ]
@@ -72,7 +81,9 @@ COLUMNS = (
     "handlers_s",
     "micro_steps",
     "memory_bytes",
+    "compiled",
 )
+_WARMUP, _ITER_S, _COMPILED = COLUMNS.index("warmup"), COLUMNS.index("iter_s"), COLUMNS.index("compiled")
 
 
 def _batch_samples(engine: Engine) -> int:
@@ -91,6 +102,7 @@ class StepRecorder:
         samples: Callable[[Engine], int] = _batch_samples,
         comm: CommTimer | None = None,
         memory: Callable[[], int] | None = None,
+        compile_watch: CompileWatch | None = None,
     ):
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
@@ -101,6 +113,10 @@ class StepRecorder:
         self.comm = comm
         self.memory = memory  # a reading of memory in use, taken at each step's end (memory_bytes)
         self.micro_steps = 1  # micro-batches per iteration (an iteration is one optimizer step)
+        self.compile_watch = compile_watch
+        self._compiling = compile_watch is not None  # the run's first compilation has not ended yet
+        self._compile_events = self._guard_failures = 0
+        self.recompile_reasons: list[str] = []  # why the model compiled again during training
         self.rows: list[tuple] = []
         self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
         self._last_end: tuple[int, float] | None = None  # (epoch, time) the previous iteration ended
@@ -146,13 +162,20 @@ class StepRecorder:
 
     def _on_iteration_started(self) -> None:
         self._phases = {}
+        if self.compile_watch is not None:
+            self._compile_events = self.compile_watch.events()
+            self._guard_failures = self.compile_watch.failures()
         self._step_start = self._last_mark = time.perf_counter()
 
     def _on_iteration_completed(self, engine: Engine) -> None:
         end = self._now(self._sync_end)
         state = engine.state
         phases = tuple(self._phases.get(p, math.nan) for p in _PHASES)
-        warmup = int(len(self.rows) < self.warmup)
+        compiled = self.compile_watch is not None and self.compile_watch.events() != self._compile_events
+        self._compiling = self._compiling and compiled  # the first iteration that compiled nothing ends it
+        if compiled and not self._compiling and self.compile_watch is not None:
+            self.recompile_reasons += self.compile_watch.reasons_since(self._guard_failures)
+        warmup = int(len(self.rows) < self.warmup or self._compiling)
         step = end - self._step_start
         comm = self.comm.take() if self.comm is not None else NO_COMM
         # Time in the iteration that is neither data, nor a phase: handlers (of ITERATION_STARTED inside the step,
@@ -176,25 +199,85 @@ class StepRecorder:
                 handlers,
                 self.micro_steps,
                 self.memory() if self.memory is not None else "",
+                int(compiled),
             )
         )
         self._last_end = (state.epoch, time.perf_counter())
 
+    def all_rows(self) -> list[dict[str, Any]]:
+        """Every iteration recorded, warm-up included, as dicts keyed by :data:`COLUMNS`."""
+        return [dict(zip(COLUMNS, r)) for r in self.rows]
+
     def measured(self, since_iteration: int = 0) -> list[dict[str, Any]]:
-        """Rows after warm-up (and after ``since_iteration``), as dicts keyed by :data:`COLUMNS`."""
-        return [dict(zip(COLUMNS, r)) for r in self.rows if not r[2] and r[0] > since_iteration]
+        """Rows after warm-up (and after ``since_iteration``) that did not compile, as dicts keyed by
+        :data:`COLUMNS`."""
+        return [
+            dict(zip(COLUMNS, r)) for r in self.rows if not r[_WARMUP] and not r[_COMPILED] and r[0] > since_iteration
+        ]
 
     def local_stats(self, since_iteration: int = 0) -> dict[str, Any]:
         """Statistics of this rank's measured iterations."""
         return _rank_stats(self.measured(since_iteration), idist.get_rank(), idist.get_world_size())
 
-    def gather(self, since_iteration: int = 0) -> dict[str, Any]:
-        """Collective: every rank's statistics, global throughput and the straggler, on every rank."""
+    def settled_after(self) -> tuple[int, dict[str, Any]]:
+        """The iteration after which this rank's step times are steady (MSER-5 over the iterations after warm-up
+        and compilation; 0 when nothing more is cut) and what the detection found."""
+        kept = self.measured()
+        cut = mser5([r["iter_s"] for r in kept])
+        after = kept[cut.drop - 1]["iteration"] if cut.drop else 0
+        return after, {"dropped": cut.drop, "settled": cut.settled, "tested": cut.tested}
+
+    def gather(self, since_iteration: int = 0, steady: bool = False) -> dict[str, Any]:
+        """Collective: every rank's statistics, global throughput and the straggler, on every rank. With
+        ``steady`` (the run's figures), the iterations still settling on any rank are left out of every rank's
+        statistics (see the module docstring)."""
+        detection, start = None, since_iteration
+        if steady:
+            cuts = gather_objects(self.settled_after())
+            since_iteration = max([since_iteration, *(after for after, _ in cuts)])
+            detection = [found for _, found in cuts]
+            # The iterations cut are warm-up in steps_rank<r>.csv too (written after this).
+            self.rows = [(*r[:_WARMUP], 1, *r[_WARMUP + 1 :]) if r[0] <= since_iteration else r for r in self.rows]
         ranks = gather_objects(self.local_stats(since_iteration))
         combined = _combine(ranks)
         for r in ranks:
             del r["step_times"]  # raw times stay in steps_rank<r>.csv
-        return {"warmup_iterations": self.warmup, "ranks": ranks, **combined}
+        excluded = self._excluded(start, since_iteration)
+        gathered = {"warmup_iterations": excluded, "ranks": ranks, **combined}
+        if steady:
+            gathered["steady"] = _steady_record(self.warmup, detection or [], excluded)
+            gathered["compile"] = self._compile_record()
+        return gathered
+
+    def _excluded(self, start: int, since_iteration: int) -> int:
+        """Iterations after ``start`` left out before the first measured one: warm-up, the first compilation, then
+        any cut (all of them when none is measured)."""
+        first = next((r[0] for r in self.rows if not r[_WARMUP] and not r[_COMPILED] and r[0] > since_iteration), None)
+        return sum(1 for r in self.rows if start < r[0] and (first is None or r[0] < first))
+
+    def _compile_record(self) -> dict[str, Any] | None:
+        """Collective: what compilation cost (None for a model not compiled): the iterations that compiled, the
+        time they took beyond a steady iteration (the slowest rank's), the recompilations and their reasons."""
+        if self.compile_watch is None:
+            return None
+        compiled = [r for r in self.rows if r[_COMPILED]]
+        steady = statistics.median([r["iter_s"] for r in self.measured()] or [math.nan])
+        extra = sum(r[_ITER_S] - (0.0 if math.isnan(steady) else steady) for r in compiled)
+        first = [r for r in self.rows if r[_COMPILED] and r[_WARMUP]]
+        local = {
+            "compile_s": extra,
+            "iterations": [r[0] for r in compiled],
+            "recompilations": len(compiled) - len(first),
+            "reasons": distinct(self.recompile_reasons),
+        }
+        parts = gather_objects(local)
+        return {
+            "compile_s": max(p["compile_s"] for p in parts),
+            "compile_s_per_rank": [p["compile_s"] for p in parts],
+            "iterations": sorted({i for p in parts for i in p["iterations"]}),
+            "recompilations": max(p["recompilations"] for p in parts),
+            "reasons": next((p["reasons"] for p in parts if p["reasons"]), []),
+        }
 
     def write_csv(self, path: str | Path) -> None:
         """All iterations of this rank, warm-up included (flagged), one row each."""
@@ -206,6 +289,19 @@ class StepRecorder:
                 writer.writerow(COLUMNS)
                 blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
                 writer.writerows(blank_nan)
+
+
+def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> dict[str, Any]:
+    """How the measured window was found: the fixed warm-up, what MSER-5 cut on each rank, and whether every rank
+    settled."""
+    return {
+        "method": "MSER-5",
+        "fixed_warmup_iterations": fixed,
+        "detected_warmup_iterations": [d["dropped"] for d in detection],
+        "settled": all(d["settled"] for d in detection),
+        "tested": any(d["tested"] for d in detection),
+        "first_measured_iteration": excluded + 1,
+    }
 
 
 def _quantiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
@@ -335,16 +431,64 @@ def format_steps(steps: dict[str, Any]) -> str:
         rows.append(row)
     lines = format_table(header + comm_header if timed else header, rows).splitlines()
     g, straggler = steps["global"], steps["straggler"]
-    lines.append(
-        f"global: {g['samples_per_s']:.0f} samples/s over {g['window_s']:.2f} s "
-        f"(warm-up of {steps['warmup_iterations']} iterations excluded), step p50 {milliseconds(g['step_s_p50'])} ms"
-    )
+    if not g["samples"]:
+        lines.append(
+            f"global: no measured iterations: all {steps['warmup_iterations']} were warm-up (run more iterations, "
+            "or lower --warmup-iters); throughput is the epochs' figure"
+        )
+    else:
+        lines.append(
+            f"global: {g['samples_per_s']:.0f} samples/s over {g['window_s']:.2f} s "
+            f"(warm-up of {_warmup_text(steps)} excluded), step p50 {milliseconds(g['step_s_p50'])} ms"
+        )
+    steady = steps.get("steady")
+    if steady is not None and not steady["settled"]:
+        lines.append(
+            "warning: step times never settled (MSER-5 finds the calmest stretch in the second half of the run): "
+            "these figures are not a steady state; run longer"
+        )
+    compiled = steps.get("compile")
+    if compiled is not None:
+        lines.append(compile_sentence(compiled))
     if straggler is not None:
         lines.append(f"straggler: rank {straggler['rank']}, own time {straggler['ratio']:.2f}x the median rank's")
     wait = steps.get("comm_wait")
     if wait is not None:
         lines.append(wait_sentence(wait))
     return "\n".join(lines)
+
+
+def _warmup_text(steps: dict[str, Any]) -> str:
+    """How many iterations the warm-up was, and why when it was more than the fixed count."""
+    total, steady = steps["warmup_iterations"], steps.get("steady")
+    if steady is None or total <= steady["fixed_warmup_iterations"]:
+        return f"{total} iterations"
+    detected = max(steady["detected_warmup_iterations"], default=0)
+    parts = [f"{steady['fixed_warmup_iterations']} fixed"]
+    compiled = steps.get("compile")
+    if compiled is not None and total - detected > steady["fixed_warmup_iterations"]:
+        parts.append("until compilation ended")
+    if detected:
+        parts.append(f"{detected} more while step times settled (MSER-5)")
+    return f"{total} iterations: {', '.join(parts)}"
+
+
+def compile_sentence(compiled: dict[str, Any]) -> str:
+    """What compilation cost in a run, and its recompilations with what they suggest."""
+    from ignite_ddl.measure.compilation import recompile_hint
+
+    first = len(compiled["iterations"]) - compiled["recompilations"]
+    text = (
+        f"torch.compile: {compiled['compile_s']:.1f} s of compilation (beyond a steady iteration) in "
+        f"{first} iteration(s), left out of the throughput"
+    )
+    if compiled["recompilations"]:
+        hint = recompile_hint(compiled["reasons"])
+        reason = compiled["reasons"][0] if compiled["reasons"] else "reason not recorded"
+        text += f"; recompiled {compiled['recompilations']} time(s): {hint or reason}" + (
+            f" ({reason})" if hint and compiled["reasons"] else ""
+        )
+    return text
 
 
 def wait_sentence(wait: dict[str, Any]) -> str:

@@ -8,8 +8,9 @@ One job per module:
   line reads its link presets at start-up): :class:`Link` and :data:`LINKS`, :class:`Compute`, the ring and
   parameter-server times, :func:`project` and its :class:`Projection`, NVIDIA's published ResNet-50 figures;
 - :mod:`~ignite_ddl.projection.inputs`: what it is fed from outside: one worker's step from a measured 1-process run
-  (:func:`compute_from_run`), all-reduce times measured here (:func:`measure_allreduce`) and the link fitted to them
-  (:func:`fit_alpha_beta`), and the comparison with NVIDIA's published scaling (:func:`validate_nvidia_resnet50`);
+  (:func:`compute_from_run`; :func:`run_warning` says when that run makes the projection optimistic), all-reduce
+  times measured here (:func:`measure_allreduce`) and the link fitted to them (:func:`fit_alpha_beta`), and the
+  comparison with NVIDIA's published scaling (:func:`validate_nvidia_resnet50`);
 - :mod:`~ignite_ddl.projection.present`: the console table (:func:`format_projection`), projection.json, .csv and
   .png (:func:`write_projection`, the plot alone :func:`figure`).
 
@@ -36,6 +37,7 @@ from ignite_ddl.projection.inputs import (
     compute_from_run,
     fit_alpha_beta,
     measure_allreduce,
+    run_warning,
     validate_nvidia_resnet50,
 )
 from ignite_ddl.projection.model import (
@@ -71,6 +73,7 @@ __all__ = [
     "project",
     "ps_comm_s",
     "ring_allreduce_s",
+    "run_warning",
     "validate_nvidia_resnet50",
     "write_projection",
 ]

@@ -29,7 +29,14 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.results import read_json
 from ignite_ddl.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
 
-__all__ = ["FIT_SIZES", "compute_from_run", "fit_alpha_beta", "measure_allreduce", "validate_nvidia_resnet50"]
+__all__ = [
+    "FIT_SIZES",
+    "compute_from_run",
+    "fit_alpha_beta",
+    "measure_allreduce",
+    "run_warning",
+    "validate_nvidia_resnet50",
+]
 
 FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB
 
@@ -63,6 +70,22 @@ def compute_from_run(run_dir: str | Path) -> Compute:
         raise ConfigError(f"{run_dir} is not a finished run: {Path(e.filename).name} is missing") from None
     except ValueError as e:
         raise ConfigError(f"{run_dir}: cannot read its summary ({e})") from None
+    for name, data in (("summary.json", summary), ("config.json", config)):
+        if not isinstance(data, dict):  # a file of that name that no run wrote
+            raise ConfigError(f"--run {run_dir}: its {name} is not a run's (a JSON {type(data).__name__})")
+    try:
+        return _compute_of(run_dir, summary, config)
+    except ConfigError:  # a ValueError too: said already
+        raise
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as e:  # a field missing or of another type
+        raise ConfigError(
+            f"--run {run_dir}: its summary.json or config.json is not a run's (a field missing or of another type: "
+            f"{type(e).__name__})"
+        ) from None
+
+
+def _compute_of(run_dir: Path, summary: dict[str, Any], config: dict[str, Any]) -> Compute:
+    """:func:`compute_from_run` from the run's summary and config, read (a field of the wrong type raises)."""
     if summary.get("world_size") != 1:
         raise ConfigError(
             f"{run_dir} ran {summary.get('world_size')} processes: a projection starts from a "
@@ -89,6 +112,46 @@ def compute_from_run(run_dir: str | Path) -> Compute:
         other_s=max(0.0, step - sum(phases)),
         source=f"measured: {run_dir} ({summary.get('model')}, {threads} thread(s))",
     )
+
+
+def run_warning(run_dir: str | Path, threshold: float | None = None) -> str | None:
+    """Why a projection from this measured run would be too optimistic, in one line, or None when nothing says so:
+    other processes used more than ``threshold`` of the CPUs while it measured (default: the sweeps' contention
+    threshold, 10 %), or its one process ran more than one intra-op thread, i.e. used cores that each worker of an
+    N-process run on the same machine would not have (README, "Scaling projection": nearly 2x optimistic from the
+    default 2-thread run on 2 cores).
+
+    Example (a run folder's summary.json written by hand):
+        >>> import json, tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> _ = (run / "summary.json").write_text(json.dumps(
+        ...     {"threads_per_process": 2, "contention": {"foreign_cpu_share": 0.57}}))
+        >>> print(run_warning(run))  # doctest: +ELLIPSIS
+        the run ... was measured under contention (other processes used 57% of the CPUs, above 10%: ...) and with 2 ...
+    """
+    from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+
+    threshold = CONTENTION_THRESHOLD if threshold is None else threshold
+    try:
+        summary = read_json(Path(run_dir) / "summary.json")
+    except (OSError, ValueError):
+        return None  # compute_from_run says what is wrong with the folder
+    reasons = []
+    share = (summary.get("contention") or {}).get("foreign_cpu_share")
+    if isinstance(share, (int, float)) and share > threshold:
+        reasons.append(
+            f"under contention (other processes used {share:.0%} of the CPUs, above {threshold:.0%}: its step "
+            "includes waiting for them)"
+        )
+    threads = summary.get("threads_per_process")
+    if isinstance(threads, int) and threads > 1:
+        reasons.append(
+            f"with {threads} threads in its one process (a worker of an N-process run on these cores gets fewer: "
+            f"up to ~{threads}x optimistic; measure with --threads 1, or cores / N)"
+        )
+    if not reasons:
+        return None
+    return f"the run {run_dir} was measured " + " and ".join(reasons) + ": the projection is optimistic"
 
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], nproc: int) -> Link:

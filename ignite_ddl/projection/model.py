@@ -58,15 +58,19 @@ from typing import Any
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import Options, Role, option
 
 __all__ = [
     "DDP_BUCKET_BYTES",
     "LINKS",
+    "MAX_BUCKETS",
+    "MAX_WORKERS",
     "MIB",
     "NVIDIA_RESNET50",
     "SATURATION_EFFICIENCY",
     "Compute",
     "Link",
+    "ProjectOptions",
     "Projection",
     "bucket_sizes",
     "bucketed_exposed_s",
@@ -206,6 +210,85 @@ class Compute:
     def step_s(self) -> float:
         """The step of one worker alone: data and handlers, forward, backward, optimizer."""
         return self.other_s + self.forward_s + self.backward_s + self.optimizer_s
+
+
+# The largest worker count projected, and the most gradient buckets modelled: every projected row walks the
+# buckets one by one, and a row is computed for each power of 2 up to the worker count and for each step of the
+# bisection that finds saturation (a 1-byte bucket on 100 MB of gradients would take hours).
+MAX_WORKERS = 1 << 20
+MAX_BUCKETS = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectOptions(Options):
+    """``ignite-ddl project``'s options, each declared once (:mod:`ignite_ddl.core.options`): its flags and their
+    checks come from here. The bounds keep every input something a real step or link can be, and every projected
+    figure one a table can show: a step of 1 us to about 3 hours, up to 10 TiB of gradients, a link of 1 kB/s to
+    1 PB/s with at most 10 s of latency, buckets of 0.001 MiB (about 1 kB) or more, up to 2^20 workers."""
+
+    run: str | None = option(
+        None,
+        "a measured 1-process run (ignite-ddl train's output folder)",
+        role=Role.MEASUREMENT,
+        path=True,
+        metavar="DIR",
+    )
+    compute_ms: float | None = option(
+        None,
+        "or: one worker's compute per step, ms (split forward 1/3, backward 2/3)",
+        role=Role.MEASUREMENT,
+        low=1e-3,
+        high=1e7,
+        metavar="MS",
+    )
+    grad_mb: float | None = option(
+        None, "with --compute-ms: gradient MiB per step", role=Role.MEASUREMENT, low=0, high=1e7, metavar="MIB"
+    )
+    batch_size: int | None = option(
+        None, "with --compute-ms: the batch of one worker", role=Role.MEASUREMENT, low=1, high=1_000_000, metavar="B"
+    )
+    link: str | None = option(
+        None, "the link between the workers: a preset", role=Role.MEASUREMENT, choices=tuple(LINKS)
+    )
+    alpha_us: float | None = option(
+        None, "or: the link's latency, microseconds", role=Role.MEASUREMENT, low=0, high=1e7, metavar="US"
+    )
+    beta_gbps: float | None = option(
+        None,
+        "and its bandwidth per direction, GB/s (10^9 bytes/s: 100 GbE is 12.5)",
+        role=Role.MEASUREMENT,
+        low=1e-6,
+        high=1e6,
+        metavar="GB/S",
+    )
+    fit: bool = option(
+        False, "or: fit alpha and beta to all-reduce times measured here on 2 gloo processes", role=Role.MEASUREMENT
+    )
+    gpus_per_node: int | None = option(
+        None,
+        "workers per node: beyond G workers the --inter-link joins the nodes",
+        role=Role.MEASUREMENT,
+        low=1,
+        high=MAX_WORKERS,
+        metavar="G",
+    )
+    inter_link: str | None = option(
+        None, "with --gpus-per-node: the link between nodes", role=Role.MEASUREMENT, choices=tuple(LINKS)
+    )
+    max_workers: int = option(
+        1024, "project 1, 2, 4, ... up to N workers", role=Role.MEASUREMENT, low=1, high=MAX_WORKERS, metavar="N"
+    )
+    bucket_mb: float = option(
+        25.0,
+        "DDP gradient bucket size in MiB (25: DDP's)",
+        role=Role.MEASUREMENT,
+        low=1e-3,
+        high=1e7,
+        metavar="MIB",
+    )
+    output_dir: str = option(
+        "runs/project", "where projection.json, .csv and .png go", role=Role.OUTPUT, path=True, metavar="DIR"
+    )
 
 
 # -- the model
@@ -368,6 +451,14 @@ def project(
         raise ConfigError("several nodes need both gpus_per_node and inter_link (or neither, for one node)")
     if gpus_per_node is not None and gpus_per_node < 1:
         raise ConfigError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    if max_workers > MAX_WORKERS:
+        raise ConfigError(f"max_workers must be <= {MAX_WORKERS}, got {max_workers}")
+    buckets = math.ceil(compute.grad_bytes / bucket_bytes)
+    if buckets > MAX_BUCKETS:
+        raise ConfigError(
+            f"buckets of {bucket_bytes / MIB:g} MiB split the {compute.grad_bytes / MIB:g} MiB of gradients into "
+            f"{buckets:.3g} buckets: at most {MAX_BUCKETS} are modelled (a larger bucket size, --bucket-mb)"
+        )
     counts = worker_counts(max_workers)
 
     def row(n: int) -> dict[str, float]:
@@ -375,7 +466,6 @@ def project(
 
     server = inter_link if inter_link is not None else link  # the server's link as N grows past one node
     server_s = 2 * (server.alpha_s + compute.grad_bytes / server.beta_Bps)  # per worker, as N -> infinity
-    buckets = len(bucket_sizes(compute.grad_bytes, bucket_bytes))
     ring = inter_link if inter_link is not None else link
     ring_alpha = max(link.alpha_s, ring.alpha_s)
     return Projection(

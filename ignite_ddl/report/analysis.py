@@ -22,17 +22,21 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import json
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Sequence
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS
-from ignite_ddl.core.results import load_results, read_json
+from ignite_ddl.core.results import RejectedLine, iter_results, read_json
 from ignite_ddl.core.text import all_reduce_wait
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.stats import (
@@ -40,10 +44,10 @@ from ignite_ddl.report.stats import (
     EQUIVALENCE_MARGIN,
     Estimate,
     equivalent,
+    leads,
     mean_interval,
     ratio_interval,
     repeats_to_separate,
-    separated,
     welch_p,
 )
 
@@ -95,7 +99,18 @@ FLAG_MEANINGS = {
     "recommended, however fast it is",
     "provisional": f"fewer than {MIN_REPEATS} usable repeats per configuration (completed, and not contended unless "
     "contended runs are counted): intervals are very wide (or missing) and the verdict may change with more runs",
+    "mixed-environments": "the runs were not all made alike (torch / Ignite / CUDA versions, CPU or GPU model, CPU "
+    "cores, intra-op threads), e.g. a sweep resumed on another machine: a speed difference between them may come "
+    "from the machine, not the configuration, so each environment is judged on its own (its configurations' figures "
+    "and its own verdict, never averaged across), and runs of a configuration made with other thread counts are "
+    "reported as configurations of their own",
 }
+MAX_UNREADABLE = 100  # lines of the results that are not records, listed one by one (the rest are counted)
+# A sweep of thousands of configurations: what the report lists and draws of them (the verdicts count every one).
+TABLE_ROWS = 100
+PLOTTED = 32
+TIED_LISTED = 12
+FLAGS_LISTED = 30  # of each kind
 
 
 @dataclass
@@ -111,7 +126,7 @@ class Flag:
         return FLAG_MEANINGS[self.kind]
 
 
-@dataclass
+@dataclass(slots=True)  # one per record: a sweep may hold tens of thousands
 class RunResult:
     """One run as the analysis sees it."""
 
@@ -178,10 +193,12 @@ class ConfigResult:
     held_bytes: float | None = None  # parameters + gradients + optimizer state of the largest rank
     out_of_memory: int = 0  # runs that ran out of memory
     fits: bool = True  # within the spec's memory_limit_mb (and no run ran out of memory)
+    environment: str | None = None  # where its runs were made, when a sweep's runs were not all made alike
+    suffix: str = ""  # tells it apart from the same grid point run elsewhere: "@env2", "@threads=1"
 
     @property
     def name(self) -> str:
-        return f"cfg{self.index:03d}"
+        return f"cfg{self.index:03d}{self.suffix}"
 
     @property
     def label(self) -> str:
@@ -217,6 +234,17 @@ class Verdict:
     equivalent: bool = False  # every tied configuration shown within ``margin`` of the fastest (two one-sided tests)
     margin: float = EQUIVALENCE_MARGIN
 
+    @property
+    def tied_listed(self) -> list[str]:
+        """The tied configurations a report names one by one: the fastest :data:`TIED_LISTED`."""
+        return self.tied[:TIED_LISTED]
+
+    @property
+    def tied_shown(self) -> str:
+        """The tied configurations in words: every name, or the fastest ones and how many more."""
+        more = len(self.tied) - len(self.tied_listed)
+        return ", ".join(self.tied_listed) + (f" and {more} more" if more > 0 else "")
+
 
 @dataclass
 class Analysis:
@@ -234,6 +262,7 @@ class Analysis:
     runs_elapsed_s: float
     sweep_wall_s: float | None
     meta: dict[str, Any] = field(default_factory=dict)
+    omitted: int = 0  # configurations left out of this view of the analysis (see :meth:`shown`)
 
     @property
     def stopped(self) -> str | None:
@@ -251,12 +280,79 @@ class Analysis:
 
     @property
     def contended_used(self) -> int:
-        """Runs counted in the figures that were contended (only with ``include_contended``)."""
-        return sum(r.used and r.contended for c in self.configs for r in c.runs)
+        """Runs counted in the figures that were contended (only with ``include_contended``), of the whole sweep."""
+        configs = self._whole.configs
+        return sum(r.used and r.contended for c in configs for r in c.runs)
 
     @property
     def used_runs(self) -> int:
-        return sum(r.used for c in self.configs for r in c.runs)
+        return sum(r.used for c in self._whole.configs for r in c.runs)
+
+    @property
+    def _whole(self) -> Analysis:
+        """The analysis this one is a view of (:meth:`shown`), or itself."""
+        whole = self.__dict__.get("_shown_from")
+        return whole if isinstance(whole, Analysis) else self
+
+    def shown(self, limit: int) -> Analysis:
+        """A view of at most about ``limit`` configurations for tables and plots, so that a sweep of thousands stays
+        readable: per workload (taken in turn), the configurations its verdict names, then the fastest, each with
+        the 1-process configuration its speed-up is measured against; itself when every configuration fits.
+        Verdicts, flags and contention counts stay those of the whole sweep; :attr:`shown_note` says what is left
+        out."""
+        if len(self.configs) <= limit:
+            return self
+        verdicts = {v.workload: v for v in self.verdicts}
+        groups: dict[str, list[ConfigResult]] = defaultdict(list)
+        for config in self.configs:
+            groups[config.workload].append(config)
+        queues = []
+        order = {workload: i for i, workload in enumerate(verdicts)}
+        for workload in sorted(groups, key=lambda w: order.get(w, len(order))):
+            verdict = verdicts.get(workload)
+            named = ([verdict.best] if verdict.best else verdict.tied) if verdict else []
+            rank = {name: i for i, name in enumerate(named)}
+            queues.append(
+                sorted(
+                    groups[workload],
+                    key=lambda c: (rank.get(c.name, len(rank)), -(c.throughput.value or -math.inf), c.index),
+                )
+            )
+        chosen: dict[int, ConfigResult] = {}
+        while len(chosen) < limit and any(queues):
+            for queue in queues:
+                if queue and len(chosen) < limit:
+                    config = queue.pop(0)
+                    chosen[id(config)] = config
+        for config in list(chosen.values()):
+            if config.baseline is not None:
+                base = self.config(config.baseline)
+                chosen.setdefault(id(base), base)
+        configs = [c for c in self.configs if id(c) in chosen]
+        view = dataclasses.replace(self, configs=configs, omitted=self.omitted + len(self.configs) - len(configs))
+        view.__dict__["_shown_from"] = self._whole
+        return view
+
+    def for_tables(self) -> Analysis:
+        """The view (:meth:`shown`) the report's tables list: at most about :data:`TABLE_ROWS` configurations."""
+        return self.shown(TABLE_ROWS)
+
+    def for_plots(self) -> Analysis:
+        """The view (:meth:`shown`) the report's plots draw: at most about :data:`PLOTTED` configurations."""
+        return self.shown(PLOTTED)
+
+    @property
+    def shown_note(self) -> str | None:
+        """What a view (:meth:`shown`) leaves out, in one sentence; None when it shows every configuration."""
+        if not self.omitted:
+            return None
+        total = len(self.configs) + self.omitted
+        return (
+            f"Shown: {len(self.configs)} of the {total} configurations (per workload, those the verdict names, then "
+            f"the fastest, with the 1-process configurations their speed-ups are measured against); the other "
+            f"{self.omitted} are counted in the verdicts and flags but not drawn or listed here. Every configuration "
+            "is in `ignite_ddl.report.load(...)` of this folder."
+        )
 
     @property
     def contention_note(self) -> str | None:
@@ -294,7 +390,13 @@ class Analysis:
         return parts
 
     def config(self, name: str) -> ConfigResult:
-        return next(c for c in self.configs if c.name == name)
+        names = self.__dict__.get("_names")
+        if names is None or len(names) != len(self.configs):
+            names = self.__dict__["_names"] = {c.name: c for c in self.configs}
+        found = names.get(name)
+        if found is None or found.name != name:  # the list was changed since: look again
+            return next(c for c in self.configs if c.name == name)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready), e.g. for a notebook's DataFrame."""
@@ -315,8 +417,26 @@ RULE = (
     "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about "
     "0.5 % of sweeps, where a t-test at the same level would in 3-5 %). Otherwise the configurations whose "
     "intervals overlap the fastest one's are reported as statistically tied. Welch's t-test p-value (fastest vs "
-    "runner-up) is shown beside it."
+    "runner-up) is shown beside it. "
 )
+MULTIPLE_COMPARISONS = (
+    "Multiple comparisons: with k configurations in a workload, the best must also be shown faster than each of the "
+    "other k - 1 by a one-sided Welch t-test at {alpha:g} % / (k - 1) (Bonferroni over the comparisons with the "
+    "leader: simultaneous one-sided bounds), so the chance of naming a wrong best stays at most {alpha:g} % however "
+    "many configurations are compared (non-overlapping intervals alone let it grow with k); a configuration not "
+    "shown slower that way stays tied with the fastest. Equivalence needs every tied configuration shown within the "
+    "margin (an intersection-union test, which needs no correction). Adaptive repeats stop on this same rule."
+)
+COMPARABLE = (
+    "Runs are compared only when they share torch, Ignite and CUDA versions, CPU or GPU model, CPU cores and "
+    "intra-op threads; a sweep whose runs differ is judged per environment, never averaged across."
+)
+
+
+def rule_text(confidence: float = CONFIDENCE) -> str:
+    """The report's method paragraph: how figures are computed and how a verdict is reached."""
+    pct = round(100 * confidence)
+    return RULE.format(pct=pct) + MULTIPLE_COMPARISONS.format(alpha=100 - pct) + " " + COMPARABLE
 
 
 def _locate_run(record: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -332,15 +452,16 @@ def _locate_run(record: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
     """Analyse a sweep's directory (``results.jsonl`` and ``sweep.json``); lines of the results that are not run
-    records are skipped and flagged, never the records around them."""
+    records are skipped and flagged, never the records around them.
+
+    The records are read as a stream, each validated against the results schema, and each run's summary is added
+    to its configuration's figures as it is read: per run only what the verdict and the flags need is kept (a few
+    hundred bytes), so memory grows with the number of runs and configurations, not with the size of the results. A
+    summary is read a second time only where a run already counted is superseded by a later attempt of its
+    repeat."""
     out = Path(results_dir)
-    loaded, rejected = load_results(out / "results.jsonl")
-    records = [_locate_run(record, out) for record, _ in loaded]
-    if not records:
-        skipped = f" ({len(rejected)} line(s) that are not run records)" if rejected else ""
-        raise FileNotFoundError(f"no results in {out / 'results.jsonl'}{skipped}")
+    problems: list[str] = []
     meta: Any = {}
-    problems = [f"results.jsonl line {r.line}: {r.reason}" for r in rejected]
     if (out / "sweep.json").exists():
         try:
             meta = read_json(out / "sweep.json")
@@ -349,8 +470,35 @@ def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
         if not isinstance(meta, dict) or not all(isinstance(meta.get(k, {}), dict) for k in ("spec", "host")):
             problems.append("sweep.json: not a sweep's metadata; ignored")
             meta = {}
-    analysis = analyze(records, meta, include_contended=include_contended)
-    analysis.flags += [Flag("unreadable", None, problem) for problem in problems]
+    spec = meta.get("spec", {})
+    reader = _Reader(list(spec.get("workload") or WORKLOAD_OPTIONS), include_contended)
+    path = out / "results.jsonl"
+    rejected: list[str] = []
+    skipped = 0
+    configs: list[ConfigResult] = []
+    if path.exists():
+        with open(path, "rb") as f, _collection_paused():
+            for number, offset, line, found in iter_results(f):
+                if isinstance(found, RejectedLine):
+                    skipped += 1
+                    if len(rejected) < MAX_UNREADABLE:
+                        rejected.append(f"results.jsonl line {number}: {found.reason}")
+                    continue
+                reader.add(_locate_run(found, out), (offset, len(line)))
+
+            def fetch(where: tuple[int, int]) -> dict[str, Any]:
+                f.seek(where[0])  # the same open file: a sweep appending meanwhile, or repairing, changes nothing
+                return cast(dict[str, Any], json.loads(f.read(where[1])))
+
+            if reader.records:
+                configs = reader.configs(fetch)
+    if not reader.records:
+        lines = f" ({skipped} line(s) that are not run records)" if skipped else ""
+        raise FileNotFoundError(f"no results in {path}{lines}")
+    if skipped > len(rejected):
+        rejected.append(f"results.jsonl: {skipped - len(rejected)} more line(s) that are not run records")
+    analysis = _analysis(configs, reader.flags, meta, include_contended, CONFIDENCE)
+    analysis.flags += [Flag("unreadable", None, problem) for problem in problems + rejected]
     return analysis
 
 
@@ -362,10 +510,19 @@ def analyze(
 ) -> Analysis:
     """The analysis of a sweep's records (see the module docstring)."""
     meta = meta or {}
+    reader = _Reader(list(meta.get("spec", {}).get("workload") or WORKLOAD_OPTIONS), include_contended)
+    for number, record in enumerate(records):
+        reader.add(record, number)
+    configs = reader.configs(lambda number: records[number])
+    return _analysis(configs, reader.flags, meta, include_contended, confidence)
+
+
+def _analysis(
+    configs: list[ConfigResult], flags: list[Flag], meta: dict[str, Any], include_contended: bool, confidence: float
+) -> Analysis:
     spec = meta.get("spec", {})
     axes = list(spec.get("workload") or WORKLOAD_OPTIONS)
     threshold = spec.get("contention_threshold", CONTENTION_THRESHOLD)
-    configs = _configs(records, axes, include_contended)
     limit_mb = spec.get("memory_limit_mb")
     limit = float(limit_mb) * MIB if _number(limit_mb) and limit_mb > 0 else None
     for config in configs:
@@ -373,13 +530,14 @@ def analyze(
         too_big = limit is not None and config.peak_memory.value is not None and config.peak_memory.value > limit
         config.fits = not too_big and not config.out_of_memory
     _speedups(configs, confidence)
-    flags = _flags(configs, meta)
+    flags = flags + _flags(configs, meta)
     flags += _memory_flags(configs, limit)
     margin = spec.get("equivalence_margin")
     margin = float(margin) if _number(margin) and 0 < margin < 1 else EQUIVALENCE_MARGIN
-    verdicts = [_verdict(name, rows, confidence, margin) for name, rows in _by_workload(configs).items()]
+    groups = _by_workload(configs)
+    verdicts = [_verdict(name, rows, confidence, margin) for name, rows in groups.items()]
     for verdict in verdicts:
-        _recommend(verdict, [c for c in configs if c.workload == verdict.workload], limit)
+        _recommend(verdict, groups[verdict.workload], limit, confidence)
     flags += [Flag("provisional", None, f"workload {v.workload}") for v in verdicts if v.provisional]
     measured = sum(r.measured_s or 0.0 for c in configs for r in c.runs if r.status == "completed")
     elapsed = sum(r.elapsed_s or 0.0 for c in configs for r in c.runs)
@@ -391,7 +549,7 @@ def analyze(
         flags,
         axes,
         confidence,
-        RULE.format(pct=round(100 * confidence)),
+        rule_text(confidence),
         include_contended,
         threshold,
         measured,
@@ -401,68 +559,557 @@ def analyze(
     )
 
 
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while records are read: they make no cycles, and each of its passes over the
+    millions of objects a large sweep's runs hold would cost more than the reading itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def workload_of(config: dict[str, Any], axes: Sequence[str]) -> str:
     return ", ".join(f"{axis}={config.get(axis)}" for axis in axes)
-
-
-def _configs(records: Sequence[dict[str, Any]], axes: Sequence[str], include_contended: bool) -> list[ConfigResult]:
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        if record["status"] != "interrupted":  # stopped with the sweep: neither a result nor a failure
-            grouped[record["key"].rsplit("-r", 1)[0]].append(record)
-    configs = []
-    for found in grouped.values():
-        first = found[0]
-        summaries = [r["summary"] for r in found if r["status"] == "completed" and r.get("summary")]
-        world = summaries[0].get("world_size") if summaries else None
-        world = world if isinstance(world, int) and world > 0 else _world(first["config"])
-        config = ConfigResult(first["index"], first["grid"], first["config"], workload_of(first["config"], axes), world)
-        config.runs = _runs(found, include_contended)
-        _describe(config, [r for r in found if r["status"] == "completed" and r.get("summary")], include_contended)
-        configs.append(config)
-    return sorted(configs, key=lambda c: c.index)
 
 
 def _world(config: dict[str, Any]) -> int:
     return (config.get("nproc_per_node") or 1) * (config.get("nnodes") or 1)
 
 
-def _runs(records: list[dict[str, Any]], include_contended: bool) -> list[RunResult]:
-    """Every run of a configuration; per repeat, the last completed attempt that was not contended is used (or,
-    with ``include_contended``, the last completed attempt)."""
-    by_repeat: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        by_repeat[record["repeat"]].append(record)
-    runs = []
-    for repeat, attempts in sorted(by_repeat.items()):
-        attempts.sort(key=lambda r: r.get("attempt", 0))
-        completed = [r for r in attempts if r["status"] == "completed" and r.get("summary")]
-        eligible = [r for r in completed if include_contended or not r.get("contended")]
-        chosen = eligible[-1] if eligible else None
-        for record in attempts:
-            summary = _dict(record.get("summary"))
-            contention = _dict(summary.get("contention"))
-            window = _dict(_dict(summary.get("steps")).get("global")).get("window_s")
-            runs.append(
-                RunResult(
-                    repeat=repeat,
-                    attempt=record.get("attempt", 0),
-                    position=record.get("position", 0),
-                    status=record["status"],
-                    samples_per_s=_float(summary.get("samples_per_s")),
-                    contended=bool(record.get("contended")),
-                    foreign_cpu_share=_float(contention.get("foreign_cpu_share")),
-                    diverged=str(summary["diverged"]) if summary.get("diverged") else None,
-                    used=record is chosen,
-                    run_dir=str(record.get("run_dir", "")),
-                    error=None if record.get("error") is None else str(record["error"]),
-                    measured_s=_float(window) if _number(window) else _float(summary.get("train_time_s")),
-                    elapsed_s=_float(record.get("elapsed_s")),
-                    train_time_s=_float(summary.get("train_time_s")),
-                    engine_s=_float(summary.get("wall_time_s")),
-                )
+# -- reading the records: a first pass keeps a few figures per run, a second reads the summaries the figures use
+
+
+# What makes runs comparable, besides intra-op threads (checked per configuration): a run's environment.
+ENVIRONMENT_FIELDS = ("torch", "Ignite", "CUDA", "torch_xla", "device", "CPU", "CPU cores")
+_Machine = tuple[Any, ...]  # one value per ENVIRONMENT_FIELDS entry, None where the run does not say
+CONFIG_JSON_LIMIT = 1 << 20  # a run's config.json is a few kB: more is not one
+
+
+class _Figures:
+    """The figures of a set of runs (:meth:`add` a summary at a time, :meth:`merge` two sets), what a
+    configuration's figures are made from; ``where`` orders the runs as they were written (ties, firsts)."""
+
+    def __init__(self) -> None:
+        self.summaries = 0
+        self.first: tuple[Any, dict[str, Any]] | None = None  # (where, scalars of the first summary written)
+        self.p50, self.p90, self.data_share = _Mean(), _Mean(), _Mean()
+        self.steps = 0
+        self.world: int | None = None  # the fewest ranks of any run's steps
+        self.rank_parts: list[dict[str, _Mean]] = []
+        self.comm_timed = False
+        self.overlap, self.busbw, self.reference, self.buckets = _Mean(), _Mean(), _Mean(), _Mean()
+        self.worst_wait: tuple[float, Any, dict[str, Any]] | None = None  # (median wait, where, comm_wait)
+        self.wait = _Mean()
+        self.straggler: tuple[float, Any, dict[str, Any]] | None = None  # (ratio, where, straggler)
+        self.val_accuracy = _Mean()
+        self.iterations: int | None = None
+        self.profiler: tuple[Any, Any] | None = None  # (where, profiler) of the first run written with one
+        self.matrices: dict[int, tuple[Any, list[list[int]]]] = {}  # size -> (where of the first, sum)
+        self.cuda: list[float] = []
+        self.host: list[float] = []
+        self.held, self.private = _Mean(), _Mean()
+        self.flops = {key: _Mean() for key in ("total", *FLOPS_FIGURES)}
+
+    def add(self, summary: dict[str, Any], where: Any) -> None:
+        self.summaries += 1
+        if self.first is None or where < self.first[0]:
+            self.first = (
+                where,
+                {
+                    "threads_per_process": summary.get("threads_per_process"),
+                    "cpu_cores": summary.get("cpu_cores"),
+                    "device_type": (summary.get("device") or {}).get("type"),
+                    "global_batch": (summary.get("batch") or {}).get("global"),
+                    "strategy": summary.get("strategy") if isinstance(summary.get("strategy"), str) else None,
+                },
             )
-    return runs
+        steps = summary.get("steps")
+        if _well_formed_steps(steps):
+            self._add_steps(cast(dict[str, Any], steps), where)
+        self.val_accuracy.add(summary.get("val_accuracy"))
+        if summary.get("profiler") and (self.profiler is None or where < self.profiler[0]):
+            self.profiler = (where, summary["profiler"])
+        matrix = summary.get("confusion_matrix")
+        if _square(matrix):
+            self._add_matrix(len(matrix), where, matrix)
+        memory = _dict(summary.get("memory"))
+        top = _dict(memory.get("max"))
+        if _number(top.get("cuda_max_reserved_bytes")):
+            self.cuda.append(float(top["cuda_max_reserved_bytes"]))
+        if _number(top.get("peak_rss_bytes")):
+            self.host.append(float(top["peak_rss_bytes"]))
+        self.held.add(top.get("held_bytes"))
+        ranks = memory.get("ranks", [])
+        self.private.add(max((r.get("workers_private_bytes") or 0 for r in ranks if isinstance(r, dict)), default=None))
+        flops = _dict(summary.get("flops"))
+        self.flops["total"].add(_dict(flops.get("per_sample")).get("total"))
+        for key in FLOPS_FIGURES:
+            self.flops[key].add(flops.get(key))
+
+    def _add_steps(self, steps: dict[str, Any], where: Any) -> None:
+        self.steps += 1
+        figures, ranks = steps["global"], steps["ranks"]
+        self.p50.add(figures.get("step_s_p50"))
+        self.p90.add(figures.get("step_s_p90"))
+        self.data_share.add(figures.get("data_share"))
+        self.world = len(ranks) if self.world is None else min(self.world, len(ranks))
+        for number, rank in enumerate(ranks):
+            if number == len(self.rank_parts):
+                self.rank_parts.append({part: _Mean() for part in STEP_PARTS})
+            parts = self.rank_parts[number]
+            for part, value in _step_parts(rank).items():
+                parts[part].add(value)
+            self.comm_timed = self.comm_timed or _number(rank.get("exposed_comm_s_mean"))
+            self.buckets.add(rank.get("buckets_per_step"))
+        self.overlap.add(figures.get("overlap"))
+        self.busbw.add(figures.get("busbw_Bps"))
+        self.reference.add(_dict(steps.get("comm_reference")).get("busbw_Bps"))
+        wait = steps.get("comm_wait")
+        if isinstance(wait, dict) and _number(wait.get("median_wait_s")):
+            self.worst_wait = _larger(self.worst_wait, (wait["median_wait_s"], where, wait))
+            self.wait.add(wait["median_wait_s"])
+        straggler = steps.get("straggler")
+        if isinstance(straggler, dict) and _number(straggler.get("ratio")):
+            self.straggler = _larger(self.straggler, (straggler["ratio"], where, straggler))
+        if ranks:
+            fewest = min(r.get("iterations", 0) for r in ranks)
+            self.iterations = fewest if self.iterations is None else min(self.iterations, fewest)
+
+    def _add_matrix(self, size: int, where: Any, matrix: list[list[int]]) -> None:
+        found = self.matrices.get(size)
+        if found is None:
+            self.matrices[size] = (where, [list(row) for row in matrix])
+            return
+        for total, row in zip(found[1], matrix):
+            for j, v in enumerate(row):
+                total[j] += v
+        if where < found[0]:
+            self.matrices[size] = (where, found[1])
+
+    def merge(self, other: _Figures) -> None:
+        """Add the runs of ``other`` (disjoint from these) to these."""
+        self.summaries += other.summaries
+        if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
+            self.first = other.first
+        for mine, theirs in (
+            (self.p50, other.p50),
+            (self.p90, other.p90),
+            (self.data_share, other.data_share),
+            (self.overlap, other.overlap),
+            (self.busbw, other.busbw),
+            (self.reference, other.reference),
+            (self.buckets, other.buckets),
+            (self.wait, other.wait),
+            (self.val_accuracy, other.val_accuracy),
+            (self.held, other.held),
+            (self.private, other.private),
+            *((self.flops[key], other.flops[key]) for key in self.flops),
+        ):
+            mine.merge(theirs)
+        self.steps += other.steps
+        if other.world is not None:
+            self.world = other.world if self.world is None else min(self.world, other.world)
+        for number, parts in enumerate(other.rank_parts):
+            if number == len(self.rank_parts):
+                self.rank_parts.append({part: _Mean() for part in STEP_PARTS})
+            for part, mean in parts.items():
+                self.rank_parts[number][part].merge(mean)
+        self.comm_timed = self.comm_timed or other.comm_timed
+        if other.worst_wait is not None:
+            self.worst_wait = _larger(self.worst_wait, other.worst_wait)
+        if other.straggler is not None:
+            self.straggler = _larger(self.straggler, other.straggler)
+        if other.iterations is not None:
+            self.iterations = other.iterations if self.iterations is None else min(self.iterations, other.iterations)
+        if other.profiler is not None and (self.profiler is None or other.profiler[0] < self.profiler[0]):
+            self.profiler = other.profiler
+        for size, (where, total) in other.matrices.items():
+            self._add_matrix(size, where, total)
+        self.cuda += other.cuda
+        self.host += other.host
+
+    def fill(self, config: ConfigResult) -> None:
+        config.throughput = mean_interval(config.samples_per_s)
+        if not self.summaries:
+            return
+        config.step_p50_s, config.step_p90_s = self.p50.value, self.p90.value
+        config.data_share = self.data_share.value
+        if self.steps:
+            parts = self.rank_parts[: self.world or 0]
+            config.rank_phases = [{p: rank[p].value or 0.0 for p in STEP_PARTS} for rank in parts]
+            config.phases = {p: _mean([r[p] for r in config.rank_phases]) or 0.0 for p in STEP_PARTS}
+            config.comm_timed = self.comm_timed
+            config.overlap, config.buckets_per_step = self.overlap.value, self.buckets.value
+            config.busbw_Bps, config.reference_busbw_Bps = self.busbw.value, self.reference.value
+            iteration = sum(config.phases.values())
+            if config.comm_timed and iteration > 0:
+                config.exposed_share = config.phases["exposed_comm"] / iteration
+            if self.worst_wait is not None and iteration > 0:
+                worst = self.worst_wait[2]
+                wait_s = self.wait.value or 0.0
+                others = [r for r in range(len(worst.get("wait_s") or [])) if r != worst.get("rank")]
+                share = wait_s / iteration
+                config.comm_wait = {"rank": worst.get("rank"), "waiting": others, "wait_s": wait_s, "share": share}
+        config.straggler = self.straggler[2] if self.straggler is not None else None
+        config.val_accuracy = self.val_accuracy.value
+        first = self.first[1] if self.first is not None else {}
+        config.threads_per_process, config.cpu_cores = first["threads_per_process"], first["cpu_cores"]
+        config.device_type, config.global_batch = first["device_type"], first["global_batch"]
+        config.strategy = first["strategy"]
+        config.measured_iterations = self.iterations
+        config.profiler = self.profiler[1] if self.profiler is not None else None
+        if self.matrices:
+            config.confusion_matrix = min(self.matrices.values(), key=lambda found: found[0])[1]
+        if self.cuda:
+            config.peak_memory, config.memory_kind = mean_interval(self.cuda), "CUDA reserved"
+        else:
+            config.peak_memory, config.memory_kind = mean_interval(self.host), "resident" if self.host else None
+        config.held_bytes, config.workers_memory = self.held.value, self.private.value
+        config.flops_per_sample = self.flops["total"].value
+        for key in FLOPS_FIGURES:
+            setattr(config, key, self.flops[key].value)
+
+
+def _larger(
+    a: tuple[float, Any, dict[str, Any]] | None, b: tuple[float, Any, dict[str, Any]]
+) -> tuple[float, Any, dict[str, Any]]:
+    """The larger figure of two ``(figure, where, record)``; on a tie, the one written first."""
+    if a is None or b[0] > a[0] or (b[0] == a[0] and b[1] < a[1]):
+        return b
+    return a
+
+
+class _Bucket:
+    """The runs of one configuration made in one environment with one thread count: the figures of those the
+    verdict may use (completed, and not contended unless contended runs are counted) and of the other completed
+    ones, accumulated as they are read. ``stale``: one of the first was superseded by a later attempt of its
+    repeat, so the configuration's figures are read again from the runs it uses."""
+
+    __slots__ = ("eligible", "others", "stale")
+
+    def __init__(self) -> None:
+        self.eligible = _Figures()
+        self.others: _Figures | None = None
+        self.stale = False
+
+
+@dataclass(slots=True)
+class _Seen:
+    """A run as the first pass keeps it: its result, where its record is, what it ran on and in which bucket its
+    figures were counted (None without a summary)."""
+
+    run: RunResult
+    where: Any
+    world: Any
+    machine: _Machine | None
+    threads: int | None
+    bucket: _Bucket | None
+
+
+@dataclass
+class _Group:
+    """A configuration's first record and its runs, per repeat, in the order read."""
+
+    index: int
+    grid: dict[str, Any]
+    config: dict[str, Any]
+    repeats: dict[int, list[_Seen]] = field(default_factory=dict)
+
+
+class _Reader:
+    """Reads records one at a time (:meth:`add`), keeping per run only what the verdict and the flags need, and
+    adding its summary's figures to its configuration's as it goes; then builds the configurations
+    (:meth:`configs`). ``fetch`` gives a record again from where it was read: needed only where a run counted in a
+    configuration's figures turned out to be superseded by a later attempt."""
+
+    def __init__(self, axes: Sequence[str], include_contended: bool) -> None:
+        self.axes, self.include_contended = list(axes), include_contended
+        self.groups: dict[str, _Group] = {}
+        self.buckets: dict[tuple[str, _Machine | None, int | None], _Bucket] = {}
+        self.records = 0
+        self.flags: list[Flag] = []
+        self._machines: dict[_Machine, _Machine] = {}  # one tuple per distinct environment: thousands of runs share it
+
+    def add(self, record: dict[str, Any], where: Any) -> None:
+        self.records += 1
+        if record["status"] == "interrupted":  # stopped with the sweep: neither a result nor a failure
+            return
+        key = record["key"].rsplit("-r", 1)[0]
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = _Group(record["index"], record["grid"], record["config"])
+        summary = _dict(record.get("summary"))
+        contention = _dict(summary.get("contention"))
+        window = _dict(_dict(summary.get("steps")).get("global")).get("window_s")
+        run = RunResult(
+            repeat=record["repeat"],
+            attempt=record.get("attempt", 0),
+            position=record.get("position", 0),
+            status=sys.intern(str(record["status"])),
+            samples_per_s=_float(summary.get("samples_per_s")),
+            contended=bool(record.get("contended")),
+            foreign_cpu_share=_float(contention.get("foreign_cpu_share")),
+            diverged=str(summary["diverged"]) if summary.get("diverged") else None,
+            used=False,
+            run_dir=str(record.get("run_dir", "")),
+            error=None if record.get("error") is None else str(record["error"]),
+            measured_s=_float(window) if _number(window) else _float(summary.get("train_time_s")),
+            elapsed_s=_float(record.get("elapsed_s")),
+            train_time_s=_float(summary.get("train_time_s")),
+            engine_s=_float(summary.get("wall_time_s")),
+        )
+        seen = _Seen(run, None, None, None, None, None)
+        if record["status"] == "completed" and record.get("summary"):
+            seen.where, seen.world = where, summary.get("world_size")
+            seen.machine, seen.threads = self._machine(record, summary), _count(summary.get("threads_per_process"))
+            bucket = self.buckets.get((key, seen.machine, seen.threads))
+            if bucket is None:
+                bucket = self.buckets[key, seen.machine, seen.threads] = _Bucket()
+            seen.bucket = bucket
+            if self.include_contended or not run.contended:
+                bucket.eligible.add(summary, where)
+            else:
+                bucket.others = bucket.others or _Figures()
+                bucket.others.add(summary, where)
+        group.repeats.setdefault(record["repeat"], []).append(seen)
+
+    def _machine(self, record: dict[str, Any], summary: dict[str, Any]) -> _Machine:
+        """What the run ran on, from its record, else from the config.json its run folder keeps."""
+        versions = _dict(summary.get("versions")) or _dict(record.get("versions"))
+        host = _dict(summary.get("host")) or _dict(record.get("host"))
+        if not versions or not host:
+            written = _written_facts(str(record.get("run_dir") or ""))
+            versions, host = versions or _dict(written.get("versions")), host or _dict(written.get("host"))
+        device = _dict(summary.get("device"))
+        kind, name = _text(device.get("type")), _text(device.get("name"))
+
+        def version(package: str) -> str | None:
+            return (_text(versions.get(package)) or "") if versions else None
+
+        machine = (
+            version("torch"),
+            version("ignite"),
+            version("cuda"),
+            version("torch_xla"),
+            None if kind is None else (kind if kind == "cpu" or name is None else f"{kind} {name}"),
+            _text(host.get("cpu")) or (name if kind == "cpu" else None),
+            _count(summary.get("cpu_cores")) or _count(host.get("cpu_cores")),
+        )
+        return self._machines.setdefault(machine, machine)
+
+    def configs(self, fetch: Callable[[Any], dict[str, Any]]) -> list[ConfigResult]:
+        environments = self._environments()
+        configs: list[ConfigResult] = []
+        parts: list[list[_Seen]] = []
+        for group in self.groups.values():
+            for config, members in self._split(group, self._choose(group), environments):
+                configs.append(config)
+                parts.append(members)
+        again: list[tuple[Any, int]] = []  # (where, configuration) of the runs to read again
+        figures = []
+        for i, members in enumerate(parts):
+            found = _Figures()
+            buckets = list({id(s.bucket): s.bucket for s in members if s.bucket is not None}.values())
+            if not any(s.run.used for s in members):  # nothing usable: the figures of every completed run
+                for bucket in buckets:
+                    found.merge(bucket.eligible)
+                    if bucket.others is not None:
+                        found.merge(bucket.others)
+            elif any(bucket.stale for bucket in buckets):
+                again += [(s.where, i) for s in members if s.run.used]
+            else:
+                for bucket in buckets:
+                    found.merge(bucket.eligible)
+            figures.append(found)
+        for where, i in sorted(again):
+            figures[i].add(_dict(fetch(where).get("summary")), where)
+        for config, found in zip(configs, figures):
+            found.fill(config)
+        order = sorted(range(len(configs)), key=lambda i: configs[i].index)  # stable: environments keep their order
+        return [configs[i] for i in order]
+
+    def _choose(self, group: _Group) -> list[_Seen]:
+        """Every run of a configuration; per repeat, the last completed attempt that was not contended is used (or,
+        with ``include_contended``, the last completed attempt)."""
+        runs = []
+        for _, attempts in sorted(group.repeats.items()):
+            attempts.sort(key=lambda seen: seen.run.attempt)
+            eligible = [s for s in attempts if s.where is not None and (self.include_contended or not s.run.contended)]
+            if eligible:
+                eligible[-1].run.used = True
+                for superseded in eligible[:-1]:
+                    cast(_Bucket, superseded.bucket).stale = True
+            runs += attempts
+        return runs
+
+    def _environments(self) -> dict[_Machine, tuple[int, str | None]]:
+        """Each environment seen (number, label): runs that agree on every field both of them know share one;
+        numbered in the order they first appear in the results. One environment has no label."""
+        counts: dict[_Machine, int] = {}
+        first: dict[_Machine, Any] = {}  # where its first run is in the results
+        for group in self.groups.values():
+            for attempts in group.repeats.values():
+                for seen in attempts:
+                    if seen.machine is not None:
+                        counts[seen.machine] = counts.get(seen.machine, 0) + 1
+                        if seen.machine not in first or seen.where < first[seen.machine]:
+                            first[seen.machine] = seen.where
+        known: list[_Machine] = []  # the most specific first: the others join the first they agree with
+        joined: dict[_Machine, int] = {}
+        for machine in sorted(counts, key=lambda m: (sum(v is None for v in m), first[m])):
+            home = next((i for i, env in enumerate(known) if _agree(machine, env)), None)
+            if home is None:
+                home = len(known)
+                known.append(machine)
+            joined[machine] = home
+        if len(known) < 2:
+            return {machine: (0, None) for machine in counts}
+        runs = [0] * len(known)
+        seen_first: list[Any] = [None] * len(known)
+        for machine, home in joined.items():
+            runs[home] += counts[machine]
+            if seen_first[home] is None or first[machine] < seen_first[home]:
+                seen_first[home] = first[machine]
+        order = sorted(range(len(known)), key=lambda i: seen_first[i])
+        number = {home: n for n, home in enumerate(order)}
+        differ = [i for i in range(len(ENVIRONMENT_FIELDS)) if len({env[i] for env in known if env[i] is not None}) > 1]
+
+        def label(env: _Machine) -> str:
+            return ", ".join(f"{ENVIRONMENT_FIELDS[i]} {_shown_value(env[i])}" for i in differ if env[i] is not None)
+
+        labels = {home: f"env {number[home] + 1} ({label(known[home])})" for home in range(len(known))}
+        described = "; ".join(f"{labels[home]}: {runs[home]} run(s)" for home in order)
+        self.flags.append(
+            Flag(
+                "mixed-environments",
+                None,
+                f"{len(known)} environments that differ in {', '.join(ENVIRONMENT_FIELDS[i] for i in differ)}: "
+                f"{described}; each has its own verdict",
+            )
+        )
+        return {machine: (number[home], labels[home]) for machine, home in joined.items()}
+
+    def _split(
+        self, group: _Group, runs: list[_Seen], environments: dict[_Machine, tuple[int, str | None]]
+    ) -> list[tuple[ConfigResult, list[_Seen]]]:
+        """A configuration's runs as one result per environment, and within one, per intra-op thread count where
+        its runs used several; runs without a summary go with its most common environment and thread count."""
+        envs = [environments[s.machine] if s.machine is not None else None for s in runs]
+        present = Counter(e for e in envs if e is not None)
+        home = min(present, key=lambda e: (-present[e], e[0])) if present else (0, None)
+        parts: dict[tuple[int, str | None], list[_Seen]] = defaultdict(list)
+        for seen, env in zip(runs, envs):
+            parts[env or home].append(seen)
+        results = []
+        for env in sorted(parts, key=lambda e: e[0]):
+            members = parts[env]
+            threads = Counter(s.threads for s in members if s.threads is not None)
+            usual = max(threads, key=lambda t: threads[t]) if threads else None  # the most runs; the first on a tie
+            by_threads: dict[Any, list[_Seen]] = {usual: []}
+            for seen in members:
+                by_threads.setdefault(seen.threads if seen.threads in threads else usual, []).append(seen)
+            suffix = f"@env{env[0] + 1}" if env[0] else ""
+            for count, runs_of in by_threads.items():
+                result = self._result(group, runs_of, env[1], suffix)
+                if count != usual:
+                    result.suffix += f"@threads={count}"
+                results.append((result, runs_of))
+            if len(by_threads) > 1:
+                name = f"cfg{group.index:03d}{suffix}"
+                shown = ", ".join(f"{t} ({len(runs_of)} run(s))" for t, runs_of in by_threads.items())
+                self.flags.append(
+                    Flag(
+                        "mixed-environments",
+                        name,
+                        f"its runs used different intra-op thread counts per process: {shown}; each count is "
+                        f"reported as a configuration of its own ({name}, {name}@threads=...)",
+                    )
+                )
+        return results
+
+    def _result(self, group: _Group, members: list[_Seen], environment: str | None, suffix: str) -> ConfigResult:
+        written = [s for s in members if s.where is not None]
+        world = min(written, key=lambda s: s.where).world if written else None  # the first one written
+        world = world if isinstance(world, int) and world > 0 else _world(group.config)
+        workload = workload_of(group.config, self.axes) + (f"; {environment}" if environment else "")
+        config = ConfigResult(group.index, group.grid, group.config, workload, world)
+        config.environment, config.suffix = environment, suffix
+        config.runs = [s.run for s in members]
+        return config
+
+
+def _count(value: Any) -> int | None:
+    """A count a run can report (threads, cores): a positive integer, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _agree(a: _Machine, b: _Machine) -> bool:
+    return all(x is None or y is None or x == y for x, y in zip(a, b))
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
+def _shown_value(value: Any) -> str:
+    return "none" if value == "" else str(value)
+
+
+def _written_facts(run_dir: str) -> dict[str, Any]:
+    """The run's config.json (its versions and host), or nothing where it cannot be read."""
+    if not run_dir:
+        return {}
+    try:
+        with open(Path(run_dir) / "config.json", "rb") as f:
+            return _dict(json.loads(f.read(CONFIG_JSON_LIMIT)))
+    except (OSError, ValueError):
+        return {}
+
+
+class _Mean:
+    """The mean of the finite numbers added, one at a time: what :func:`statistics.fmean` gives for all of them
+    (Shewchuk's exact partial sums, summed with :func:`math.fsum`), without keeping them."""
+
+    __slots__ = ("n", "partials")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.partials: list[float] = []
+
+    def add(self, value: Any) -> None:
+        if not _number(value):
+            return
+        self._add(float(value))
+        self.n += 1
+
+    def _add(self, x: float) -> None:
+        partials, i = self.partials, 0
+        for y in partials:
+            if abs(x) < abs(y):
+                x, y = y, x
+            high = x + y
+            low = y - (high - x)
+            if low:
+                partials[i] = low
+                i += 1
+            x = high
+        partials[i:] = [x]
+
+    def merge(self, other: _Mean) -> None:
+        for x in other.partials:  # exact: the partials sum to the other's values exactly
+            self._add(x)
+        self.n += other.n
+
+    @property
+    def value(self) -> float | None:
+        return math.fsum(self.partials) / self.n if self.n else None
+
+
+FLOPS_FIGURES = ("achieved_flops_per_s", "utilisation_attainable", "utilisation_peak")
 
 
 def superlinear(efficiency: Estimate | None) -> bool:
@@ -498,60 +1145,6 @@ def _well_formed_steps(steps: Any) -> bool:
     )
 
 
-def _describe(config: ConfigResult, completed: list[dict[str, Any]], include_contended: bool) -> None:
-    """Fill a configuration's figures from the runs it uses (all completed runs if none is usable)."""
-    used = {r.run_dir for r in config.used_runs}
-    chosen = [r for r in completed if r.get("run_dir") in used] or completed
-    summaries = [r["summary"] for r in chosen]
-    config.throughput = mean_interval(config.samples_per_s)
-    if not summaries:
-        return
-    steps = [s["steps"] for s in summaries if _well_formed_steps(s.get("steps"))]
-    config.step_p50_s = _mean([s["global"].get("step_s_p50") for s in steps])
-    config.step_p90_s = _mean([s["global"].get("step_s_p90") for s in steps])
-    config.data_share = _mean([s["global"].get("data_share") for s in steps])
-    _describe_steps(config, steps)
-    stragglers = [
-        s["straggler"] for s in steps if isinstance(s.get("straggler"), dict) and _number(s["straggler"].get("ratio"))
-    ]
-    config.straggler = max(stragglers, key=lambda s: s["ratio"]) if stragglers else None
-    config.val_accuracy = _mean([s.get("val_accuracy") for s in summaries])
-    first = summaries[0]
-    config.threads_per_process = first.get("threads_per_process")
-    config.cpu_cores = first.get("cpu_cores")
-    config.device_type = (first.get("device") or {}).get("type")
-    config.global_batch = (first.get("batch") or {}).get("global")
-    iterations = [min(r.get("iterations", 0) for r in s["ranks"]) for s in steps if s["ranks"]]
-    config.measured_iterations = min(iterations) if iterations else None
-    config.profiler = next((s["profiler"] for s in summaries if s.get("profiler")), None)
-    config.confusion_matrix = _summed_matrix([s.get("confusion_matrix") for s in summaries])
-    config.strategy = first.get("strategy") if isinstance(first.get("strategy"), str) else None
-    _describe_memory(config, summaries)
-    flops = [_dict(s.get("flops")) for s in summaries]
-    config.flops_per_sample = _mean([_dict(f.get("per_sample")).get("total") for f in flops])
-    for key in ("achieved_flops_per_s", "utilisation_attainable", "utilisation_peak"):
-        setattr(config, key, _mean([f.get(key) for f in flops]))
-
-
-def _describe_memory(config: ConfigResult, summaries: list[dict[str, Any]]) -> None:
-    """Peak memory per run (its largest rank: CUDA's peak reserved where there is one, else the resident set),
-    with an interval over the runs used; what the workers and the held state take."""
-    memories = [_dict(s.get("memory")) for s in summaries]
-    tops = [_dict(m.get("max")) for m in memories]
-    cuda = [t.get("cuda_max_reserved_bytes") for t in tops if _number(t.get("cuda_max_reserved_bytes"))]
-    if cuda:
-        config.peak_memory, config.memory_kind = mean_interval([float(cast(float, v)) for v in cuda]), "CUDA reserved"
-    else:
-        host = [float(t["peak_rss_bytes"]) for t in tops if _number(t.get("peak_rss_bytes"))]
-        config.peak_memory, config.memory_kind = mean_interval(host), "resident" if host else None
-    config.held_bytes = _mean([t.get("held_bytes") for t in tops])
-    private = [
-        max((r.get("workers_private_bytes") or 0 for r in m.get("ranks", []) if isinstance(r, dict)), default=None)
-        for m in memories
-    ]
-    config.workers_memory = _mean(private)
-
-
 def _step_parts(rank: dict[str, Any]) -> dict[str, float | None]:
     """One rank's mean step split into :data:`STEP_PARTS` (seconds); without communication timing, backward
     compute holds the whole backward, all-reduce included."""
@@ -567,52 +1160,20 @@ def _step_parts(rank: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
-def _describe_steps(config: ConfigResult, steps: list[dict[str, Any]]) -> None:
-    """The step breakdown per rank and the communication figures, averaged over the runs used."""
-    if not steps:
-        return
-    world = min(len(s["ranks"]) for s in steps)
-    per_rank = [[_step_parts(s["ranks"][r]) for s in steps] for r in range(world)]
-    config.rank_phases = [{p: _mean([run[p] for run in runs]) or 0.0 for p in STEP_PARTS} for runs in per_rank]
-    config.phases = {p: _mean([r[p] for r in config.rank_phases]) or 0.0 for p in STEP_PARTS}
-    config.comm_timed = any(_number(r.get("exposed_comm_s_mean")) for s in steps for r in s["ranks"])
-    config.overlap = _mean([s["global"].get("overlap") for s in steps])
-    config.buckets_per_step = _mean([r.get("buckets_per_step") for s in steps for r in s["ranks"]])
-    config.busbw_Bps = _mean([s["global"].get("busbw_Bps") for s in steps])
-    config.reference_busbw_Bps = _mean([_dict(s.get("comm_reference")).get("busbw_Bps") for s in steps])
-    iteration = sum(config.phases.values())
-    if config.comm_timed and iteration > 0:
-        config.exposed_share = config.phases["exposed_comm"] / iteration
-    waits = [
-        s["comm_wait"]
-        for s in steps
-        if isinstance(s.get("comm_wait"), dict) and _number(s["comm_wait"].get("median_wait_s"))
-    ]
-    if waits and iteration > 0:
-        worst = max(waits, key=lambda w: w["median_wait_s"])
-        wait_s = _mean([w["median_wait_s"] for w in waits]) or 0.0
-        others = [r for r in range(len(worst.get("wait_s") or [])) if r != worst.get("rank")]
-        config.comm_wait = {"rank": worst.get("rank"), "waiting": others, "wait_s": wait_s, "share": wait_s / iteration}
-
-
-def _summed_matrix(matrices: list[Any]) -> list[list[int]] | None:
-    """The element-wise sum of the well-formed square matrices of one shape (None if there is none)."""
-    square = [
-        m
-        for m in matrices
-        if isinstance(m, list)
-        and m
-        and all(isinstance(row, list) and len(row) == len(m) for row in m)
-        and all(isinstance(v, int) and not isinstance(v, bool) for row in m for v in row)
-    ]
-    square = [m for m in square if len(m) == len(square[0])] if square else []
-    if not square:
-        return None
-    return [[sum(m[i][j] for m in square) for j in range(len(square[0]))] for i in range(len(square[0]))]
+def _square(matrix: Any) -> TypeGuard[list[list[int]]]:
+    """A non-empty square matrix of integers."""
+    return (
+        isinstance(matrix, list)
+        and bool(matrix)
+        and all(isinstance(row, list) and len(row) == len(matrix) for row in matrix)
+        and all(isinstance(v, int) and not isinstance(v, bool) for row in matrix for v in row)
+    )
 
 
 def _kind(config: ConfigResult) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in config.config.items() if k not in LAYOUT_OPTIONS))
+    """What a configuration's speed-up baseline must share with it: every option but the layout, and where it ran."""
+    options = sorted((k, repr(v)) for k, v in config.config.items() if k not in LAYOUT_OPTIONS)
+    return (config.environment, *options)
 
 
 def _speedups(configs: list[ConfigResult], confidence: float) -> None:
@@ -685,26 +1246,47 @@ def _verdict(
         verdict.tied = names
         verdict.reason = "the fastest configuration has a single usable run, so no interval: nothing can be told apart"
         return verdict
-    overlapping = [c for c in measured[1:] if not separated(top.throughput, c.throughput)]
+    others = len(measured) - 1  # the leader is compared with each: the family the correction is over
+    overlapping = [c for c in measured[1:] if not leads(top.throughput, c.throughput, others, confidence)]
+    pct, alpha = round(100 * confidence), 100 - round(100 * confidence)
+    test = f"a one-sided Welch t-test at {alpha:g} %" + (f" / {others} (Bonferroni)" if others > 1 else "")
     if not overlapping:
         verdict.best = top.name
+        each = "the other configuration" if others == 1 else f"each of the {others} others"
         verdict.reason = (
-            f"its {round(100 * confidence)} % interval lies above every other configuration's; "
-            f"{100 * difference:.1f} % faster than the runner-up {runner.name}"
+            f"its {pct} % interval lies above every other configuration's and it is shown faster than {each} by "
+            f"{test}; {100 * difference:.1f} % faster than the runner-up {runner.name}"
         )
         return verdict
     verdict.tied = [top.name] + [c.name for c in overlapping]
     verdict.repeats_needed = {
-        c.name: repeats_to_separate(top.throughput, c.throughput, confidence) for c in overlapping
+        c.name: repeats_to_separate(top.throughput, c.throughput, confidence, comparisons=others) for c in overlapping
     }
     verdict.margin = margin
     verdict.equivalent = all(equivalent(top.samples_per_s, c.samples_per_s, margin) for c in overlapping)
-    verdict.reason = "their intervals overlap the fastest configuration's"
+    apart = [c.name for c in overlapping if _intervals_apart(top, c)]
+    if not apart:
+        verdict.reason = "their intervals overlap the fastest configuration's"
+    else:
+        near = len(overlapping) - len(apart)
+        listed = ", ".join(apart[:TIED_LISTED]) + (
+            f" and {len(apart) - TIED_LISTED} more" if len(apart) > TIED_LISTED else ""
+        )
+        verdict.reason = (
+            (f"{near} of their intervals overlap the fastest configuration's; " if near else "")
+            + f"the fastest's interval lies above that of {listed}, but with {others + 1} configurations compared "
+            f"{test} does not show it faster"
+        )
     if verdict.equivalent:
         verdict.reason += (
             f"; each is shown within ±{100 * margin:g} % of it (two one-sided tests at 5 %): equivalent, any will do"
         )
     return verdict
+
+
+def _intervals_apart(top: ConfigResult, other: ConfigResult) -> bool:
+    low, high = top.throughput.low, other.throughput.high
+    return low is not None and high is not None and low > high
 
 
 def _memory_flags(configs: list[ConfigResult], limit: float | None) -> list[Flag]:
@@ -739,7 +1321,9 @@ def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
     return " and ".join(reasons) or "is no more expensive"
 
 
-def _recommend(verdict: Verdict, configs: list[ConfigResult], limit: float | None) -> None:
+def _recommend(
+    verdict: Verdict, configs: list[ConfigResult], limit: float | None, confidence: float = CONFIDENCE
+) -> None:
     """The configuration to use: the best where one is named; among configurations tied on speed, the cheapest
     (fewest processes, then the lowest peak memory per rank); never one that does not fit."""
     measured = sorted(
@@ -757,14 +1341,16 @@ def _recommend(verdict: Verdict, configs: list[ConfigResult], limit: float | Non
         verdict.recommendation = f"{lead.name}: the fastest, separated from every other configuration"
         return
     peers = [lead]
-    if lead.throughput.has_interval:
-        peers += [c for c in fitting[1:] if not separated(lead.throughput, c.throughput)]
+    if lead.throughput.has_interval:  # tied with the lead by the verdict's own rule
+        rivals = len(measured) - 1
+        peers += [c for c in fitting[1:] if not leads(lead.throughput, c.throughput, rivals, confidence)]
     infinite = float("inf")
     cheapest = min(
         peers, key=lambda c: (c.world_size, c.peak_memory.value or infinite, -cast(float, c.throughput.value))
     )
     verdict.recommended = cheapest.name
-    slower = [c.name for c in measured if c not in fitting and measured.index(c) < measured.index(lead)]
+    ahead = measured[: next(i for i, c in enumerate(measured) if c is lead)]  # faster than the lead
+    slower = [c.name for c in ahead if not c.fits]
     unfit = f" ({', '.join(slower)} faster but does not fit)" if slower else ""
     if len(peers) == 1:
         verdict.recommendation = f"{lead.name}: the fastest configuration that fits{unfit}"

@@ -13,15 +13,24 @@ declares every hyperparameter and every metric of every session.
 
 from __future__ import annotations
 
+import io
+import itertools
 import math
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.outputs import quiet_writer_threads
+from ignite_ddl.core.outputs import open_output, writing
 from ignite_ddl.report.analysis import MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["config_metrics", "write_hparams"]
+__all__ = ["MAX_SESSIONS", "config_metrics", "write_hparams"]
+
+# Sessions written at most: each is a folder and an event file (a few ms), and TensorBoard lists them all. Every
+# configuration's aggregate comes first, then the runs, in the configurations' order.
+MAX_SESSIONS = 1000
 
 
 def _hparam(value: Any) -> Any:
@@ -63,13 +72,10 @@ def config_metrics(config: ConfigResult, best: bool, tied: bool, recommended: bo
     return _finite(metrics)
 
 
-def write_hparams(analysis: Analysis, logdir: Path) -> None:
+def write_hparams(analysis: Analysis, logdir: Path, max_sessions: int = MAX_SESSIONS) -> str | None:
     """Write the sessions under ``logdir``: ``runs/<cfg>-r<repeat>[-a<attempt>]`` and ``configs/<cfg>``, and the
-    experiment description that declares all of them at ``logdir``."""
-    from torch.utils.tensorboard import SummaryWriter
-    from torch.utils.tensorboard.summary import hparams
-
-    quiet_writer_threads()  # a failed write comes back from the writer's next call, as one line
+    experiment description that declares all of them at ``logdir``; at most ``max_sessions`` of them (the
+    configurations' first). Returns what was left out, in words (None: nothing)."""
     verdicts = {v.workload: v for v in analysis.verdicts}
     sessions: list[tuple[str, dict[str, Any], dict[str, float]]] = []
     for config in analysis.configs:
@@ -95,20 +101,116 @@ def write_hparams(analysis: Analysis, logdir: Path) -> None:
         metrics = config_metrics(config, best, tied, verdict.recommended == config.name)
         sessions.append((f"configs/{config.name}", {**common, "repeat": "all", "attempt": "all"}, metrics))
     if not sessions:
-        return
+        return None
+    left_out = None
+    if len(sessions) > max_sessions:
+        kept = sorted(sessions, key=lambda session: not session[0].startswith("configs/"))[:max_sessions]
+        left_out = (
+            f"(the first {len(kept)} of {len(sessions)} sessions: every configuration's before any run's, in the "
+            "configurations' order)"
+        )
+        sessions = kept
     # One value per hyperparameter for the description: the plugin takes each one's type from it.
     every_hparam: dict[str, Any] = {}
     for _, values, _ in sessions:
         for key, value in values.items():
             every_hparam.setdefault(key, value)
     every_metric = sorted({metric for _, _, metrics in sessions for metric in metrics})
-    experiment, _, _ = hparams(every_hparam, dict.fromkeys(every_metric, 0.0))
-    with SummaryWriter(log_dir=str(logdir)) as writer:
-        writer.file_writer.add_summary(experiment)
+    _write_events(logdir, [_plugin_summary("experiment", _experiment(every_hparam, every_metric))])
     for name, values, metrics in sessions:
-        _, start, end = hparams(values, metrics)
-        with SummaryWriter(log_dir=str(logdir / name)) as writer:
-            writer.file_writer.add_summary(start)
-            writer.file_writer.add_summary(end)
-            for metric, value in metrics.items():
-                writer.add_scalar(metric, value)
+        start = _plugin_summary("session_start_info", _session_start(values))
+        end = _plugin_summary("session_end_info", _session_end())
+        _write_events(logdir / name, [start, end, *(_scalar(metric, value) for metric, value in metrics.items())])
+    return left_out
+
+
+# What torch.utils.tensorboard's SummaryWriter and its hparams() write, written here with TensorBoard's own protocol
+# buffers, in one synchronous write per session: no writer thread per session, and no torch to import (its import
+# alone is most of a report's memory).
+
+
+def _hparam_values(values: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(name, value, field) of each hyperparameter, typed as torch's hparams() types them (a bool as a number)."""
+    typed: list[tuple[str, Any, str]] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            typed.append((key, float(value), "number_value"))
+        elif isinstance(value, str):
+            typed.append((key, value, "string_value"))
+        else:
+            raise ValueError("value should be one of int, float, str or bool")
+    return typed
+
+
+def _session_start(values: dict[str, Any]) -> Any:
+    from tensorboard.plugins.hparams.plugin_data_pb2 import SessionStartInfo  # type: ignore[import-untyped]
+
+    info = SessionStartInfo()
+    for key, value, kind in _hparam_values(values):
+        setattr(info.hparams[key], kind, value)
+    return info
+
+
+def _session_end() -> Any:
+    from tensorboard.plugins.hparams.api_pb2 import Status  # type: ignore[import-untyped]
+    from tensorboard.plugins.hparams.plugin_data_pb2 import SessionEndInfo
+
+    return SessionEndInfo(status=Status.Value("STATUS_SUCCESS"))
+
+
+def _experiment(values: dict[str, Any], metrics: list[str]) -> Any:
+    from tensorboard.plugins.hparams.api_pb2 import DataType, Experiment, HParamInfo, MetricInfo, MetricName
+
+    types = {"number_value": "DATA_TYPE_FLOAT64", "string_value": "DATA_TYPE_STRING"}
+    infos = [HParamInfo(name=key, type=DataType.Value(types[kind])) for key, _, kind in _hparam_values(values)]
+    return Experiment(hparam_infos=infos, metric_infos=[MetricInfo(name=MetricName(tag=m)) for m in metrics])
+
+
+def _plugin_summary(part: str, message: Any) -> Any:
+    """A Summary holding one part of the HParams plugin's data (``experiment``, ``session_start_info``, ...)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata  # type: ignore[import-untyped]
+    from tensorboard.plugins.hparams import metadata  # type: ignore[import-untyped]
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    content = HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **{part: message}).SerializeToString()
+    plugin = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=content))
+    tags = {
+        "experiment": metadata.EXPERIMENT_TAG,
+        "session_start_info": metadata.SESSION_START_INFO_TAG,
+        "session_end_info": metadata.SESSION_END_INFO_TAG,
+    }
+    return Summary(value=[Summary.Value(tag=tags[part], metadata=plugin)])
+
+
+def _scalar(name: str, value: float) -> Any:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(value=[Summary.Value(tag=name, simple_value=float(value))])
+
+
+_EVENT_FILES = itertools.count()
+
+
+def _write_events(logdir: Path, summaries: list[Any]) -> None:
+    """One event file in ``logdir``, named as TensorBoard's writers name theirs, holding ``summaries``."""
+    from tensorboard.compat.proto.event_pb2 import Event  # type: ignore[import-untyped]
+    from tensorboard.summary.writer.record_writer import RecordWriter  # type: ignore[import-untyped]
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES)}"
+    records = [Event(wall_time=now, file_version="brain.Event:2").SerializeToString()]
+    records += [Event(wall_time=now, summary=summary).SerializeToString() for summary in summaries]
+    buffer = io.BytesIO()
+    writer = RecordWriter(buffer)
+    for record in records:
+        writer.write(record)
+    path = logdir / name
+    fd = open_output(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # a new file: nothing planted is written through
+    try:
+        with writing(path):
+            os.write(fd, buffer.getvalue())
+    finally:
+        os.close(fd)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
-from ignite_ddl.measure.profilers import format_profile
 from ignite_ddl.report.analysis import (
     FLAG_MEANINGS,
+    FLAGS_LISTED,
     MIB,
     MIN_REPEATS,
     Analysis,
@@ -56,15 +56,15 @@ class Document:
         out = []
         for kind, value in self.blocks:
             if kind == "heading":
-                out.append("#" * value[0] + " " + value[1])
+                out.append("#" * value[0] + " " + _md_inline(value[1]))
             elif kind == "paragraph":
-                out.append(value)
+                out.append(_md_inline(value))
             elif kind == "bullets":
-                out.append("\n".join(f"- {item}" for item in value))
+                out.append("\n".join(f"- {_md_inline(item)}" for item in value))
             elif kind == "table":
                 header, rows = value
-                lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                lines += ["| " + " | ".join(row) + " |" for row in rows]
+                lines = ["| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
+                lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
                 out.append("\n".join(lines))
             elif kind == "image":
                 out.append(f"![{value[1]}]({value[0]})")
@@ -88,9 +88,13 @@ class Document:
                 out.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in value) + "</ul>")
             elif kind == "table":
                 header, rows = value
-                out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-                out += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
-                out.append("</table>")
+                # A table scrolls inside its own box, never the page; a header may break after _ or /.
+                cells = "".join(f"<th>{_breakable(e(h))}</th>" for h in header)
+                out.append(f"<div class='table'><table><thead><tr>{cells}</tr></thead><tbody>")
+                out += [
+                    "<tr>" + "".join(f"<td{_cell_class(c)}>{_ranges(e(c))}</td>" for c in row) + "</tr>" for row in rows
+                ]
+                out.append("</tbody></table></div>")
             elif kind == "image":
                 out.append(f"<p><img src='{html.escape(value[0])}' alt='{html.escape(value[1])}'></p>")
             else:
@@ -98,10 +102,37 @@ class Document:
         return "\n".join(out) + "</body></html>\n"
 
 
+# The page: text at most 1100 px wide, centred. Tables are compact (a decision table of a dozen columns fits a
+# 1366 px laptop screen, tests/test_report_browser.py) and each sits in a box that scrolls sideways on its own
+# when it is wider than the page: a wide detail table never pushes the page, or the decision table, off-screen.
 _STYLE = (
-    "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>"
+    "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 12px;line-height:1.35}"
+    "div.table{max-width:100%;overflow-x:auto;margin:0.6em 0}"
+    "table{border-collapse:collapse;font-size:14px}"
+    "td,th{border:1px solid #ccc;padding:3px 5px;text-align:right}"
+    "th{background:#f3f3f3;vertical-align:bottom}"
+    "td:first-child,th:first-child{text-align:left}.n{white-space:nowrap}"
+    "td.t{text-align:left;font-size:13px}td.t.long{min-width:14em}"
+    "img{max-width:100%}pre{overflow-x:auto}</style></head><body>"
 )
+
+
+def _ranges(cell: str) -> str:
+    """An escaped cell with each interval (``1.66-1.74``) kept on one line: a browser breaks after a hyphen."""
+    return re.sub(r"(\(?\d[\d.]*-\d[\d.]*\)?)", r"<span class='n'>\1</span>", cell)
+
+
+def _cell_class(text: str) -> str:
+    """A figure (no space: ``2817-2873``) stays on one line; a text is set left and smaller, and a long one (a
+    workload's options) gets room for a few words a line."""
+    if " " not in text:
+        return " class='n'"
+    return " class='t long'" if len(text) > 50 else " class='t'" if len(text) > 30 else ""
+
+
+def _breakable(header: str) -> str:
+    """An escaped column header with a break opportunity after each ``_`` and ``/`` (``nproc_per_node``)."""
+    return re.sub(r"([_/])", r"\1<wbr>", header)
 
 
 def _cell(value: Any) -> str:
@@ -110,6 +141,25 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return str(value).replace("|", "/")
+
+
+# What turns text from a sweep (a grid value, a name, an error message) into Markdown structure: a line break (a new
+# heading, list item or table row), the start of an HTML element or comment (<script>, </p>, <!--), a character
+# reference (&lt;). The report's own markup (**bold**, `code`) is left alone.
+_MD_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_MD_ENTITY = re.compile(r"&(?=#?\w+;)")
+
+
+def _md_inline(text: str) -> str:
+    """``text`` as one line of Markdown that shows what it says: line breaks become spaces, and what would start an
+    HTML element or a character reference is backslash-escaped (``\\<script>`` shows ``<script>`` as text)."""
+    text = " ".join(text.splitlines())
+    return _MD_ENTITY.sub(r"\\&", _MD_TAG.sub(r"\\<", text))
+
+
+def _md_cell(text: str) -> str:
+    """A Markdown table cell: :func:`_md_inline`, and a ``|`` escaped so that it cannot end the cell."""
+    return _md_inline(text).replace("|", "\\|")
 
 
 def _rate(value: float | None) -> str:
@@ -158,9 +208,9 @@ def verdict_lines(analysis: Analysis) -> list[str]:
         if v.best is not None:
             lines.append(f"{where}best: {_named(analysis, v.best)}: {_figure(analysis.config(v.best), pct)}{tag}")
         elif v.tied and v.equivalent:
-            lines.append(f"{where}equivalent within ±{100 * v.margin:g} %: {', '.join(v.tied)} (any will do){tag}")
+            lines.append(f"{where}equivalent within ±{100 * v.margin:g} %: {v.tied_shown} (any will do){tag}")
         elif v.tied:
-            lines.append(f"{where}statistically tied: {', '.join(v.tied)} ({v.reason}){tag}")
+            lines.append(f"{where}statistically tied: {v.tied_shown} ({v.reason}){tag}")
         else:
             lines.append(f"{where}no verdict: {v.reason}")
         if v.recommendation and not (v.best is not None and v.recommended == v.best):
@@ -192,16 +242,16 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
             items.append(f"**Best: {_named(analysis, v.best)}** — {_figure(best, pct)}: {v.reason}.")
         elif v.tied and v.equivalent:
             items.append(
-                f"**Equivalent within ±{100 * v.margin:g} %: {', '.join(v.tied)}** — {v.reason}. None is faster by "
+                f"**Equivalent within ±{100 * v.margin:g} %: {v.tied_shown}** — {v.reason}. None is faster by "
                 "more than the margin; choose on cost."
             )
         elif v.tied:
             items.append(
-                f"**Statistically tied: {', '.join(v.tied)}** — {v.reason}: the data does not say which is fastest."
+                f"**Statistically tied: {v.tied_shown}** — {v.reason}: the data does not say which is fastest."
             )
-            for name in v.tied:
+            for name in v.tied_listed:
                 items.append(f"{_named(analysis, name)}: {_figure(analysis.config(name), pct)}")
-            for name, n in v.repeats_needed.items():
+            for name, n in ((name, v.repeats_needed[name]) for name in v.tied_listed if name in v.repeats_needed):
                 config, top = analysis.config(name), analysis.config(v.tied[0])
                 gap = 100 * (1 - (config.throughput.value or 0) / (top.throughput.value or 1))
                 if not config.throughput.has_interval:
@@ -236,7 +286,8 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
     doc.paragraph(
         "How to read this: each configuration's throughput is the mean over its repeated runs, with a "
         f"{pct} % confidence interval; a best configuration is named only when its interval does not overlap any "
-        "other's, which you can check on the error bars of throughput.png. When intervals overlap the report names "
+        "other's, which you can check on the error bars of throughput.png, and its lead over each survives the "
+        "correction for comparing several configurations (Method). When intervals overlap the report names "
         "the tie instead of a winner: the difference is inside the run-to-run noise. Configurations are only "
         f"compared with others of the same workload ({', '.join(analysis.workload_axes)}). Read the next section "
         "before trusting any figure."
@@ -262,7 +313,8 @@ def _adaptive_text(analysis: Analysis, state: dict[str, Any]) -> str:
         "overlapped the fastest's and that were not shown equivalent to it (two one-sided tests at 5 %, margin "
         f"±{100 * float(spec.get('equivalence_margin') or 0):g} %), at most {spec.get('max_repeats')} rounds"
         f"{budget}. The stop uses the verdict's own "
-        "rule (non-overlapping intervals), so the verdict is no less strict for having stopped early: on 1000 "
+        "rule (non-overlapping intervals, corrected for multiple comparisons), so the verdict is no less strict for "
+        "having stopped early: on 1000 "
         "simulated sweeps of 8 identical configurations (2 % run-to-run spread) it named no false best. "
         f"After {state['rounds']} round(s): {ended}."
     )
@@ -279,7 +331,8 @@ def _trust_section(doc: Document, analysis: Analysis) -> None:
     for kind in kinds:
         found = [f for f in analysis.flags if f.kind == kind]
         doc.paragraph(f"**{kind}** ({len(found)}): {FLAG_MEANINGS[kind]}.")
-        doc.bullets([f"{f.config}: {f.detail}" if f.config else f.detail for f in found])
+        listed = [f"{f.config}: {f.detail}" if f.config else f.detail for f in found[:FLAGS_LISTED]]
+        doc.bullets(listed + ([f"... and {len(found) - FLAGS_LISTED} more"] if len(found) > FLAGS_LISTED else []))
     contended = sum(r.contended for c in analysis.configs for r in c.runs)
     rerun = any(r.attempt for c in analysis.configs for r in c.runs)
     state = (
@@ -576,8 +629,11 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
         "data wait + forward + optimizer step of a rank: the straggler is the rank whose own time is largest, "
         "as a ratio to the median rank's."
     )
-    _config_tables(doc, analysis)
-    found = notes(analysis)
+    tables = analysis.for_tables()  # thousands of configurations: the ones that matter, and a line saying so
+    if tables.shown_note:
+        doc.paragraph(tables.shown_note)
+    _config_tables(doc, tables)
+    found = notes(tables)
     if found:
         doc.heading("Where time is lost")
         doc.bullets(found)
@@ -596,18 +652,22 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
     if failures:
         doc.heading("Failures")
         doc.table(["config", "options", "reason"], [[n, _options(g), e] for n, g, e in failures])
-    plots = make_plots(analysis, out)
+    drawn = analysis.for_plots()
+    plots = make_plots(drawn, out)
     if plots:
         doc.heading("Plots")
+        if drawn.shown_note:
+            doc.paragraph(drawn.shown_note)
         for path, alt in plots:
             doc.image(path, alt)
     _profiler_tables(doc, analysis)
     _environment(doc, analysis)
+    left_out = None
     with output_errors(out / "tb_hparams"):
-        write_hparams(analysis, out / "tb_hparams")
+        left_out = write_hparams(analysis, out / "tb_hparams")
     doc.paragraph(
         "Browse every run and configuration in TensorBoard (HPARAMS tab): `tensorboard --logdir "
-        "tb_hparams` in this directory."
+        "tb_hparams` in this directory" + (f" {left_out}." if left_out else ".")
     )
 
     write_bytes(out / "report.md", doc.markdown().encode())
@@ -620,6 +680,8 @@ def _profiler_tables(doc: Document, analysis: Analysis) -> None:
     profiled = [c for c in analysis.configs if c.profiler]
     if not profiled:
         return
+    from ignite_ddl.measure.profilers import format_profile  # imports torch: only for a sweep that profiled
+
     doc.heading("Profilers")
     for config in profiled:
         profile = config.profiler

@@ -3,10 +3,16 @@
 - :func:`mean_interval`: mean and two-sided Student-t confidence interval over repeats.
 - :func:`ratio_interval`: a ratio of two means (speed-up) with a delta-method interval on the log scale and
   Welch–Satterthwaite degrees of freedom (the two sets of runs are independent and may have unequal spreads).
-- :func:`separated`: the verdict's rule: two configurations differ when their intervals do not overlap.
-  Conservative on purpose: between identical configurations it names a false winner far less often than a
-  t-test at the same confidence (simulated with 3–8 repeats: about 0.5 % against 3–5 %), and a reader can check
-  it by eye on the plots' error bars.
+- :func:`separated`: two configurations differ when their intervals do not overlap. Conservative on purpose:
+  between identical configurations it names a false winner far less often than a t-test at the same confidence
+  (simulated with 3–8 repeats: about 0.5 % against 3–5 %), and a reader can check it by eye on the plots' error
+  bars.
+- :func:`outpaces`: the verdict's rule for "the leader is faster than that one", one of the ``k - 1`` comparisons of
+  the leader with the other configurations of its workload: the intervals do not overlap **and** a one-sided Welch
+  t-test rejects "no faster" at ``5 % / (k - 1)`` (Bonferroni). A best named this way is the wrong one with
+  probability at most 5 % whatever ``k`` (multiple comparisons with the best: a wrong leader must have beaten the
+  true best, one of ``k - 1`` comparisons each at ``5 % / (k - 1)``), where intervals alone let that chance grow
+  with ``k``.
 - :func:`welch_p`: Welch's t-test p-value, reported beside the rule.
 - :func:`repeats_to_separate`: how many repeats per configuration would make two intervals stop overlapping, if the
   means and spreads stayed as measured.
@@ -35,10 +41,13 @@ __all__ = [
     "EQUIVALENCE_MARGIN",
     "Estimate",
     "equivalent",
+    "leads",
     "mean_interval",
+    "outpaces",
     "ratio_interval",
     "repeats_to_separate",
     "separated",
+    "welch_greater_p",
     "welch_p",
 ]
 
@@ -171,15 +180,72 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(_scipy().ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def repeats_to_separate(a: Estimate, b: Estimate, confidence: float = CONFIDENCE, limit: int = 100) -> int | None:
-    """Repeats per configuration at which the two intervals would no longer overlap if the means and standard
+def welch_greater_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """One-sided p-value of Welch's t-test of "the mean of ``a`` is no larger than the mean of ``b``" (None with
+    fewer than 2 runs in either).
+
+    >>> round(welch_greater_p([100.0, 110, 120], [80.0, 80.1, 79.9]), 3)  # 30 faster, t = 5.2 on 2 degrees
+    0.018
+    """
+    return _welch_greater(mean_interval(a), mean_interval(b))
+
+
+def _welch_greater(a: Estimate, b: Estimate) -> float | None:
+    """:func:`welch_greater_p` from two estimates (their means, standard deviations and run counts)."""
+    if a.n < 2 or b.n < 2 or a.value is None or b.value is None or a.sd is None or b.sd is None:
+        return None
+    va, vb = a.sd * a.sd / a.n, b.sd * b.sd / b.n
+    diff = a.value - b.value
+    if va + vb == 0:
+        return 0.0 if diff > 0 else 1.0
+    df = (va + vb) ** 2 / (va * va / (a.n - 1) + vb * vb / (b.n - 1))
+    return float(_scipy().t.sf(diff / math.sqrt(va + vb), df))
+
+
+def leads(a: Estimate, b: Estimate, comparisons: int = 1, confidence: float = CONFIDENCE) -> bool:
+    """:func:`outpaces` from the two configurations' estimates (their ``confidence`` intervals over repeats)."""
+    if not separated(a, b) or a.value is None or b.value is None or a.value <= b.value:
+        return False
+    p = _welch_greater(a, b)
+    return p is not None and p <= (1 - confidence) / max(1, comparisons)
+
+
+def outpaces(
+    leader: Sequence[float], other: Sequence[float], comparisons: int = 1, confidence: float = CONFIDENCE
+) -> bool:
+    """Whether ``leader`` is shown faster than ``other`` by the verdict's rule, as one of ``comparisons``
+    comparisons made with the same leader: their ``confidence`` intervals do not overlap (the leader's above), and
+    the one-sided Welch t-test of "the leader is no faster" rejects at ``(1 - confidence) / comparisons``
+    (Bonferroni). False when either has fewer than 2 runs.
+
+    Example (a leader whose interval clears a precise runner-up's, but by a margin a single comparison allows and
+    seven do not):
+        >>> leader, runner_up = [100.0, 110, 120], [80.0, 80.1, 79.9]
+        >>> outpaces(leader, runner_up, comparisons=1), outpaces(leader, runner_up, comparisons=7)
+        (True, False)
+    """
+    return leads(mean_interval(leader, confidence), mean_interval(other, confidence), comparisons, confidence)
+
+
+def repeats_to_separate(
+    a: Estimate, b: Estimate, confidence: float = CONFIDENCE, limit: int = 100, comparisons: int = 1
+) -> int | None:
+    """Repeats per configuration at which the two intervals would no longer overlap, and the leader's lead would pass
+    the one-sided Welch t-test at ``(1 - confidence) / comparisons`` (:func:`outpaces`), if the means and standard
     deviations stayed as measured; None if not within ``limit`` (or not computable)."""
     if a.value is None or b.value is None or a.sd is None or b.sd is None:
         return None
     gap = abs(a.value - b.value)
     if gap == 0:
         return None
+    one_sided = 1 - 2 * (1 - confidence) / max(1, comparisons)  # _t is two-sided: this puts alpha/m in one tail
+    spread = a.sd**2 + b.sd**2
     for n in range(2, limit + 1):
-        if _t(confidence, n - 1) * (a.sd + b.sd) / math.sqrt(n) < gap:
+        if _t(confidence, n - 1) * (a.sd + b.sd) / math.sqrt(n) >= gap:
+            continue
+        if spread == 0:
+            return n
+        df = spread**2 * (n - 1) / (a.sd**4 + b.sd**4)  # Welch-Satterthwaite with n runs of each
+        if _t(one_sided, round(df, 1)) * math.sqrt(spread / n) < gap:
             return n
     return None

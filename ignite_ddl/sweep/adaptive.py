@@ -3,15 +3,17 @@
 After ``min_repeats`` rounds (every configuration once per round, interleaved), a round is added only for the
 configurations that can still be the best of their workload, until each workload is decided:
 
-- **separated**: the fastest configuration's interval lies above every other's: the report's own rule for naming a
-  best (:mod:`ignite_ddl.report.analysis`), so the sweep stops exactly when the report can name one;
+- **separated**: the fastest configuration is shown faster than every other by the report's own rule for naming a
+  best (:func:`ignite_ddl.report.stats.outpaces`: its interval above the other's, and a one-sided Welch t-test at
+  5 % / (k - 1) for k configurations, corrected for the comparisons with the leader), so the sweep stops exactly
+  when the report can name one, and looking after every round does not let a wrong best through;
 - **equivalent**: every configuration still overlapping the fastest is shown equivalent to it within
   ``equivalence_margin`` (default 3 %) by two one-sided tests at 5 %: the 90 % interval of the ratio of their mean
   throughputs lies inside ``[1 / (1 + margin), 1 + margin]``. Any of them will do; the report recommends the
   cheapest;
 - or the sweep ends undecided: ``max_repeats`` rounds were run, or the next round would overrun ``budget_s``.
 
-Configurations already clearly out of the race (their interval below the fastest's) get no more rounds. Each
+Configurations already out of the race (shown slower than the fastest by that same rule) get no more rounds. Each
 round's runs keep the interleaved order (the direction reversed every round), so a slow minute of the machine is
 spread over the configurations that are still compared.
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ignite_ddl.report.stats import CONFIDENCE, equivalent, mean_interval, separated
+from ignite_ddl.report.stats import CONFIDENCE, equivalent, leads, mean_interval
 
 __all__ = ["OUTCOMES", "AdaptiveRule", "Decision", "decide"]
 
@@ -65,7 +67,8 @@ def _workload(samples: Mapping[int, Sequence[float]], rule: AdaptiveRule) -> tup
     estimates = {index: mean_interval(list(values), rule.confidence) for index, values in samples.items() if values}
     leader = max(estimates, key=lambda i: estimates[i].value or 0.0)
     top = estimates[leader]
-    contenders = [i for i, e in estimates.items() if i != leader and not separated(top, e)]
+    others = len(estimates) - 1  # as the verdict counts them: the configurations with a usable run
+    contenders = [i for i, e in estimates.items() if i != leader and not leads(top, e, others, rule.confidence)]
     missing = [i for i, values in samples.items() if not values]  # no usable run yet: it might be the best
     if not contenders and not missing and top.has_interval:
         return "separated", [], leader

@@ -15,10 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,11 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
-from ignite_ddl.sweep.spec import Spec, configurations, run_options
+from ignite_ddl.sweep.spec import Spec, configurations, run_options, shown_grid
 
 __all__ = [
     "Run",
+    "check_configurations",
     "contended_reruns",
     "expand",
     "make_run",
@@ -98,7 +100,7 @@ def make_run(
     try:
         config = TrainConfig.from_dict({**run_options(spec, grid), "output_dir": str(run_dir), "overwrite": True})
     except ConfigError as e:
-        raise ConfigError(f"configuration {dict(grid)}: {e}") from None
+        raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
     return Run(index, repeat, grid, config, attempt, position)
 
 
@@ -107,6 +109,37 @@ def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
     grids = configurations(spec)
     for position, (index, repeat) in enumerate(run_order(spec, len(grids))):
         yield make_run(spec, index, grids[index], repeat, output_dir, position=position)
+
+
+def check_configurations(spec: Spec, files: bool = True) -> None:
+    """Refuse (:class:`ConfigError`, naming the configuration) a sweep with a configuration whose run would be
+    refused before it starts, as ``ignite-ddl train`` checks it (``trainer.run.check_training``): an unknown model,
+    a dataset whose files are missing (``files``: where the runs are local; a SLURM node may see other files), an
+    unreachable tracker. Each distinct model, dataset and tracker is checked once. The trainer's modules (torch) are
+    imported here, when a sweep is about to run, not when a spec is read."""
+    from ignite_ddl.trainer.data import check_dataset
+    from ignite_ddl.trainer.models import check_model
+    from ignite_ddl.trainer.tracking import check_tracker
+
+    seen: set[tuple[Any, ...]] = set()
+    for grid in configurations(spec):
+        config = TrainConfig.from_dict(run_options(spec, grid))
+        checks: list[tuple[tuple[Any, ...], Callable[[], None]]] = [
+            (("model", config.model), functools.partial(check_model, config.model))
+        ]
+        if files:
+            dataset = ("dataset", config.dataset, config.data_dir, config.download)
+            checks.append((dataset, functools.partial(check_dataset, config)))
+        if config.tracker != "none":
+            checks.append((("tracker", config.tracker, config.tracking_uri), functools.partial(check_tracker, config)))
+        for key, check in checks:
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                check()
+            except ConfigError as e:
+                raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
 
 
 def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:

@@ -21,6 +21,7 @@ LocalExecutor` and :class:`~ignite_ddl.sweep.slurm.SlurmExecutor`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError, MachineBusy
-from ignite_ddl.core.folders import lock
+from ignite_ddl.core.folders import claim_sweep_folder, lock
 from ignite_ddl.core.results import (
     RunRecord,
     SweepMeta,
@@ -47,7 +48,7 @@ from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import BusyStreak, first_probe_from, machine_share, wait_until_quiet
 from ignite_ddl.sweep.local import LocalExecutor
-from ignite_ddl.sweep.plan import Run, contended_reruns, expand, make_run, sweep_dir
+from ignite_ddl.sweep.plan import Run, check_configurations, contended_reruns, expand, make_run, sweep_dir
 from ignite_ddl.sweep.records import describe_outcome
 from ignite_ddl.sweep.slurm import SlurmExecutor
 from ignite_ddl.sweep.spec import Spec, configurations
@@ -82,19 +83,25 @@ def sweep(
     resume: bool = False,
     progress: Callable[[str], None] = print,
     load_since: ForeignLoad | None = None,
+    hold: contextlib.ExitStack | None = None,
 ) -> list[dict[str, Any]]:
     """Run every configuration of ``spec`` not yet recorded; return all records of the sweep.
 
-    Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, and a folder another sweep
-    is using. Raises :class:`MachineBusy` when other processes keep the machine too busy to compare (its records
-    so far are kept, and the reason is written to ``sweep.json``). ``load_since``: the machine's load counted since
-    the command started, the first probe of whether it is busy.
+    Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, into a folder that holds
+    files but no sweep, and into a folder another sweep or run is using. Raises :class:`MachineBusy` when other
+    processes keep the machine too busy to compare (its records so far are kept, and the reason is written to
+    ``sweep.json``). ``load_since``: the machine's load counted since the command started, the first probe of
+    whether it is busy. ``hold``: the folder stays locked until this stack closes, not when the runs end (the
+    command writes its report under the same lock: no run may land in the folder before the last file is written).
     """
     out = sweep_dir(spec, output_dir)
     runs = list(expand(spec, out))
     executor = executor_for(spec, out)
     executor.check()
-    with lock(out, "sweep"):
+    check_configurations(spec, files=spec.executor == "local")  # what each run would refuse, refused before the first
+    claim_sweep_folder(out)  # before the lock: no .lock is left in a folder that is not a sweep's
+    with contextlib.ExitStack() as own:
+        (hold if hold is not None else own).enter_context(lock(out, "sweep"))
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
             probe = first_probe_from(load_since) if load_since is not None else machine_share
             wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)

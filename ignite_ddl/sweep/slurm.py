@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -49,11 +50,13 @@ from ignite_ddl.sweep.spec import SlurmOptions
 
 __all__ = [
     "JobExit",
+    "NEVER_RUNS",
     "JobState",
     "Outcome",
     "SlurmExecutor",
     "job_config",
     "job_resources",
+    "never_runs",
     "run_job",
     "wait_for",
 ]
@@ -73,6 +76,32 @@ ENDED = (
     "SPECIAL_EXIT",
 )
 JOBS_FILE = "slurm_jobs.json"
+
+# Reasons SLURM gives a pending job that waiting cannot fix: the job asks for more than its partition, account or
+# QOS allows any one job, or for what no node has (SLURM's "Job Reason Codes", slurm.schedmd.com/job_reason_codes
+# .html). Such a job stays pending forever: it is cancelled and recorded as failed with the reason, at once.
+NEVER_RUNS = frozenset(
+    {
+        "PartitionNodeLimit",  # more nodes than the partition has (or may give one job)
+        "PartitionTimeLimit",  # a time limit above the partition's
+        "PartitionConfig",  # "until the partition's configuration changes": what SLURM says at submission
+        "BadConstraints",  # constraints (features, GRES) no node satisfies
+        "DependencyNeverSatisfied",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",  # the account may not use the partition
+        "QOSNotAllowed",
+    }
+)
+# Per-job maxima of an association or a QOS (QOSMaxNodePerJobLimit, AssocMaxWallDurationPerJobLimit, ...) and QOS
+# minima (QOSMinGRES, ...): limits on the job itself, not on what others are using; aggregate limits (*Grp*,
+# *PerUser, *PerAccount) pass as other jobs end, and are waited on.
+_NEVER_RUNS_LIMIT = re.compile(r"(Assoc|QOS)Max\w*PerJob\w*|QOSMin\w+")
+
+
+def never_runs(reason: str | None) -> bool:
+    """Whether a pending job with SLURM's ``reason`` can never start as it was submitted."""
+    return reason is not None and (reason in NEVER_RUNS or _NEVER_RUNS_LIMIT.fullmatch(reason) is not None)
 
 
 def _check_cluster(options: SlurmOptions) -> None:
@@ -178,7 +207,14 @@ class JobState:
     def ended(self) -> bool:
         return self.state in ENDED
 
+    @property
+    def never_runs(self) -> bool:
+        """Pending for a reason waiting cannot fix (:data:`NEVER_RUNS`)."""
+        return self.state == "PENDING" and never_runs(self.reason)
+
     def describe(self, job_id: str) -> str:
+        if self.never_runs:
+            return f"SLURM job {job_id} can never run as submitted (reason {self.reason}): cancelled"
         reason = f", reason {self.reason}" if self.reason else ""
         code = f", exit code {self.exit_code}" if self.exit_code else ""
         return f"SLURM job {job_id} {self.state}{reason}{code}"
@@ -239,6 +275,11 @@ def _job_outcome(folder: Path, job_id: str) -> Outcome | None:
 
     job: Any = submitit.SlurmJob(folder=folder, job_id=job_id)
     state = _job_state(job_id)
+    if state is not None and state.never_runs:
+        # Pending forever otherwise: cancel it, and record it now with SLURM's reason.
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # recorded either way
+            subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+        return Outcome(job_id, None, state, None)
     returned = job.paths.result_pickle.exists()
     if not returned and state is not None and not state.ended:
         return None

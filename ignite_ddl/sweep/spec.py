@@ -11,6 +11,10 @@ from the command line (``ignite-ddl sweep`` has a flag per key).
     order: interleaved          # interleaved (default) | shuffled | grouped
     timeout_s: 600              # wall-time limit of one run
 
+**Bounds.** A grid has at most :data:`MAX_CONFIGURATIONS` (10,000) configurations and a sweep plans at most
+:data:`MAX_RUNS` (100,000) runs (configurations x repeats, or x max_repeats when adaptive): both are counted from
+the lengths of the grid's axes before any configuration is built, and a spec past them is refused in one line.
+
 Example:
     >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "repeats": 2})
     >>> spec.repeats, spec.order, spec.workload
@@ -25,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,8 @@ from ignite_ddl.sweep.busy import BUSY_POLICIES
 
 __all__ = [
     "EXECUTORS",
+    "MAX_CONFIGURATIONS",
+    "MAX_RUNS",
     "ORDERS",
     "STARTS",
     "SWEEP_DEFAULTS",
@@ -51,6 +59,7 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "run_options",
+    "shown_grid",
 ]
 
 ORDERS = ("interleaved", "shuffled", "grouped")
@@ -68,6 +77,12 @@ def _env_int(name: str, default: int) -> Any:
 
 
 MAX_REPEATS = 10_000
+# The most configurations a grid may have, and runs a sweep may plan (configurations x repeats, or x max_repeats
+# when adaptive): each configuration is checked and each run planned before the first starts, so a grid of 10^6
+# would take minutes and gigabytes before anything happened. A few thousand runs is a large SLURM sweep; beyond
+# these, split the sweep (one spec per part of the grid).
+MAX_CONFIGURATIONS = 10_000
+MAX_RUNS = 100_000
 
 
 def _repeats_text(text: str) -> int | str:
@@ -251,6 +266,7 @@ class Spec(Options):
         for key, values in self.grid.items():
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r:.80}")
+        self._check_size()
         if "output_dir" in self.base or "output_dir" in self.grid:
             raise ConfigError("output_dir is set per run by the sweep; use the spec's top-level output_dir")
         entries: list[Any] = list(self.exclude)  # from YAML: a list of anything
@@ -264,6 +280,25 @@ class Spec(Options):
         SlurmOptions.from_dict(self.slurm)
         if self.min_repeats > self.max_repeats:
             raise ConfigError(f"min_repeats ({self.min_repeats}) is above max_repeats ({self.max_repeats})")
+
+    def _check_size(self) -> None:
+        """Refuse a grid of more than MAX_CONFIGURATIONS, or a sweep of more than MAX_RUNS runs, counted from the
+        lengths of its axes before a single configuration is built."""
+        count = math.prod(len(values) for values in self.grid.values())
+        if count > MAX_CONFIGURATIONS:
+            axes = " x ".join(str(len(values)) for values in self.grid.values())
+            raise ConfigError(
+                f"the grid has {count:.3g} configurations ({axes}): at most {MAX_CONFIGURATIONS} per sweep; "
+                "split it into several sweeps"
+            )
+        if len(self.exclude) > MAX_CONFIGURATIONS:
+            raise ConfigError(f"spec 'exclude' has {len(self.exclude)} entries: at most {MAX_CONFIGURATIONS}")
+        repeats = self.max_repeats if self.adaptive else self.repeats
+        if count * repeats > MAX_RUNS:
+            raise ConfigError(
+                f"the sweep would plan {count * repeats:.3g} runs ({count} configurations x {repeats} "
+                f"{'max_repeats' if self.adaptive else 'repeats'}): at most {MAX_RUNS}; split it into several sweeps"
+            )
 
     def slurm_options(self) -> SlurmOptions:
         return SlurmOptions.from_dict(self.slurm)
@@ -304,8 +339,20 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
         try:
             TrainConfig.from_dict(run_options(spec, grid))
         except ConfigError as e:
-            raise ConfigError(f"configuration {grid}: {e}") from None
+            raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
     return spec
+
+
+# A configuration as a message shows it: a grid value may be a YAML alias bomb (10^7 strings in 0.5 kB of spec), and
+# an error message naming it must stay one short line.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxstring, _SHORT.maxother = 2, 8, 6, 6, 60, 60
+
+
+def shown_grid(grid: dict[str, Any]) -> str:
+    """A configuration's grid values for a message: ``{'seed': 1}``, cut short where a value is large."""
+    text = _SHORT.repr(dict(grid)).replace("\n", "\\n")
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:

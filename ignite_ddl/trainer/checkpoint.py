@@ -5,6 +5,10 @@ A resumable checkpoint is a ``torch.save`` dictionary of state dicts written by 
 ``model`` (unwrapped from DDP), ``optimizer``, and ``lr_scheduler`` / ``scaler`` when the run uses them. It is read
 back with ``torch.load(..., weights_only=True)``: no pickled code ever runs.
 
+**A finished run is not resumed.** ``--resume`` with the final checkpoint of a run that trained all its epochs
+(``--epochs`` x its epoch length) is refused in one line before anything starts (exit 2): there is nothing left to
+train, and Ignite would otherwise begin the last epoch again. Pass a larger ``--epochs`` to train on from it.
+
 Example:
     >>> import tempfile, torch
     >>> from ignite_ddl import ConfigError, TrainConfig
@@ -19,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,14 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.outputs import save_torch
 
-__all__ = ["attach_best_model", "attach_checkpoints", "check_checkpoint", "load_checkpoint", "saved_objects"]
+__all__ = [
+    "attach_best_model",
+    "attach_checkpoints",
+    "check_checkpoint",
+    "finished_problem",
+    "load_checkpoint",
+    "saved_objects",
+]
 
 
 def saved_objects(config: TrainConfig) -> list[str]:
@@ -47,25 +59,55 @@ def saved_objects(config: TrainConfig) -> list[str]:
     return names
 
 
+# The first bytes of what torch.save writes: its zip archive, or its legacy format (a pickle, protocol 2).
+_TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``); :class:`ConfigError` with one line if it cannot be."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"checkpoint to resume from is a folder: {path} (pass one of the files in checkpoints/)")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"checkpoint to resume from not found: {path}")
+    if not path.is_file():  # a device (/dev/zero would be read forever), a FIFO, a socket
+        raise ConfigError(
+            f"checkpoint to resume from is not a regular file: {path} (pass one of the files in checkpoints/)"
+        )
     if path.stat().st_size == 0:
         raise ConfigError(f"cannot resume from {path}: the file is empty")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not head.startswith(_TORCH_MAGIC):
+        raise ConfigError(f"cannot resume from a file that is not a PyTorch checkpoint: {path}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle, zip and torch errors alike: the file is not a checkpoint we can read
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except pickle.UnpicklingError:  # torch's words are a page long; what they say is this
         raise ConfigError(
-            f"cannot resume from a file that is not a PyTorch checkpoint: {path} ({type(e).__name__}: {detail[:160]})"
+            f"cannot resume from {path}: it holds Python objects that a safe (weights-only) load refuses, not the "
+            "state dicts of a checkpoint of ignite-ddl train"
+        ) from None
+    except Exception:  # zip and torch errors alike: the file was cut short or damaged
+        raise ConfigError(
+            f"cannot resume from a file that is not a PyTorch checkpoint: {path} (it is damaged or cut short)"
         ) from None
     if not isinstance(state, dict):
         raise ConfigError(f"cannot resume from {path}: it holds a {type(state).__name__}, not a checkpoint dictionary")
     return state
+
+
+def finished_problem(path: str | Path, iteration: Any, epoch_length: Any, config: TrainConfig) -> str | None:
+    """Why resuming from ``path`` has nothing left to do: the trainer it saved is at ``iteration`` of epochs of
+    ``epoch_length``, and ``config.epochs`` of them end at or before it (None: there is training left)."""
+    if not isinstance(iteration, int) or not isinstance(epoch_length, int) or epoch_length < 1:
+        return None
+    total = config.epochs * epoch_length
+    if iteration < total:
+        return None
+    return (
+        f"cannot resume from {path}: nothing left to do, its run is finished (iteration {iteration} of "
+        f"{total}, epoch {iteration // epoch_length} of --epochs {config.epochs}); pass a larger --epochs to train on"
+    )
 
 
 def _model_mismatch(theirs: dict[str, Any], ours: dict[str, torch.Tensor]) -> str | None:
@@ -112,6 +154,10 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
         )
     if not isinstance(state["model"], dict):
         raise ConfigError(f"cannot resume from {path}: its 'model' entry is not a state dict")
+    trainer = state["trainer"] if isinstance(state["trainer"], Mapping) else {}
+    finished = finished_problem(path, trainer.get("iteration"), trainer.get("epoch_length"), config)
+    if finished:
+        raise ConfigError(finished)
     info = dataset_info(config)
     with torch.device("meta"):
         model = build_model(config.model, info.in_channels, info.image_size, info.num_classes)

@@ -41,6 +41,7 @@ from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer, time_allreduce
 from ignite_ddl.measure.contention import ContentionMonitor
+from ignite_ddl.measure.crosscheck import compare, ddp_runtime_stats
 from ignite_ddl.measure.flops import (
     FlopCount,
     MatmulRate,
@@ -118,9 +119,10 @@ class Measuring:
         memory (``held``: the bytes this rank holds for parameters, gradients and optimizer state)."""
         rank, steps = idist.get_rank(), None
         if self.recorder is not None:
-            self.recorder.write_csv(out / f"steps_rank{rank}.csv")
-            steps = self.recorder.gather()
+            steps = self.recorder.gather(steady=True)
+            self.recorder.write_csv(out / f"steps_rank{rank}.csv")  # after: it flags the iterations cut
             steps["comm_reference"] = _reference_allreduce(steps, model, comm.device) if comm is not None else None
+            steps["ddp_crosscheck"] = _ddp_crosscheck(self.recorder, model) if comm is not None else None
         return {
             "steps": steps,
             "profile": _finish_profiler(self.profiler, out, rank, log) if self.profiler is not None else None,
@@ -180,6 +182,17 @@ def _reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.
     seconds = time_allreduce(nbytes, dtype, device)
     busbw = nbytes / seconds * allreduce_bus_factor(idist.get_world_size()) if seconds > 0 else math.nan
     return {"message_bytes": nbytes, "seconds": seconds, "busbw_Bps": busbw}
+
+
+def _ddp_crosscheck(recorder: StepRecorder, model: nn.Module) -> list[dict[str, Any] | None] | None:
+    """Collective: each rank's communication timing against DDP's own statistics of the same iterations
+    (:mod:`~ignite_ddl.measure.crosscheck`); None where DDP kept none, or with gradient accumulation (DDP times
+    only the micro-batch that synchronises)."""
+    rows = recorder.all_rows()
+    ddp = ddp_runtime_stats(model)
+    local = compare(rows, ddp) if ddp is not None and all(r["micro_steps"] == 1 for r in rows) else None
+    ranks = gather_objects(local)
+    return None if all(r is None for r in ranks) else ranks
 
 
 def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:

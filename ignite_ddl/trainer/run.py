@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -44,15 +45,24 @@ from ignite_ddl.core.results import (
     Summary,
     write_json,
 )
+from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer
+from ignite_ddl.measure.compilation import CompileWatch
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.measure.flops import format_flops
 from ignite_ddl.measure.memory import format_memory
 from ignite_ddl.measure.recorder import StepRecorder, format_steps
-from ignite_ddl.trainer.checkpoint import attach_best_model, attach_checkpoints, check_checkpoint, load_checkpoint
+from ignite_ddl.trainer.checkpoint import (
+    attach_best_model,
+    attach_checkpoints,
+    check_checkpoint,
+    finished_problem,
+    load_checkpoint,
+)
 from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset
 from ignite_ddl.trainer.engines import (
     attach_early_stopping,
@@ -64,7 +74,7 @@ from ignite_ddl.trainer.engines import (
 from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
 from ignite_ddl.trainer.measurement import FlopsProbe, attach_measurement
 from ignite_ddl.trainer.models import build_model, check_model
-from ignite_ddl.trainer.strategies import Strategy, strategy_for
+from ignite_ddl.trainer.strategies import Strategy, check_compile, strategy_for
 from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
 
 __all__ = [
@@ -172,12 +182,16 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
     device, info = idist.device(), loaders.info
     strategy = strategy_for(config.strategy, idist.get_world_size())
     net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
-    model = strategy.place(net, config)
+    # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
+    model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
     criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
-    comm = strategy.comm_timer(model, device) if config.record_steps and config.comm_timing else None
-    recorder = StepRecorder(config.warmup_iters, device, comm=comm) if config.record_steps else None
+    comm = strategy.communication(model, config, device)  # the communication hook, timed where it can be
+    watch = CompileWatch() if config.compile else None
+    recorder = (
+        StepRecorder(config.warmup_iters, device, comm=comm, compile_watch=watch) if config.record_steps else None
+    )
     trainer = create_trainer(
         model,
         optimizer,
@@ -290,6 +304,10 @@ def resume(config: TrainConfig, handlers: Handlers, trainer: Engine, log: loggin
             f"{scheduler.milestones[-1]}, this run's at {planned[0][-1]}; resume with the --epochs, "
             "--warmup-epochs and --lr of the run that wrote it"
         )
+    # A finished run's last checkpoint: Ignite would train its last epoch again (check_checkpoint refuses it first).
+    finished = finished_problem(path, trainer.state.iteration, trainer.state.epoch_length, config)
+    if finished:
+        raise ConfigError(finished)
     log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
 
 
@@ -446,8 +464,10 @@ def rank_logger(out: Path, rank: int) -> logging.Logger:
         handler.close()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s: %(message)s")
-    # The console first: a message still reaches it when the log file cannot be written (a full disk).
-    handlers: list[logging.Handler] = [logging.StreamHandler()] if rank == 0 else []
+    # The console first: a message still reaches it when the log file cannot be written (a full disk). In a notebook
+    # (an IPython kernel) stdout: Jupyter shows stderr in red, and these lines are not errors.
+    console = sys.stdout if "ipykernel" in sys.modules else sys.stderr
+    handlers: list[logging.Handler] = [logging.StreamHandler(console)] if rank == 0 else []
     handlers.append(OutputFileHandler(out / "logs" / f"rank{rank}.log"))
     for handler in handlers:
         handler.setFormatter(fmt)
@@ -526,7 +546,13 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
         )
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
-    strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
+    strategy = strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
+    strategy.check_options(config)
+    if plan.backend is not None and plan.world_size > 1 and not rules(plan.backend).ddp_bucket_cap:
+        if config.comm_hook != "none" or config.static_graph or config.gradient_as_bucket_view:
+            raise ConfigError(f"DDP's communication options need torch's DistributedDataParallel, not {plan.backend}")
+    if config.compile:
+        check_compile(plan.backend, plan.cuda_devices)
     micro = plan.world_size * config.accumulate
     if config.accumulate > 1 and config.batch_size % micro:
         raise ConfigError(
@@ -552,15 +578,20 @@ def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = Non
     :func:`training`."""
     plan = plan_launch(config)
     check_training(config, plan)
+    if config.compile and plan.mode == "serial":
+        # One process, forked: torch.compile leaves the process that ran it unable to fork ranks that train.
+        plan = dataclasses.replace(plan, apart=True)
     # One process owns the output folder: the first node's launcher, or global rank 0 under torchrun / SLURM. It
     # claims the folder before the rendezvous, so no other node or rank writes there before it has.
     environ = os.environ
     owner = plan.node_rank == 0 and (plan.mode != "env" or environ.get("RANK", environ.get("SLURM_PROCID")) == "0")
     if not owner:
-        return launch(training, plan, config, plan, setup)
+        with scratch_folder():
+            return launch(training, plan, config, plan, setup)
     with lock(config.output_dir, "run"):
         claim_run_folder(config.output_dir, resume=config.resume is not None, overwrite=config.overwrite)
-        return launch(training, plan, config, plan, setup)
+        with scratch_folder():  # temporary files and Inductor's cache of every rank, removed at the end
+            return launch(training, plan, config, plan, setup)
 
 
 def train_command(config: TrainConfig) -> int:

@@ -40,21 +40,27 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 from collections.abc import Iterator
 from typing import Any, ClassVar, cast
 
 import ignite.distributed as idist
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ignite_ddl.core.config import STRATEGIES, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.launcher.backends import rules
-from ignite_ddl.measure.comm import CommTimer
+from ignite_ddl.measure.comm import CommTimer, Hook, allreduce
+from ignite_ddl.measure.crosscheck import sample_every_iteration
 from ignite_ddl.measure.memory import held_bytes
 
 __all__ = [
     "DataParallel",
+    "check_compile",
+    "comm_hook",
     "FullyShardedDataParallel",
     "SingleProcess",
     "Strategy",
@@ -65,15 +71,18 @@ __all__ = [
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DistributedDataParallel or DataParallel wrapper (the model itself otherwise): the one to
-    call where the wrapper's forward would communicate, and whose parameter names have no ``module.`` prefix.
+    """The module inside a DistributedDataParallel or DataParallel wrapper and inside ``torch.compile``'s wrapper
+    (the model itself otherwise): the one to call where the wrapper's forward would communicate or compile, and
+    whose parameter names have neither a ``module.`` nor an ``_orig_mod.`` prefix.
 
     Example:
         >>> net = nn.Linear(2, 1)
         >>> unwrap(nn.DataParallel(net)) is net and unwrap(net) is net
         True
     """
-    return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
+    if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module
+    return cast(nn.Module, getattr(model, "_orig_mod", model))  # torch.compile's OptimizedModule holds the model
 
 
 class Strategy:
@@ -98,10 +107,31 @@ class Strategy:
         """The model as this rank trains it (moved to its device, wrapped or sharded)."""
         raise NotImplementedError
 
-    def comm_timer(self, model: nn.Module, device: torch.device) -> CommTimer | None:
-        """A communication timer attached to the placed ``model``, where this strategy's communication can be timed
-        honestly (None: not timed)."""
+    def check_options(self, config: TrainConfig) -> None:
+        """Refuse (:class:`ConfigError`) options of another strategy (DDP's communication hook, static graph,
+        gradient views), before any process starts. One process accepts and ignores them: nothing to
+        communicate, so a sweep may grid them against process counts."""
+        asked = _ddp_options_asked(config)
+        if asked and self.name != "none":
+            raise ConfigError(f"{', '.join(asked)}: DDP option(s), for --strategy ddp (this run's is {self.name})")
+
+    def communication(self, model: nn.Module, config: TrainConfig, device: torch.device) -> CommTimer | None:
+        """Set up the placed ``model``'s gradient communication as ``config`` says; return a communication timer
+        attached to it where this strategy's communication can be timed honestly and ``--comm-timing`` asks for
+        it (None: not timed)."""
         return None
+
+    def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
+        """``model`` (not yet placed) compiled with ``torch.compile`` for the train step, to be placed as it is;
+        :func:`unwrap` finds the model itself in what is placed, for evaluation, checkpoints and FLOPs, which run
+        eagerly.
+
+        The model is compiled *inside* DDP's wrapper: on torch 2.14 (CPU, gloo) compiling the wrapper itself
+        (``torch.compile(DDP(model))``, where TorchDynamo's DDPOptimizer would split the graph at the gradient
+        buckets) captured no graph at all here (44 frames compiled, 0 graphs: Dynamo skips DDP's forward
+        wrapper). Compiled inside, the backward is one compiled graph: every gradient bucket is ready when it
+        ends, so the all-reduce overlaps none of it, as the step breakdown shows."""
+        return cast(nn.Module, torch.compile(model, mode=config.compile_mode))
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
         """A context in which backward accumulates gradients without communicating (gradient accumulation)."""
@@ -119,8 +149,8 @@ class Strategy:
 
     def saved(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
         """The objects a checkpoint saves and loads for the model and the optimizer (anything with
-        ``state_dict`` / ``load_state_dict``; Ignite's ``Checkpoint`` unwraps DDP itself)."""
-        return model, optimizer
+        ``state_dict`` / ``load_state_dict``): the model itself, with its own parameter names, whatever wraps it."""
+        return unwrap(model), optimizer
 
     def timed_comm(self) -> bool:
         """Whether this strategy's gradient communication is timed per collective when ``--comm-timing`` is on."""
@@ -145,14 +175,29 @@ class DataParallel(Strategy):
     name = "ddp"
     min_world = 2
 
+    def check_options(self, config: TrainConfig) -> None:
+        pass  # DDP's options are this strategy's; the backend's wrapper is checked by check_training
+
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         backend = idist.backend()
-        options = {"bucket_cap_mb": config.bucket_cap_mb} if backend and rules(backend).ddp_bucket_cap else {}
+        options: dict[str, Any] = {}
+        if backend and rules(backend).ddp_bucket_cap:
+            options = {
+                "bucket_cap_mb": config.bucket_cap_mb,
+                "static_graph": config.static_graph,
+                "gradient_as_bucket_view": config.gradient_as_bucket_view,
+            }
         return idist.auto_model(model, sync_bn=config.sync_bn, **options)
 
-    def comm_timer(self, model: nn.Module, device: torch.device) -> CommTimer | None:
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            return CommTimer(device).attach(model)
+    def communication(self, model: nn.Module, config: TrainConfig, device: torch.device) -> CommTimer | None:
+        if not isinstance(model, nn.parallel.DistributedDataParallel):
+            return None
+        hook = comm_hook(config, model.process_group)
+        if config.record_steps and config.comm_timing:
+            sample_every_iteration(model)  # DDP's own statistics of every iteration: the timing's cross-check
+            return CommTimer(device).attach(model, hook)
+        if config.comm_hook != "none":  # untimed: torch's hook itself, registered as torch documents it
+            model.register_comm_hook(None, lambda _, bucket: hook(bucket)[0])
         return None
 
     def timed_comm(self) -> bool:
@@ -185,6 +230,18 @@ class FullyShardedDataParallel(Strategy):
             if any(True for _ in child.parameters()):
                 fully_shard(child, mp_policy=policy)
         return cast(nn.Module, fully_shard(model, mp_policy=policy))  # the model itself, now an FSDP module
+
+    def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
+        """Each unit (a direct child holding parameters) compiled, then sharded as it is, as torchtitan compiles
+        each block before sharding it: FSDP's gather and free hooks then sit on the compiled unit's wrapper and
+        run eagerly around it (compiling the units in place, hooks inside, captured no graph here: TorchDynamo
+        skips FSDP's hooks by design). Checkpoints keep the model's own names (``torch.distributed.checkpoint``
+        drops the wrapper's ``_orig_mod.``). Evaluation calls the same units, so it compiles them once more, for
+        ``no_grad``."""
+        for name, child in list(model.named_children()):
+            if any(True for _ in child.parameters()):
+                model.register_module(name, cast(nn.Module, torch.compile(child, mode=config.compile_mode)))
+        return model
 
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module) -> Iterator[None]:
@@ -248,6 +305,64 @@ class _FullOptimizerState(_FullModelState):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(self.model, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def check_compile(backend: str | None, cuda_devices: int) -> None:
+    """Refuse (:class:`ConfigError`) ``--compile`` where it cannot run, before any process starts: on XLA (its own
+    compiler), or on CPU without the C++ compiler Inductor builds its kernels with."""
+    if backend is not None and rules(backend).device == "xla":
+        raise ConfigError("--compile is torch.compile with Inductor, for CPU and CUDA ranks; XLA compiles on its own")
+    if cuda_devices == 0 and not (os.environ.get("CXX") or any(shutil.which(cc) for cc in ("g++", "clang++", "c++"))):
+        raise ConfigError(
+            "--compile on CPU needs a C++ compiler for Inductor's kernels (g++ or clang++; or set CXX): none found "
+            "(Debian/Ubuntu: apt-get install g++)"
+        )
+
+
+def _ddp_options_asked(config: TrainConfig) -> list[str]:
+    """DDP's own options that ``config`` sets away from their defaults, as flags."""
+    asked = []
+    if config.comm_hook != "none":
+        asked.append(f"--comm-hook {config.comm_hook}")
+    if config.static_graph:
+        asked.append("--static-graph")
+    if config.gradient_as_bucket_view:
+        asked.append("--gradient-as-bucket-view")
+    return asked
+
+
+def comm_hook(config: TrainConfig, group: Any) -> Hook:
+    """torch's built-in DDP communication hook that ``config.comm_hook`` names, as the communication timer calls
+    it (:data:`~ignite_ddl.measure.comm.Hook`): the reduced bucket's future and the bytes put on the wire.
+
+    ``fp16`` / ``bf16`` cast the bucket to half precision before the all-reduce (half the bytes) and back after.
+    ``powersgd`` runs plain all-reduces for ``powersgd_start_iter`` iterations, then sends each gradient matrix as
+    two rank-``powersgd_rank`` factors (with error feedback and warm start, torch's defaults); the bytes are what
+    PowerSGD itself counts (``PowerSGDState.total_numel_after_compression``) for the bucket."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if config.comm_hook == "none":
+        return allreduce(group)
+    if config.comm_hook in ("fp16", "bf16"):
+        compress = default_hooks.fp16_compress_hook if config.comm_hook == "fp16" else default_hooks.bf16_compress_hook
+
+        def half(bucket: dist.GradBucket) -> tuple[torch.futures.Future[torch.Tensor], int]:
+            return compress(group, bucket), bucket.buffer().numel() * 2
+
+        return half
+    state = powerSGD_hook.PowerSGDState(
+        process_group=group,
+        matrix_approximation_rank=config.powersgd_rank,
+        start_powerSGD_iter=config.powersgd_start_iter,
+    )
+
+    def powersgd(bucket: dist.GradBucket) -> tuple[torch.futures.Future[torch.Tensor], int]:
+        buffer, before = bucket.buffer(), state.total_numel_after_compression
+        future = powerSGD_hook.powerSGD_hook(state, bucket)
+        sent = state.total_numel_after_compression - before  # 0 while it still runs plain all-reduces
+        return future, (sent or buffer.numel()) * buffer.element_size()
+
+    return powersgd
 
 
 _STRATEGIES: dict[str, type[Strategy]] = {

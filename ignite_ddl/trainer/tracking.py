@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,16 +32,51 @@ from ignite.engine import Engine, Events
 from ignite_ddl.core.config import TRACKERS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 
-__all__ = ["TRACKERS", "MlflowTracker", "check_tracker", "tracking_uri"]
+__all__ = ["TRACKERS", "TRACKER_PROBE_S", "MlflowTracker", "check_tracker", "tracking_uri"]
 
 EPOCH_METRICS = ("train_loss", "samples_per_s", "val_accuracy", "val_loss")
 FINAL_METRICS = ("samples_per_s", "wall_time_s", "train_time_s", "best_val_accuracy", "stopped_early_at_epoch")
 
 
+# How long the tracking server has to answer before training, seconds: MLflow's own client retries a dead server
+# for minutes (about 260 s) before failing, and only once the run has trained.
+TRACKER_PROBE_S = 3.0
+
+
 def check_tracker(config: TrainConfig) -> None:
-    """Refuse a tracker that is not installed (:class:`ConfigError`, before any process starts)."""
-    if config.tracker == "mlflow" and importlib.util.find_spec("mlflow") is None:
+    """Refuse a tracker that is not installed, or a tracking server (an http(s) ``--tracking-uri``) that does not
+    answer within :data:`TRACKER_PROBE_S` seconds (:class:`ConfigError`, before any process starts)."""
+    if config.tracker != "mlflow":
+        return
+    if importlib.util.find_spec("mlflow") is None:
         raise ConfigError("--tracker mlflow needs MLflow: pip install 'ignite-ddl[mlflow]'")
+    uri = tracking_uri(config)
+    if urllib.parse.urlsplit(uri).scheme in ("http", "https"):
+        problem = _unreachable(uri, TRACKER_PROBE_S)
+        if problem:
+            raise ConfigError(
+                f"the MLflow tracking server {uri} does not answer ({problem}, within {TRACKER_PROBE_S:g} s): start "
+                "it, or choose another --tracking-uri"
+            )
+
+
+def _unreachable(uri: str, timeout: float) -> str | None:
+    """Why nothing answers HTTP at ``uri`` (None: something does; any HTTP status is an answer). Proxies from the
+    environment apply, as they do to MLflow's client."""
+    import urllib.error
+    import urllib.request
+
+    url = uri.rstrip("/") + "/health"  # MLflow's server answers OK there; any other answer still says it is up
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as e:
+        reason = e.reason
+        return getattr(reason, "strerror", None) or str(reason)
+    except (TimeoutError, OSError, ValueError) as e:  # a timeout while reading, a malformed address
+        return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
 def tracking_uri(config: TrainConfig) -> str:

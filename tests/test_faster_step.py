@@ -1,0 +1,216 @@
+"""A faster step, measured honestly, with real gloo ranks and a real torch.compile (Inductor) on CPU: compiled runs
+follow eager ones and keep compilation out of the throughput, a recompilation is counted and its reason said; DDP's
+communication hooks send the bytes they promise and train alike; the communication timing agrees with DDP's own
+statistics; what cannot run is refused before anything starts."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_cli
+from ignite.engine import Engine, Events
+
+from ignite_ddl import TrainConfig, train
+from ignite_ddl.measure.recorder import format_steps
+from ignite_ddl.trainer.run import TrainingRun
+
+COMMON = {
+    "model": "mlp",
+    "train_size": 512,
+    "val_size": 64,
+    "batch_size": 32,
+    "epochs": 1,
+    "lr": 0.05,
+    "progress": False,
+    "measure_flops": False,
+    "checkpoints": True,
+    "best_model": False,
+}
+SHRUNK_ITERATION = 12  # the iteration whose batch the tests halve: a shape the model has not seen
+
+
+def _shrink_and_keep_losses(run: TrainingRun) -> None:
+    """On every rank: the batch of iteration SHRUNK_ITERATION loses half its samples (a new input shape), and each
+    iteration's loss is
+    kept; rank 0 writes them to losses.json at the end."""
+    losses: list[float] = []
+
+    def shrink(engine: Engine) -> None:
+        x, y = engine.state.batch
+        engine.state.batch = (x[: len(x) // 2], y[: len(y) // 2])
+
+    def keep(engine: Engine) -> None:
+        losses.append(engine.state.output["loss"])
+
+    def write(engine: Engine) -> None:
+        import ignite.distributed as idist
+
+        if idist.get_rank() == 0:
+            (Path(run.config.output_dir) / "losses.json").write_text(json.dumps(losses))
+
+    # GET_BATCH_COMPLETED fires before the iteration's count goes up: its count is the iteration before.
+    run.trainer.add_event_handler(Events.GET_BATCH_COMPLETED(once=SHRUNK_ITERATION - 1), shrink)
+    run.trainer.add_event_handler(Events.ITERATION_COMPLETED, keep)
+    run.trainer.add_event_handler(Events.COMPLETED, write)
+
+
+def _csv(out: Path, rank: int = 0) -> list[dict[str, str]]:
+    with open(out / f"steps_rank{rank}.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(summary: dict) -> dict[str, torch.Tensor]:
+    return torch.load(summary["last_checkpoint"], weights_only=True)["model"]
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+# Inductor fuses and reorders float32 arithmetic: the compiled losses differ from eager ones in the last digits,
+# growing with the steps (TODO measured below).
+LOSS_TOLERANCE = 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_compiled_run_follows_eager_and_keeps_compilation_apart(tmp_path, nproc):
+    config = {**COMMON, "nproc_per_node": nproc, "warmup_iters": 0}
+    eager = train(TrainConfig(output_dir=str(tmp_path / "eager"), **config), setup=_shrink_and_keep_losses)
+    compiled = train(
+        TrainConfig(output_dir=str(tmp_path / "compiled"), compile=True, **config), setup=_shrink_and_keep_losses
+    )
+    losses = [json.loads((tmp_path / name / "losses.json").read_text()) for name in ("eager", "compiled")]
+    assert len(losses[0]) == len(losses[1]) == compiled["iterations"]
+    worst = max(abs(a - b) / abs(a) for a, b in zip(*losses))
+    assert worst < LOSS_TOLERANCE, worst
+    assert eager["steps"]["compile"] is None
+    steps = compiled["steps"]
+    cost = steps["compile"]
+    # The first compilation: timed apart, never in the steady window (no fixed warm-up here: --warmup-iters 0).
+    assert cost["compile_s"] > 0 and cost["iterations"][0] == 1
+    first = len(cost["iterations"]) - cost["recompilations"]
+    assert steps["steady"]["first_measured_iteration"] > first
+    assert eager["steps"]["steady"]["first_measured_iteration"] >= 1
+    # The shrunk batch compiled the model again: counted, its reason said, and its iteration left out.
+    assert cost["recompilations"] == 1 and SHRUNK_ITERATION in cost["iterations"]
+    assert any("size mismatch" in reason for reason in cost["reasons"]), cost["reasons"]
+    assert "recompiled 1 time(s): shapes changed" in format_steps(steps)
+    rows = _csv(tmp_path / "compiled")
+    assert [int(r["iteration"]) for r in rows if r["compiled"] == "1"] == cost["iterations"]
+    measured = [r for r in rows if r["warmup"] == "0" and r["compiled"] == "0"]
+    assert sum(r["iterations"] for r in steps["ranks"]) == nproc * len(measured)
+    # Evaluation and checkpoints use the model itself: the same names, eager.
+    assert _weights(compiled).keys() == _weights(eager).keys()
+    assert compiled["val_accuracy"] is not None
+
+
+HOOK_RUNS = {
+    "none": {},
+    "fp16": {"comm_hook": "fp16"},
+    "bf16": {"comm_hook": "bf16"},
+    "powersgd": {"comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 2},
+    "powersgd_late": {"comm_hook": "powersgd", "powersgd_start_iter": 1000},  # plain all-reduce all along
+    "static_views": {"static_graph": True, "gradient_as_bucket_view": True},
+}
+# Max |weight difference| from the uncompressed run after 16 steps, by what the hook does to each gradient:
+# a half-precision round trip (fp16: 11 significant bits, bf16: 8) scaled by the learning rate over the steps.
+HOOK_TOLERANCE = {"fp16": 1e-3, "bf16": 1e-2, "powersgd_late": 0.0, "static_views": 1e-6}
+
+
+@pytest.fixture(scope="module")
+def hook_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hooks")
+
+
+@pytest.fixture(scope="module")
+def hook_runs(hook_root: Path) -> dict[str, dict]:
+    return {
+        name: train(
+            TrainConfig(nproc_per_node=2, output_dir=str(hook_root / name), warmup_iters=2, **{**COMMON, **options})
+        )
+        for name, options in HOOK_RUNS.items()
+    }
+
+
+def _bytes_per_step(summary: dict) -> float:
+    (value,) = {r["comm_bytes_per_step"] for r in summary["steps"]["ranks"]}
+    return value
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_each_comm_hook_sends_what_it_promises_and_trains_alike(hook_runs, hook_root):
+    reference = _weights(hook_runs["none"])
+    param_bytes = sum(t.numel() * t.element_size() for t in reference.values())
+    assert _bytes_per_step(hook_runs["none"]) == param_bytes
+    assert _bytes_per_step(hook_runs["fp16"]) == param_bytes / 2
+    assert _bytes_per_step(hook_runs["bf16"]) == param_bytes / 2
+    assert _bytes_per_step(hook_runs["powersgd_late"]) == param_bytes
+    assert _bytes_per_step(hook_runs["static_views"]) == param_bytes
+    # PowerSGD after its start: rank-1 factors of each matrix, the biases whole: far less than half.
+    rows = _csv(hook_root / "powersgd")
+    compressed = [int(r["comm_bytes"]) for r in rows if int(r["iteration"]) > 2]
+    assert compressed and max(compressed) < param_bytes / 20
+    assert all(int(r["comm_bytes"]) == param_bytes for r in rows if int(r["iteration"]) <= 2)
+    for name, tolerance in HOOK_TOLERANCE.items():
+        assert _max_diff(_weights(hook_runs[name]), reference) <= tolerance, name
+    # PowerSGD changes the trajectory (low-rank gradients, with error feedback): it still learns.
+    losses = [r["train_loss"] for r in hook_runs["powersgd"]["history"]]
+    powersgd = hook_runs["powersgd"]
+    assert math.isfinite(losses[-1]) and powersgd["final_train_loss"] < powersgd["initial_train_loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_comm_timing_agrees_with_ddp_own_statistics(hook_runs):
+    for name in ("none", "fp16", "powersgd"):
+        checks = hook_runs[name]["steps"]["ddp_crosscheck"]
+        assert checks is not None and len(checks) == 2, name
+        for check in checks:
+            # DDP's span runs from the first bucket's launch to the end of finalize_backward (the reduced buckets
+            # copied into .grad): ours, the union of the buckets' intervals, is at most that and, with one
+            # bucket and nothing between, most of it. TODO: ranges measured here.
+            assert 0.5 <= check["ratio"]["comm"] <= 1.05, (name, check)
+            # The whole backward: DDP's also holds the loss, which ours counts in the forward.
+            assert 0.7 <= check["ratio"]["backward"] <= 1.05, (name, check)
+            assert check["iterations"] == hook_runs[name]["iterations"] - 1  # DDP never folds in the last one
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--compile", "--compile-mode", "fastest"], "unknown compile_mode 'fastest'"),
+        (["--nproc-per-node", "2", "--comm-hook", "powersgd", "--powersgd-rank", "0"], "powersgd_rank must be >= 1"),
+        (["--nproc-per-node", "2", "--comm-hook", "zip"], "unknown comm_hook 'zip'"),
+        (
+            ["--nproc-per-node", "2", "--strategy", "fsdp", "--comm-hook", "bf16"],
+            "--comm-hook bf16: DDP option(s), for --strategy ddp",
+        ),
+        (["--nproc-per-node", "2", "--powersgd-start-iter", "1"], "powersgd_start_iter must be >= 2"),
+    ],
+)
+def test_what_cannot_run_is_refused_in_one_line(tmp_path, args, message):
+    result = run_cli("train", *args, "--output-dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_compile_without_a_cpp_compiler_is_refused(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = run_cli("train", "--compile", "--output-dir", str(tmp_path / "run"), env={"PATH": str(empty), "CXX": ""})
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "ignite-ddl: error: --compile on CPU needs a C++ compiler for Inductor's kernels (g++ or clang++; or set "
+        "CXX): none found (Debian/Ubuntu: apt-get install g++)"
+    )
