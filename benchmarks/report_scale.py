@@ -10,6 +10,10 @@ child process and reads the child's peak RSS (``ru_maxrss`` from ``os.wait4``). 
 - ``10000x5``: 10,000 configurations x 5 repeats (a large grid, a SLURM sweep of a few thousand runs and more).
 
 Usage: python benchmarks/report_scale.py [--shapes 100x500 10000x5] [--no-run-dirs] [--timeout 900] [--json out]
+
+Measured on a 2-core AMD EPYC VM (no GPU), run folders included, 50,460 / 50,491 records (293 MiB of results):
+before the streaming report, 100x500 took 100.5 s at 2483 MiB peak and 10000x5 was killed at 600 s, 7787 MiB;
+after, 31.1 s / 275 MiB and 33.8 s / 502 MiB.
 """
 
 from __future__ import annotations
@@ -335,6 +339,14 @@ def measure(out: Path, timeout: float) -> dict[str, Any]:
     }
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="CONFIGSxREPEATS, e.g. 100x500")
@@ -374,10 +386,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}"
-    )
+    print(f"machine: {_cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return results

@@ -17,7 +17,9 @@ from ignite_ddl.core.results import load_results
 from ignite_ddl.report import load, verdict_lines, write_report
 
 MISSING = object()
-VALUES: list[Any] = [None, "x", True, float("nan"), float("inf"), -float("inf"), 1e308, -500, 0, [], {}, MISSING]
+# 10**400: an integer too large for a float (math.isfinite on it overflows)
+VALUES: list[Any] = [None, "x", True, float("nan"), float("inf"), -float("inf"), 1e308, 10**400, -500, 0, [], {}]
+VALUES.append(MISSING)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,7 @@ def test_the_fast_schema_test_accepts_exactly_what_the_checker_accepts(real_summ
     from ignite_ddl.core.results import RunRecord, _checker, _conforms
 
     record = sweep_records(real_summary)[0]
-    values = [*VALUES, 3, 2.5, 1e25, -1e25, 10**30, "", [1], {"a": 1}, [[1, 2], [3, 4]], [None]]
+    values = [*VALUES, 3, 2.5, 1e25, -1e25, 10**30, 10**400, "", [1], {"a": 1}, [[1, 2], [3, 4]], [None]]
     fast, slow = _conforms(RunRecord), _checker(RunRecord)
     cases = 0
     for path in nested_paths(record):

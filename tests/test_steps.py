@@ -48,6 +48,60 @@ def test_warmup_iterations_are_recorded_but_left_out():
     assert stats["ranks"][0]["step_s_mean"] < 0.1
 
 
+def test_a_slow_start_is_cut_where_the_step_times_settle():
+    """Step times that start slow and settle (as after a cold cache) are cut where they settle, past the fixed
+    warm-up; the cut iterations are warm-up in the CSV too."""
+    import random
+
+    noise = random.Random(1)
+    times = [0.040, 0.035, 0.030, 0.026, 0.022, 0.019, 0.016, 0.014, 0.012, 0.011]  # 10 slow iterations
+    times += [noise.uniform(0.0045, 0.0055) for _ in range(50)]
+
+    def step(engine, batch):
+        time.sleep(times[engine.state.iteration - 1])
+
+    engine = Engine(step)
+    recorder = StepRecorder(warmup=2, device=torch.device("cpu")).attach(engine)
+    engine.run([(torch.zeros(4, 2), torch.zeros(4))] * len(times))
+    stats = recorder.gather(steady=True)
+    steady = stats["steady"]
+    assert steady["settled"] and steady["tested"] and steady["fixed_warmup_iterations"] == 2
+    (detected,) = steady["detected_warmup_iterations"]
+    assert 5 <= detected <= 15, detected  # MSER-5 cuts whole batches of 5, at the slow start's end
+    assert stats["warmup_iterations"] == 2 + detected == sum(row[2] for row in recorder.rows)
+    assert stats["ranks"][0]["step_s_p90"] < 0.009  # nothing of the slow start is left
+
+
+def test_step_times_that_never_settle_are_flagged():
+    from ignite_ddl.measure.recorder import format_steps
+    from ignite_ddl.measure.steady import mser5
+
+    drifting = [0.002 * (1 + i / 20) for i in range(60)]  # every iteration slower than the last
+    assert not mser5(drifting).settled
+
+    def step(engine, batch):
+        time.sleep(drifting[engine.state.iteration - 1])
+
+    engine = Engine(step)
+    recorder = StepRecorder(warmup=0, device=torch.device("cpu")).attach(engine)
+    engine.run([(torch.zeros(4, 2), torch.zeros(4))] * len(drifting))
+    stats = recorder.gather(steady=True)
+    assert stats["steady"]["settled"] is False
+    assert "step times never settled" in format_steps(stats)
+
+
+def test_a_steady_series_loses_little():
+    """On steady noise MSER-5 cuts little and rarely calls a series unsettled (the cut keeps 40 % of the batches)."""
+    import random
+
+    from ignite_ddl.measure.steady import mser5
+
+    noise = random.Random(7)
+    cuts = [mser5([noise.gauss(0.1, 0.01) for _ in range(100)]) for _ in range(400)]
+    assert sum(not c.settled for c in cuts) / len(cuts) < 0.06
+    assert sum(c.drop for c in cuts) / len(cuts) < 12
+
+
 def test_phases_split_the_step():
     recorder = StepRecorder(warmup=0)
 

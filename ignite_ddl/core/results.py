@@ -64,6 +64,7 @@ __all__ = [
     "SweepMeta",
     "SweepSession",
     "SweepStop",
+    "TraceCommCheck",
     "append_record",
     "iter_results",
     "load_results",
@@ -243,11 +244,30 @@ class Contention(TypedDict):
     nodes: Annotated[list[NodeContention], "the CPU accounting per node"]
 
 
+class TraceCommCheck(TypedDict):
+    collective: Annotated[
+        str, "what the trace counted as communication: `gloo:all_reduce` events (CPU) or `nccl kernels` (CUDA)"
+    ]
+    iterations: Annotated[list[int], "the traced iterations compared (those with our communication timed)"]
+    trace_ms: Annotated[
+        dict[str, float],
+        "from the trace, mean per iteration: `comm` (union of the collective's intervals in the step), `overlap` "
+        "(the part during backward compute), `exposed` (comm - overlap)",
+    ]
+    ours_ms: Annotated[dict[str, float], "ours on the same iterations: `comm` (`comm_s`), `exposed` (`exposed_comm_s`)"]
+    ratio: Annotated[dict[str, float | None], "ours / the trace's: `comm`, `exposed`"]
+    per_iteration: Annotated[
+        list[dict[str, float]],
+        "each iteration's `iteration`, `trace_comm_ms`, `ours_comm_ms`, `trace_exposed_ms`, `ours_exposed_ms`",
+    ]
+
+
 class ProfilerResult(TypedDict):
     kind: Annotated[
         str,
         "`timer`, `basic` or `handlers` (Ignite's) or `torch` (`torch.profiler`: each rank's `trace`, a Chrome trace "
-        "relative to the run folder, `active_iterations` and `top_ops`)",
+        "relative to the run folder, `active_iterations`, `top_ops` and `trace_comm`: the trace's gradient "
+        "communication beside ours on the traced iterations, a TraceCommCheck, null without timed communication)",
     ]
     ranks: Annotated[list[Any], "each rank's results, in rank order"]
 
@@ -502,6 +522,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (Contention, "`contention`"),
     (NodeContention, "each entry of `contention.nodes`"),
     (ProfilerResult, "`profiler`"),
+    (TraceCommCheck, "`profiler.ranks[].trace_comm` (`torch`)"),
     (Flops, "`flops`"),
     (FlopsRank, "each entry of `flops.ranks`"),
     (Memory, "`memory`"),
@@ -640,7 +661,7 @@ def _build_checker(hint: Any) -> _Check:  # noqa: C901 - one branch per kind of 
                 return None
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return f"{where}: expected {name}, got {_got(value)}"
-            if not math.isfinite(value) or abs(value) > LARGEST_FIGURE:
+            if not -LARGEST_FIGURE <= value <= LARGEST_FIGURE:  # NaN and infinities fail it; a huge int cannot overflow
                 return f"{where}: {value!r:.30} is not a figure a run can produce"
             if hint is int and isinstance(value, float) and not value.is_integer():  # 1e6 written as 1000000.0 is fine
                 return f"{where}: expected integer, got {value!r:.30}"
@@ -729,7 +750,7 @@ def _build_conforms(hint: Any) -> _Conforms:  # noqa: C901 - one branch per bran
                 return not integer  # a figure not measured (NaN written as null)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return False
-            if not math.isfinite(value) or abs(value) > LARGEST_FIGURE:
+            if not -LARGEST_FIGURE <= value <= LARGEST_FIGURE:  # NaN and infinities fail it; a huge int cannot overflow
                 return False
             return not (integer and isinstance(value, float) and not value.is_integer())
 
@@ -772,7 +793,7 @@ def _problem(record: Any) -> str | None:
         if not isinstance(summary, dict) or not isinstance(summary.get("samples_per_s"), (int, float)):
             return "a completed run record without a summary holding samples_per_s"
         rate = summary["samples_per_s"]
-        if isinstance(rate, bool) or not (math.isfinite(rate) and 0 < rate <= MAX_SAMPLES_PER_S):
+        if isinstance(rate, bool) or not 0 < rate <= MAX_SAMPLES_PER_S:
             return f"not a throughput a run can produce (samples_per_s {rate!r:.30})"
     problem = schema_problem(record, RunRecord) or _options_problem(record)
     return f"not a run record ({problem})" if problem else None

@@ -16,7 +16,9 @@
   window), then records ``active`` iterations once and stops. A run too short for that waits less, so that something
   is recorded; a run that stops while recording (an iteration budget, early stopping, an error) still writes what it
   recorded. Each profiler step is one iteration: the wait for its batch, then the iteration (the end-of-epoch handlers
-  before it, evaluation included, count in it too).
+  before it, evaluation included, count in it too). At the end of the run each rank's trace is read back and its
+  gradient all-reduce time put beside our own timing of the same iterations (:mod:`ignite_ddl.measure.traces`):
+  two independent clocks on one run.
 
 Only one profiler is attached to an engine, and :func:`attach_profiler` refuses a second: BasicTimeProfiler and
 HandlersTimeProfiler on the same engine break each other's clean-up, and any profiler would measure the other.
@@ -50,6 +52,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from ignite_ddl.core.config import PROFILERS
 from ignite_ddl.core.outputs import writing
 from ignite_ddl.core.text import format_table, milliseconds
+from ignite_ddl.measure.traces import compare_with_steps, format_trace_comm, read_step_rows, trace_comm
 
 __all__ = [
     "TOP_OPS_COLUMNS",
@@ -162,6 +165,8 @@ class TorchProfiler:
         self._trace: str | None = None
         self._active_iterations = 0
         self._top_ops: list[dict[str, Any]] = []
+        self._iterations: dict[int, int] = {}  # profiler step N (the trace's ProfilerStep#N) -> engine iteration
+        self._trace_comm: dict[str, Any] | None = None
 
     @property
     def trace_path(self) -> Path:
@@ -195,6 +200,7 @@ class TorchProfiler:
     def _start(self, engine: Engine) -> None:
         self._close()  # a second run of the engine gets a window of its own
         self._recorded, self._trace, self._active_iterations, self._top_ops = 0, None, 0, []
+        self._iterations, self._trace_comm = {}, None
         window = self._window(engine)
         if window is None:
             return
@@ -217,6 +223,7 @@ class TorchProfiler:
         assert self._schedule is not None
         if self._schedule(self._profile.step_num) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self._recorded += 1
+            self._iterations[self._profile.step_num] = engine.state.iteration  # what ProfilerStep#N recorded
         self._profile.step()
         if self._trace is not None:
             self._close()  # the window is written: the rest of the run goes unprofiled, at no cost
@@ -243,8 +250,27 @@ class TorchProfiler:
         # An EXCEPTION_RAISED handler makes Ignite 0.5.5 treat the error as handled unless the handler raises it.
         raise error
 
+    def crosscheck(self, steps_csv: Path) -> None:
+        """Put the trace's communication beside ours on the traced iterations (:mod:`~ignite_ddl.measure.traces`):
+        ``trace_comm`` in :meth:`results`. Ours is read from the step recorder's CSV (``steps_rank<r>.csv``); None
+        without a trace, without timed communication, or when the trace cannot be read (a warning: the run's other
+        results stand)."""
+        self._trace_comm = None
+        if self._trace is None or not steps_csv.is_file():
+            return
+        try:
+            traced = trace_comm(self.trace_path)
+            self._trace_comm = compare_with_steps(traced, read_step_rows(steps_csv), self._iterations)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logging.getLogger(__name__).warning(f"torch profiler: trace not compared with our communication: {e}")
+
     def results(self) -> dict[str, Any]:
-        return {"trace": self._trace, "active_iterations": self._active_iterations, "top_ops": self._top_ops}
+        return {
+            "trace": self._trace,
+            "active_iterations": self._active_iterations,
+            "top_ops": self._top_ops,
+            "trace_comm": self._trace_comm,
+        }
 
     def write_csv(self, path: Path) -> None:
         with open(path, "w", newline="") as f:
@@ -333,8 +359,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def format_profile(kind: str, ranks: list[Any]) -> str:
-    """A table with a row per rank of what profiler ``kind`` measured (times in milliseconds)."""
+def format_profile(kind: str, ranks: list[Any], with_comm: bool = True) -> str:
+    """A table with a row per rank of what profiler ``kind`` measured (times in milliseconds); for ``torch``, with
+    ``with_comm``, the trace's communication beside ours below it (the report shows that one as a table of its
+    own)."""
     header: tuple[str, ...]
     rows: list[tuple[Any, ...]]
     if kind == "timer":
@@ -359,6 +387,9 @@ def format_profile(kind: str, ranks: list[Any]) -> str:
                 (i, op["name"], op["calls"], *(f"{op[c]:.3f}" for c in ("self_cpu_ms", "cpu_ms", "device_ms")))
                 for op in r["top_ops"]
             ] or [(i, "(nothing recorded)", "", "", "", "")]
+        comm = format_trace_comm(ranks) if with_comm else None
+        if comm is not None:
+            return format_table(header, rows) + "\n\ngradient all-reduce per step, the trace's vs ours:\n" + comm
     else:
         header = ("rank", "handler", "event", "total s", "mean ms")
         rows = [

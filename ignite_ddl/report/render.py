@@ -681,6 +681,7 @@ def _profiler_tables(doc: Document, analysis: Analysis) -> None:
     if not profiled:
         return
     from ignite_ddl.measure.profilers import format_profile  # imports torch: only for a sweep that profiled
+    from ignite_ddl.measure.traces import TRACE_COMM_HEADER, trace_comm_rows
 
     doc.heading("Profilers")
     for config in profiled:
@@ -699,4 +700,14 @@ def _profiler_tables(doc: Document, analysis: Analysis) -> None:
                 f"(device time where the device was profiled). Chrome traces (Perfetto, chrome://tracing)"
                 f"{where}: " + (", ".join(f"`{t}`" for t in traces) or "none written")
             )
-        doc.code(format_profile(profile["kind"], profile["ranks"]))
+        doc.code(format_profile(profile["kind"], profile["ranks"], with_comm=False))
+        comm = trace_comm_rows(profile["ranks"]) if profile["kind"] == "torch" else []
+        if comm:
+            doc.paragraph(
+                "Gradient all-reduce per iteration, measured twice on the traced iterations. The trace's: the "
+                "union of the collective's own events in each profiler step (gloo's `gloo:all_reduce` on its worker "
+                "threads, NCCL's kernels), exposed being the part outside backward compute. Ours: the union of each "
+                "bucket's interval from being handed to DDP's communication hook to its all-reduce completing, "
+                "exposed being last bucket ready to last done. Ratio: ours / the trace's."
+            )
+            doc.table(list(TRACE_COMM_HEADER), comm)

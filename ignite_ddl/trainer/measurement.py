@@ -54,7 +54,7 @@ from ignite_ddl.measure.flops import (
 )
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.memory import MemoryMonitor
-from ignite_ddl.measure.profilers import Profiler, attach_profiler, format_profile
+from ignite_ddl.measure.profilers import Profiler, TorchProfiler, attach_profiler, format_profile
 from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.data import DatasetInfo
 from ignite_ddl.trainer.strategies import unwrap
@@ -196,11 +196,14 @@ def _ddp_crosscheck(recorder: StepRecorder, model: nn.Module) -> list[dict[str, 
 
 
 def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
-    """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them."""
+    """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them. The torch
+    profiler's trace is compared with our communication timing (``steps_rank<r>.csv``, written before)."""
     path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         profiler.write_csv(path)
+    if isinstance(profiler, TorchProfiler):
+        profiler.crosscheck(out / f"steps_rank{rank}.csv")
     ranks = gather_objects(profiler.results())
     if rank == 0:
         log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
