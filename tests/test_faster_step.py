@@ -214,3 +214,73 @@ def test_compile_without_a_cpp_compiler_is_refused(tmp_path):
         "ignite-ddl: error: --compile on CPU needs a C++ compiler for Inductor's kernels (g++ or clang++; or set "
         "CXX): none found (Debian/Ubuntu: apt-get install g++)"
     )
+
+
+# -- the report, on hand-made records
+
+
+def _steps(compiled: dict | None = None, settled: bool = True, comm_bytes: float = 1e6) -> dict:
+    rank = {"rank": 0, "iterations": 50, "comm_bytes_per_step": comm_bytes, "exposed_comm_s_mean": 0.004}
+    return {
+        "global": {"step_s_p50": 0.5},
+        "ranks": [rank, {**rank, "rank": 1}],
+        "steady": {"settled": settled},
+        "compile": compiled,
+        "ddp_crosscheck": [{"ratio": {"comm": 0.9, "backward": 0.97}}] * 2,
+    }
+
+
+def test_the_report_puts_compilation_and_hooks_beside_what_they_buy(tmp_path):
+    from test_report import record
+
+    from ignite_ddl.report import load, write_report
+
+    compiled = {
+        "compile_s": 40.0,
+        "recompilations": 2,
+        "reasons": ["tensor 'x' size mismatch at index 0. expected 64, actual 32"],
+    }
+    records = []
+    for repeat, (eager, fast, hooked) in enumerate(
+        [(100.0, 125.0, 104.0), (102.0, 127.0, 106.0), (98.0, 123.0, 102.0)]
+    ):
+        records.append(record(0, repeat, eager, procs=2, summary={"steps": _steps()}))
+        records.append(
+            record(
+                1,
+                repeat,
+                fast,
+                procs=2,
+                grid={"compile": True},
+                config={"compile": True},
+                summary={"steps": _steps(compiled, settled=repeat != 1)},
+            )
+        )
+        records.append(
+            record(
+                2,
+                repeat,
+                hooked,
+                procs=2,
+                grid={"comm_hook": "bf16"},
+                config={"comm_hook": "bf16"},
+                summary={"steps": _steps(comm_bytes=5e5), "val_accuracy": 0.48},
+            )
+        )
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    analysis = load(tmp_path)
+    fast = analysis.config("cfg001")
+    (versus,) = fast.versus
+    assert versus["plain"] == "cfg000" and versus["speedup"].value == pytest.approx(1.25)
+    # 64 samples a step: 0.640 s eager, 0.512 s compiled, 40 s of compilation paid back after 312.5 steps.
+    assert versus["payback_iterations"] == pytest.approx(312.5)
+    kinds = {(f.kind, f.config) for f in analysis.flags}
+    assert ("recompiled", "cfg001") in kinds and ("unsettled", "cfg001") in kinds
+    assert ("recompiled", "cfg000") not in kinds
+    report = write_report(tmp_path).read_text()
+    assert "cfg001 (compile=True) vs cfg000: +25 % samples/s" in report
+    assert "pays its 40 s of compilation back after 312 iterations" in report
+    assert "recompiled 2 time(s): shapes changed" in report
+    assert "cfg002 (comm_hook=bf16) vs cfg000: +4 % samples/s" in report
+    assert "bytes per step 1 -> 0.5 MB" in report and "val accuracy 0.500 -> 0.480" in report
+    assert "| cfg000 | 0.9 | 0.97 |" in report  # ours against DDP's own statistics

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard, cast
 
-from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS
+from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS, TrainConfig
+from ignite_ddl.core.options import Role, names_with_role
 from ignite_ddl.core.results import RejectedLine, iter_results, read_json
 from ignite_ddl.core.text import all_reduce_wait
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
@@ -60,7 +61,9 @@ __all__ = [
     "analyze",
     "load",
     "notes",
+    "recompile_text",
     "superlinear",
+    "versus_text",
     "workload_of",
 ]
 
@@ -99,6 +102,11 @@ FLAG_MEANINGS = {
     "recommended, however fast it is",
     "provisional": f"fewer than {MIN_REPEATS} usable repeats per configuration (completed, and not contended unless "
     "contended runs are counted): intervals are very wide (or missing) and the verdict may change with more runs",
+    "recompiled": "torch.compile compiled the model again during training (a guard failed: a new input shape, "
+    "dtype, ...): each recompilation costs compilation time, which is counted in compile_s and left out of the "
+    "throughput, and a run that recompiles often never reaches its compiled speed",
+    "unsettled": "a run's step times never settled (MSER-5 finds the calmest stretch in the run's second half): its "
+    "throughput is not a steady state; run longer, or look for what keeps changing (caches, the machine)",
     "mixed-environments": "the runs were not all made alike (torch / Ignite / CUDA versions, CPU or GPU model, CPU "
     "cores, intra-op threads), e.g. a sweep resumed on another machine: a speed difference between them may come "
     "from the machine, not the configuration, so each environment is judged on its own (its configurations' figures "
@@ -195,6 +203,13 @@ class ConfigResult:
     fits: bool = True  # within the spec's memory_limit_mb (and no run ran out of memory)
     environment: str | None = None  # where its runs were made, when a sweep's runs were not all made alike
     suffix: str = ""  # tells it apart from the same grid point run elsewhere: "@env2", "@threads=1"
+    compile_s: Estimate | None = None  # torch.compile: compilation time beyond a steady iteration, over the runs
+    recompilations: int = 0  # the most recompilations of any run
+    recompile_reasons: list[str] = field(default_factory=list)
+    comm_bytes_per_step: float | None = None  # bytes a rank puts on the wire per step (a hook may compress them)
+    unsettled_runs: int = 0  # runs whose step times never settled (MSER-5)
+    ddp_crosscheck: dict[str, float] | None = None  # ours / DDP's own statistics: "comm" and "backward", mean ratios
+    versus: list[dict[str, Any]] = field(default_factory=list)  # against the same configuration without compile/hook
 
     @property
     def name(self) -> str:
@@ -530,6 +545,7 @@ def _analysis(
         too_big = limit is not None and config.peak_memory.value is not None and config.peak_memory.value > limit
         config.fits = not too_big and not config.out_of_memory
     _speedups(configs, confidence)
+    _versus(configs, confidence)
     flags = flags + _flags(configs, meta)
     flags += _memory_flags(configs, limit)
     margin = spec.get("equivalence_margin")
@@ -613,6 +629,11 @@ class _Figures:
         self.host: list[float] = []
         self.held, self.private = _Mean(), _Mean()
         self.flops = {key: _Mean() for key in ("total", *FLOPS_FIGURES)}
+        self.compile_s: list[float] = []
+        self.recompilations = 0
+        self.reasons: list[str] = []
+        self.comm_bytes, self.cross_comm, self.cross_backward = _Mean(), _Mean(), _Mean()
+        self.unsettled = 0
 
     def add(self, summary: dict[str, Any], where: Any) -> None:
         self.summaries += 1
@@ -650,8 +671,30 @@ class _Figures:
         for key in FLOPS_FIGURES:
             self.flops[key].add(flops.get(key))
 
+    def _add_step_extras(self, steps: dict[str, Any]) -> None:
+        """Compilation, bytes on the wire, steady state and the DDP cross-check of one run's steps."""
+        compiled = _dict(steps.get("compile"))
+        if _number(compiled.get("compile_s")):
+            self.compile_s.append(float(compiled["compile_s"]))
+        if _count(compiled.get("recompilations")):
+            self.recompilations = max(self.recompilations, int(compiled["recompilations"]))
+            reasons = compiled.get("reasons")
+            if not self.reasons and isinstance(reasons, list):
+                self.reasons = [str(r)[:200] for r in reasons[:3]]
+        if _dict(steps.get("steady")).get("settled") is False:
+            self.unsettled += 1
+        for rank in steps["ranks"]:
+            if isinstance(rank, dict):
+                self.comm_bytes.add(rank.get("comm_bytes_per_step"))
+        checks = steps.get("ddp_crosscheck")
+        for check in checks if isinstance(checks, list) else []:
+            ratio = _dict(_dict(check).get("ratio"))
+            self.cross_comm.add(ratio.get("comm"))
+            self.cross_backward.add(ratio.get("backward"))
+
     def _add_steps(self, steps: dict[str, Any], where: Any) -> None:
         self.steps += 1
+        self._add_step_extras(steps)
         figures, ranks = steps["global"], steps["ranks"]
         self.p50.add(figures.get("step_s_p50"))
         self.p90.add(figures.get("step_s_p90"))
@@ -708,8 +751,15 @@ class _Figures:
             (self.held, other.held),
             (self.private, other.private),
             *((self.flops[key], other.flops[key]) for key in self.flops),
+            (self.comm_bytes, other.comm_bytes),
+            (self.cross_comm, other.cross_comm),
+            (self.cross_backward, other.cross_backward),
         ):
             mine.merge(theirs)
+        self.compile_s += other.compile_s
+        self.recompilations = max(self.recompilations, other.recompilations)
+        self.reasons = self.reasons or other.reasons
+        self.unsettled += other.unsettled
         self.steps += other.steps
         if other.world is not None:
             self.world = other.world if self.world is None else min(self.world, other.world)
@@ -772,6 +822,11 @@ class _Figures:
         config.flops_per_sample = self.flops["total"].value
         for key in FLOPS_FIGURES:
             setattr(config, key, self.flops[key].value)
+        config.compile_s = mean_interval(self.compile_s) if self.compile_s else None
+        config.recompilations, config.recompile_reasons = self.recompilations, self.reasons
+        config.comm_bytes_per_step, config.unsettled_runs = self.comm_bytes.value, self.unsettled
+        if self.cross_comm.value is not None:
+            config.ddp_crosscheck = {"comm": self.cross_comm.value, "backward": self.cross_backward.value or math.nan}
 
 
 def _larger(
@@ -1195,6 +1250,61 @@ def _speedups(configs: list[ConfigResult], confidence: float) -> None:
             config.baseline = base.name
 
 
+# What makes a step faster, each against the configuration equal to it but for that option's plain value: the
+# options it is compared on, and the options that only tune it (ignored when looking for the plain twin).
+VERSUS = {
+    "compile": (False, ("compile_mode",)),
+    "comm_hook": ("none", ("powersgd_rank", "powersgd_start_iter")),
+    "static_graph": (False, ()),
+    "gradient_as_bucket_view": (False, ()),
+}
+
+
+def _versus(configs: list[ConfigResult], confidence: float) -> None:
+    """Each configuration that compiles or changes DDP's communication, against its plain twin: the speed-up with its
+    interval, and for a compiled one the iterations after which its compilation has paid for itself."""
+    by_options = {}
+    for config in configs:
+        by_options[(config.environment, _plain_key(config.config))] = config
+    for config in configs:
+        for option, (plain, tuning) in VERSUS.items():
+            value = config.config.get(option, plain)
+            if value == plain or not config.samples_per_s:
+                continue
+            twin_options = {k: v for k, v in config.config.items() if k not in tuning}
+            twin_options[option] = plain
+            twin = by_options.get((config.environment, _plain_key(twin_options)))
+            if twin is None or not twin.samples_per_s:
+                continue
+            found: dict[str, Any] = {"option": option, "value": value, "plain": twin.name}
+            found["speedup"] = ratio_interval(config.samples_per_s, twin.samples_per_s, confidence)
+            if option == "compile" and config.compile_s is not None and config.global_batch:
+                fast, slow = config.throughput.value, twin.throughput.value
+                saved = config.global_batch / slow - config.global_batch / fast if fast and slow else 0.0
+                cost = config.compile_s.value or 0.0
+                found["compile_s"] = cost
+                found["payback_iterations"] = cost / saved if saved > 0 else None
+            if option == "comm_hook":
+                found["bytes"] = (twin.comm_bytes_per_step, config.comm_bytes_per_step)
+                exposed = [1e3 * c.phases["exposed_comm"] if c.comm_timed else None for c in (twin, config)]
+                found["exposed_ms"] = tuple(exposed)
+                found["val_accuracy"] = (twin.val_accuracy, config.val_accuracy)
+            config.versus.append(found)
+
+
+_RUNS_OWN = set(names_with_role(TrainConfig, Role.OUTPUT, Role.MEASUREMENT))
+
+
+def _plain_key(options: dict[str, Any]) -> tuple:
+    """A configuration's options as a key, leaving out where its files went and what it measured (a run's own), and
+    the options that only tune another (compile_mode, ...)."""
+    left_out = {t for _, ts in VERSUS.values() for t in ts} | _RUNS_OWN
+    plain = {k: value for k, (value, _) in VERSUS.items()}  # a plain value is the same as none given (older records)
+    return tuple(
+        sorted((k, repr(v)) for k, v in options.items() if k not in left_out and not (k in plain and v == plain[k]))
+    )
+
+
 def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
     groups: dict[str, list[ConfigResult]] = defaultdict(list)
     for config in configs:
@@ -1394,7 +1504,47 @@ def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
             )
         if config.measured_iterations is not None and config.measured_iterations < FEW_ITERATIONS:
             flags.append(Flag("few-iterations", config.name, f"{config.measured_iterations} measured iterations"))
+        if config.recompilations:
+            flags.append(Flag("recompiled", config.name, recompile_text(config)))
+        if config.unsettled_runs:
+            flags.append(Flag("unsettled", config.name, f"{config.unsettled_runs} run(s) never settled"))
     return flags
+
+
+def recompile_text(config: ConfigResult) -> str:
+    """ "recompiled 3 time(s): shapes changed (...)" for a configuration whose runs recompiled."""
+    from ignite_ddl.measure.compilation import recompile_hint  # torch-free module-level code, imported lazily
+
+    hint = recompile_hint(config.recompile_reasons)
+    reason = config.recompile_reasons[0] if config.recompile_reasons else "reason not recorded"
+    return f"recompiled {config.recompilations} time(s): {hint or reason}" + (f" ({reason})" if hint else "")
+
+
+def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
+    """One comparison of :attr:`ConfigResult.versus` in words."""
+    speedup: Estimate = found["speedup"]
+    change = f"{100 * (speedup.value - 1):+.0f} % samples/s" if speedup.value is not None else "samples/s unknown"
+    if speedup.low is not None and speedup.high is not None:
+        change += f" (95 % interval {100 * (speedup.low - 1):+.0f} to {100 * (speedup.high - 1):+.0f} %)"
+    head = f"{config.name} ({found['option']}={found['value']}) vs {found['plain']}: {change}"
+    if found["option"] == "compile" and "compile_s" in found:
+        payback = found["payback_iterations"]
+        if payback is None:
+            return f"{head}; its {found['compile_s']:.0f} s of compilation never pay back (not faster per step)"
+        return f"{head}; pays its {found['compile_s']:.0f} s of compilation back after {payback:.0f} iterations"
+    if found["option"] == "comm_hook":
+        parts = []
+        before, after = found["bytes"]
+        if before and after:
+            parts.append(f"bytes per step {before / 1e6:.3g} -> {after / 1e6:.3g} MB")
+        before, after = found["exposed_ms"]
+        if before is not None and after is not None:
+            parts.append(f"exposed communication {before:.1f} -> {after:.1f} ms")
+        before, after = found["val_accuracy"]
+        if before is not None and after is not None:
+            parts.append(f"val accuracy {before:.3f} -> {after:.3f}")
+        return head + ("; " + ", ".join(parts) if parts else "")
+    return head
 
 
 def notes(analysis: Analysis) -> list[str]:
