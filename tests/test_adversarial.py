@@ -497,6 +497,8 @@ def test_a_report_of_a_grid_value_with_html_and_a_newline_is_escaped(tmp_path):
     assert not any(line.startswith("# injected") for line in markdown.splitlines())
     assert "<script>" not in markdown.replace("\\<script>", "")
     assert "<script>" not in (tmp_path / "report.html").read_text()
+    verdict = (tmp_path / "verdict.txt").read_text().splitlines()
+    assert not any(line.startswith("# injected") for line in verdict)  # one verdict a line, never split
 
 
 # -- #26: every numeric option given NaN, infinities, 0, negative, huge or a wrong type is accepted and honoured,
@@ -589,3 +591,31 @@ def test_the_property_test_can_fail():
         _refused_in_one_line(ConfigError("two\nlines"))
     with pytest.raises(AssertionError):
         _honoured(TrainConfig(epochs=2), "epochs", 3)
+
+
+def test_step_tables_profiles_and_consoles_are_never_written_through_a_link(tmp_path):
+    """Every other file a run writes goes through the same refusal: the per-rank step table, a profiler's table, the
+    projection's CSV, a sweep run's console (all written whole, or opened without following links)."""
+    import os
+
+    import torch
+    from ignite.engine import Engine
+
+    from ignite_ddl.core.outputs import open_output, write_csv
+    from ignite_ddl.measure.recorder import StepRecorder
+
+    steps, target = _planted(tmp_path, "steps_rank0.csv")
+    engine = Engine(lambda engine, batch: None)
+    recorder = StepRecorder(warmup=0, device=torch.device("cpu")).attach(engine)
+    engine.run([(torch.zeros(2, 1), torch.zeros(2))] * 2)
+    with pytest.raises(OutputError, match="it is a symbolic link"):
+        recorder.write_csv(steps)
+    profile = steps.parent / "profile.csv"
+    profile.symlink_to(target)
+    with pytest.raises(OutputError, match="it is a symbolic link"):
+        write_csv(profile, ("metric", "value"), [("a", 1)])
+    console = steps.parent / "console.log"
+    console.symlink_to(target)
+    with pytest.raises(OutputError, match="it is a symbolic link"):
+        open_output(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    assert target.read_text() == "the user's file"

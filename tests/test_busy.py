@@ -272,3 +272,14 @@ def test_efficiency_above_one_never_appears_without_its_flag():
         printed = f"{efficiency.value:.2f}"
         flagged = any(f.kind == "superlinear" for f in analysis.flags)
         assert flagged == (float(printed) > 1.0), (ratio, printed)
+
+
+def test_a_report_with_every_run_left_out_points_at_no_plot(tmp_path):
+    """Every run contended and left out: no throughput, so no throughput plot, and the text does not send the
+    reader to one."""
+    records = configs([40.0, 41.0, 39.0], [80.0, 81.0, 79.0])
+    for r in records:
+        r["contended"] = True
+        append_record(tmp_path / "results.jsonl", r)
+    report = write_report(tmp_path).read_text()
+    assert "throughput.png" not in report and not (tmp_path / "throughput.png").exists()

@@ -191,10 +191,9 @@ def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
 
     monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 2.0)
     monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", True))
-    began = time.monotonic()
+    # The join watch ends it (its message, twice 2 s), not the 300 s rendezvous timeout, which would say otherwise.
     with pytest.raises(LaunchFailed, match=r"rank\(s\) 1 did not join the process group within 2 s, 2 times"):
-        launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork"))
-    assert time.monotonic() - began < 60  # two attempts of 2 s and the stops, far from the 300 s rendezvous timeout
+        launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork", timeout=300))
 
 
 _AT_FORK: list[tuple[int, int]] = []  # (Python threads, native threads) of this process at each of its forks

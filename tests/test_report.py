@@ -244,6 +244,9 @@ def test_measured_share_comes_from_the_sessions():
 
 def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
     records = configs([100.0, 101.0, 99.0]) + [record(1, r, v, procs=2) for r, v in enumerate([150.0, 160.0, 155.0])]
+    for number, r in enumerate(records):  # memory too: the HParams of "what fits"
+        peak = (600 + number) * 2**20
+        r["summary"]["memory"] = {"max": {"peak_rss_bytes": peak, "held_bytes": 2**20}, "ranks": []}
     for r in records:
         append_record(tmp_path / "results.jsonl", r)
     write_report(tmp_path)
@@ -279,6 +282,9 @@ def test_hparams_hold_runs_and_aggregated_configurations(tmp_path):
     declared = {m.name.tag for m in experiment.metric_infos}
     assert {"hparam/samples_per_s", "hparam/speedup", "hparam/speedup_low", "hparam/speedup_high"} <= declared
     assert {"hparam/efficiency_low", "hparam/contended", "hparam/used", "hparam/fits"} <= declared
+    assert {"hparam/peak_memory_mib", "hparam/peak_memory_mib_low", "hparam/held_mib"} <= declared
+    assert events.Scalars("hparam/peak_memory_mib")[0].value == pytest.approx(604.0)  # cfg001's mean, MiB
+    assert events.Scalars("hparam/held_mib")[0].value == pytest.approx(1.0)
     assert {"repeat", "attempt", "world_size", "workload"} <= {h.name for h in experiment.hparam_infos}
 
 

@@ -20,3 +20,9 @@ def test_tensorboard_tags(spawn_run):
     # train loss logged every 2 iterations over the whole run
     assert [e.step for e in events.Scalars("train/loss")] == list(range(2, summary["iterations"] + 1, 2))
     assert [e.value for e in events.Scalars("lr/group_0")][0] == pytest.approx(0.05)
+    # Every rank's memory at the run's end, as summary.json has it.
+    for rank in summary["memory"]["ranks"]:
+        (peak,) = events.Scalars(f"rank{rank['rank']}/peak_memory_bytes")
+        assert peak.value == pytest.approx(rank["peak_rss_bytes"], rel=1e-6)
+        (held,) = events.Scalars(f"rank{rank['rank']}/held_bytes")
+        assert held.value == pytest.approx(sum(rank["held_bytes"].values()), rel=1e-6)

@@ -323,11 +323,10 @@ def test_one_replica_of_several_devices(tmp_path):
 
 
 def test_a_failing_replica_is_named(tmp_path):
-    start = time.perf_counter()
+    # Rank 1's own error, not rank 0's timeout in the barrier it was left waiting in.
     result = run_case("fail", tmp_path)
     assert result["failed_rank"] == 1 and result["message"] == "RuntimeError: injected failure"
     assert "injected failure" in Path(result["log_file"]).read_text()
-    assert time.perf_counter() - start < 60  # not left waiting in rank 0's barrier
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import functools
 import io
@@ -35,7 +36,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "quiet_writer_threads",
     "save_torch",
     "write_bytes",
+    "write_csv",
     "writing",
 ]
 
@@ -89,10 +91,11 @@ def output_errors(folder: str | Path) -> Iterator[None]:
         raise error from e
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
+def write_bytes(path: str | Path, data: bytes, sync: bool = True) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file with an unpredictable name, created exclusively in the
     same folder (nothing planted there can be written through), moved into place; removed if the write fails. A
-    symbolic link at ``path`` is refused (:class:`OutputError`)."""
+    symbolic link at ``path`` is refused (:class:`OutputError`). ``sync=False`` skips the flush to disk, for a file
+    rewritten often whose loss in a crash costs nothing (a reading)."""
     path = Path(path)
     try:
         if path.is_symlink():
@@ -104,7 +107,8 @@ def write_bytes(path: str | Path, data: bytes) -> None:
                 os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 would hide the outputs from the group
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             os.replace(tmp, path)  # a link put at ``path`` meanwhile is replaced, never written through
             moved = True
         finally:
@@ -113,6 +117,15 @@ def write_bytes(path: str | Path, data: bytes) -> None:
                     os.unlink(tmp)
     except OSError as e:  # named after the output, not its temporary file
         raise OutputError(path, e) from e
+
+
+def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Iterable[Any]]) -> None:
+    """A CSV file written whole with :func:`write_bytes` (never through a link planted at ``path``)."""
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_bytes(path, text.getvalue().encode())
 
 
 def open_output(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT) -> int:

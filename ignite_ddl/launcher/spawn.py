@@ -56,7 +56,7 @@ from ignite.utils import setup_logger
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ignite_ddl.core.errors import Interrupted, LaunchFailed, RunFailed
-from ignite_ddl.core.outputs import write_bytes
+from ignite_ddl.core.outputs import open_output, write_bytes
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.processes import STOP_GRACE_S, die_with_parent, out_of_memory, stop_children, wait_children
@@ -390,7 +390,7 @@ def _rank_main(
         if log_file is not None:
             with contextlib.suppress(OSError):
                 os.makedirs(os.path.dirname(log_file), exist_ok=True)
-                with open(log_file, "a") as f:
+                with open(open_output(log_file), "a") as f:  # never through a link planted there
                     f.write(traceback.format_exc())
         if plan.mode == "spawn":
             raise  # the parent reads the rank from the failed process's index

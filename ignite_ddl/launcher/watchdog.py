@@ -34,6 +34,8 @@ from typing import Any
 
 from ignite.engine import Engine, Events
 
+from ignite_ddl.core.outputs import write_bytes
+
 __all__ = ["StallWatchdog", "clear_stall", "read_stall"]
 
 _STALL_EXIT = 86  # a spawned rank ended by the watchdog exits with this; the launcher then reads stalled.json
@@ -164,9 +166,8 @@ class StallWatchdog:
         if self.log_dir is not None:
             try:
                 self.log_dir.mkdir(parents=True, exist_ok=True)
-                tmp = self.log_dir / f"{STALL_FILE}.{rank}.tmp"
-                tmp.write_text(json.dumps({"rank": culprits[0], "ranks": culprits, "message": message}))
-                os.replace(tmp, self.log_dir / STALL_FILE)
+                stall = {"rank": culprits[0], "ranks": culprits, "message": message}
+                write_bytes(self.log_dir / STALL_FILE, json.dumps(stall).encode())
             except OSError:
                 pass
         if self.report:

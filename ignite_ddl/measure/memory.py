@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.launcher.processes import children_map, current_rss_bytes, memory_limit_bytes, reading_file
 
@@ -169,10 +170,8 @@ class MemoryMonitor:
     def _publish(self) -> None:
         assert self.log_dir is not None
         with contextlib.suppress(OSError):  # a reading is a hint: never worth failing a run for
-            path = reading_file(self.log_dir, self.rank)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(f"{current_rss_bytes()} {self.limit if self.limit is not None else '-'}\n")
-            os.replace(tmp, path)
+            reading = f"{current_rss_bytes()} {self.limit if self.limit is not None else '-'}\n"
+            write_bytes(reading_file(self.log_dir, self.rank), reading.encode(), sync=False)
 
     def sample(self) -> int:
         """Memory in use now: allocated device memory on CUDA, the rank's resident set otherwise."""

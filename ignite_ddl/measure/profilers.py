@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import csv
 import logging
 import warnings
 from collections.abc import Callable
@@ -50,7 +49,7 @@ from ignite.handlers import BasicTimeProfiler, HandlersTimeProfiler, Timer
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from ignite_ddl.core.config import PROFILERS
-from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.outputs import write_csv, writing
 from ignite_ddl.core.text import format_table, milliseconds
 from ignite_ddl.measure.traces import compare_with_steps, format_trace_comm, read_step_rows, trace_comm
 
@@ -95,10 +94,7 @@ class TimerProfiler:
         }
 
     def write_csv(self, path: Path) -> None:
-        with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(("metric", "value"))
-            writer.writerows(self.results().items())
+        write_csv(path, ("metric", "value"), self.results().items())
 
 
 class _IgniteProfiler:
@@ -273,10 +269,7 @@ class TorchProfiler:
         }
 
     def write_csv(self, path: Path) -> None:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=TOP_OPS_COLUMNS)
-            writer.writeheader()
-            writer.writerows(self._top_ops)
+        write_csv(path, TOP_OPS_COLUMNS, ([op.get(c, "") for c in TOP_OPS_COLUMNS] for op in self._top_ops))
 
 
 def _top_ops(averages: Any, by_device: bool) -> list[dict[str, Any]]:

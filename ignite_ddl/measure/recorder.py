@@ -37,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 import time
@@ -50,7 +49,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
-from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.outputs import write_csv, writing
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.comm import NO_COMM, CommTimer, waits
@@ -284,11 +283,8 @@ class StepRecorder:
         path = Path(path)
         with writing(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(COLUMNS)
-                blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
-                writer.writerows(blank_nan)
+        blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
+        write_csv(path, COLUMNS, blank_nan)
 
 
 def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> dict[str, Any]:

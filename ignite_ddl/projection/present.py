@@ -17,12 +17,11 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.outputs import write_csv
 from ignite_ddl.core.results import write_json
 from ignite_ddl.core.text import format_table, milliseconds
 from ignite_ddl.projection.model import MIB, SATURATION_EFFICIENCY, Projection, bucket_sizes
@@ -185,9 +184,6 @@ def write_projection(p: Projection, output_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "projection.json", out / "projection.csv", out / "projection.png"]
     write_json(paths[0], p.to_dict())
-    with writing(paths[1]), open(paths[1], "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(p.rows)
+    write_csv(paths[1], _CSV_COLUMNS, ([row.get(c, "") for c in _CSV_COLUMNS] for row in p.rows))
     save_figure(figure(p), paths[2])
     return paths

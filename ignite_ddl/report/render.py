@@ -284,10 +284,13 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
                 "without a usable run; run more repeats before relying on it."
             )
         doc.bullets(items)
+    # The plot exists only where some configuration has a throughput figure (not when every run was left out).
+    drawn = any(c.throughput.value is not None for c in analysis.configs)
+    check = ", which you can check on the error bars of throughput.png," if drawn else ""
     doc.paragraph(
         "How to read this: each configuration's throughput is the mean over its repeated runs, with a "
         f"{pct} % confidence interval; a best configuration is named only when its interval does not overlap any "
-        "other's, which you can check on the error bars of throughput.png, and its lead over each survives the "
+        f"other's{check} and its lead over each survives the "
         "correction for comparing several configurations (Method). When intervals overlap the report names "
         "the tie instead of a winner: the difference is inside the run-to-run noise. Configurations are only "
         f"compared with others of the same workload ({', '.join(analysis.workload_axes)}). Read the next section "
@@ -731,7 +734,9 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
 
     write_bytes(out / "report.md", doc.markdown().encode())
     write_bytes(out / "report.html", doc.html(title).encode())
-    write_bytes(out / "verdict.txt", ("\n".join(verdict_lines(analysis)) + "\n").encode())
+    # One verdict a line: a grid value holding a line break (or any control character) must not split one.
+    lines = ["".join(ch if ch.isprintable() else " " for ch in line) for line in verdict_lines(analysis)]
+    write_bytes(out / "verdict.txt", ("\n".join(lines) + "\n").encode())
     return out / "report.md"
 
 

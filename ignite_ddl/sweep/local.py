@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from ignite_ddl.core.commands import run_command
 from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.outputs import open_output
 from ignite_ddl.core.results import RunRecord
 from ignite_ddl.launcher.signals import end_with, sigterm_with_parent
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
@@ -72,7 +73,7 @@ class _Started:
             self.process.start()
             self.pid = cast(int, self.process.pid)  # started: it has a pid (typed int | None for one not started)
         else:
-            with open(console, "w") as out:
+            with open(open_output(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as out:  # never via a link
                 cmd = [sys.executable, "-m", "ignite_ddl", "train", *run.config.to_argv()]
                 # The run gets SIGTERM when the sweep ends, however it ends (SIGKILL included).
                 self.process = subprocess.Popen(
@@ -109,7 +110,7 @@ def _preloaded_main(config: dict[str, Any], console: str, sweep_pid: int) -> Non
     and it ends when the sweep does (the fork server, its parent, outlives a sweep killed with SIGKILL)."""
     os.setsid()
     end_with(sweep_pid)
-    fd = os.open(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_output(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never through a link planted there
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

@@ -43,6 +43,7 @@ from typing import Any
 from ignite_ddl.core.commands import run_command
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.results import RunRecord, read_json, write_json
 from ignite_ddl.sweep.plan import Run
 from ignite_ddl.sweep.records import finish_record, last_error, new_record
@@ -386,7 +387,7 @@ def _slurm_record(run: Run, outcome: Outcome, threshold: float) -> RunRecord:
     """The record of a run that ran as a SLURM job: as a local run's, with SLURM's state and reason."""
     run_dir = Path(run.config.output_dir)
     if outcome.console is not None and run_dir.is_dir():
-        (run_dir / "console.log").write_text(outcome.console)
+        write_bytes(run_dir / "console.log", outcome.console.encode())
     state = outcome.slurm
     elapsed = state.run_time_s if state is not None and state.run_time_s is not None else 0.0
     record = new_record(run, elapsed, outcome.exit_code)

@@ -355,11 +355,23 @@ def comm_hook(config: TrainConfig, group: Any) -> Hook:
         matrix_approximation_rank=config.powersgd_rank,
         start_powerSGD_iter=config.powersgd_start_iter,
     )
+    # PowerSGD issues a bucket's later all-reduces (the factors P, then Q) from completion callbacks, on the
+    # backend's threads, while the next bucket's first all-reduce comes from backward's thread. gloo needs every rank
+    # to issue its collectives in the same order, and without an order between those threads the ranks may not:
+    # seen here as "Received data size doesn't match expected size" and an abort, with 3 buckets. On gloo each
+    # bucket therefore waits for the previous one's reduction to finish (no overlap between buckets; NCCL orders
+    # collectives on its stream and needs no wait).
+    ordered = dist.get_backend(group) == "gloo"
+    previous: list[torch.futures.Future[torch.Tensor]] = []
 
     def powersgd(bucket: dist.GradBucket) -> tuple[torch.futures.Future[torch.Tensor], int]:
+        if ordered and previous:
+            previous.pop().wait()
         buffer, before = bucket.buffer(), state.total_numel_after_compression
         future = powerSGD_hook.powerSGD_hook(state, bucket)
         sent = state.total_numel_after_compression - before  # 0 while it still runs plain all-reduces
+        if ordered:
+            previous.append(future)
         return future, (sent or buffer.numel()) * buffer.element_size()
 
     return powersgd
