@@ -74,8 +74,8 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 # Inductor fuses and reorders float32 arithmetic: the compiled losses differ from eager ones in the last digits,
-# growing with the steps (TODO measured below).
-LOSS_TOLERANCE = 1e-4
+# growing with the steps (measured: 1.05e-7 relative at worst over the 16 steps, 1 and 2 processes, torch 2.14.1).
+LOSS_TOLERANCE = 1e-5
 
 
 @pytest.mark.slow
@@ -117,7 +117,9 @@ HOOK_RUNS = {
     "fp16": {"comm_hook": "fp16"},
     "bf16": {"comm_hook": "bf16"},
     # Several buckets: PowerSGD's all-reduces from completion callbacks must keep one order on every rank (gloo).
-    "powersgd": {"comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 2, "bucket_cap_mb": 1.0},
+    # DDP fills a bucket until it reaches the cap, so one per weight matrix of the MLP needs a cap below its
+    # smallest layer's bias and weight (1,290 parameters: ~5 KB): 0.001 MiB.
+    "powersgd": {"comm_hook": "powersgd", "powersgd_rank": 1, "powersgd_start_iter": 2, "bucket_cap_mb": 0.001},
     "powersgd_late": {"comm_hook": "powersgd", "powersgd_start_iter": 1000},  # plain all-reduce all along
     "static_views": {"static_graph": True, "gradient_as_bucket_view": True},
 }
@@ -158,7 +160,8 @@ def test_each_comm_hook_sends_what_it_promises_and_trains_alike(hook_runs, hook_
     assert _bytes_per_step(hook_runs["static_views"]) == param_bytes
     # PowerSGD after its start: rank-1 factors of each matrix, the biases whole: far less than half.
     rows = _csv(hook_root / "powersgd")
-    assert min(int(r["buckets"]) for r in rows) >= 3
+    # DDP reduces the first iteration in one bucket, then rebuilds its buckets in the order backward made them.
+    assert int(rows[0]["buckets"]) == 1 and min(int(r["buckets"]) for r in rows[1:]) == 3
     compressed = [int(r["comm_bytes"]) for r in rows if int(r["iteration"]) > 2]
     assert compressed and max(compressed) < param_bytes / 20
     assert all(int(r["comm_bytes"]) == param_bytes for r in rows if int(r["iteration"]) <= 2)
@@ -179,10 +182,11 @@ def test_the_comm_timing_agrees_with_ddp_own_statistics(hook_runs):
         for check in checks:
             # DDP's span runs from the first bucket's launch to the end of finalize_backward (the reduced buckets
             # copied into .grad): ours, the union of the buckets' intervals, is at most that and, with one
-            # bucket and nothing between, most of it. TODO: ranges measured here.
-            assert 0.5 <= check["ratio"]["comm"] <= 1.05, (name, check)
-            # The whole backward: DDP's also holds the loss, which ours counts in the forward.
-            assert 0.7 <= check["ratio"]["backward"] <= 1.05, (name, check)
+            # bucket and nothing between, most of it. Measured on the 2-core VM over the 68 runs of
+            # experiments/faster_step: 0.81-0.97 (0.88-0.94 here with other processes busy).
+            assert 0.6 <= check["ratio"]["comm"] <= 1.05, (name, check)
+            # The whole backward: DDP's also holds the loss, which ours counts in the forward (measured 0.997-1.0).
+            assert 0.9 <= check["ratio"]["backward"] <= 1.05, (name, check)
             assert check["iterations"] == hook_runs[name]["iterations"] - 1  # DDP never folds in the last one
 
 

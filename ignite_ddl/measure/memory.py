@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from ignite_ddl.core.errors import OutputError
 from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.launcher.processes import children_map, current_rss_bytes, memory_limit_bytes, reading_file
@@ -169,7 +170,7 @@ class MemoryMonitor:
 
     def _publish(self) -> None:
         assert self.log_dir is not None
-        with contextlib.suppress(OSError):  # a reading is a hint: never worth failing a run for
+        with contextlib.suppress(OSError, OutputError):  # a reading is a hint: never worth failing a run for
             reading = f"{current_rss_bytes()} {self.limit if self.limit is not None else '-'}\n"
             write_bytes(reading_file(self.log_dir, self.rank), reading.encode(), sync=False)
 

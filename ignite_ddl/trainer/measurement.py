@@ -8,14 +8,14 @@ and measures the matmul rate before training (:mod:`ignite_ddl.measure.flops`). 
 :meth:`Measuring.gather` (a collective) returns every rank's figures as plain data for the summary.
 
 Example (one process; the trainer does the same on every rank):
-    >>> import torch
+    >>> import tempfile, torch
     >>> from ignite.engine import Engine
     >>> from ignite_ddl.core.config import TrainConfig
     >>> from ignite_ddl.measure.recorder import StepRecorder
     >>> trainer, evaluator = Engine(lambda e, b: None), Engine(lambda e, b: None)
     >>> recorder = StepRecorder(warmup=1)
-    >>> config = TrainConfig(warmup_iters=1)
-    >>> measuring = attach_measurement(config, None, trainer, evaluator, recorder, torch.device("cpu"), "/tmp/m")
+    >>> config, log_dir = TrainConfig(warmup_iters=1), tempfile.mkdtemp()
+    >>> measuring = attach_measurement(config, None, trainer, evaluator, recorder, torch.device("cpu"), log_dir)
     >>> _ = trainer.run([(torch.zeros(4, 3), torch.zeros(4))] * 3)
     >>> measuring.recorder.gather()["global"]["samples"]
     8
