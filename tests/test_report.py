@@ -405,6 +405,22 @@ def test_among_configurations_tied_on_speed_the_cheapest_is_recommended():
     assert config.peak_memory.value == 300 * 2**20 and config.peak_memory.low == config.peak_memory.high  # sd 0
 
 
+def test_memory_inside_the_noise_makes_no_configuration_cheaper():
+    """Two configurations tied on speed whose peak memory differs by less than the runs' spread: the faster is
+    recommended, with no "0 % less memory" reason; a difference beyond the spread still decides."""
+    rates = {0: [101, 99, 103], 1: [99, 102, 100]}
+    memory = {0: [553, 548, 558], 1: [541, 566, 552]}
+    records = [_with_memory(record(i, r, v, procs=2), memory[i][r]) for i in rates for r, v in enumerate(rates[i])]
+    verdict = analyze(records, {"spec": {}}).verdicts[0]
+    assert set(verdict.tied) == {"cfg000", "cfg001"}
+    assert verdict.recommended == "cfg000" and "none of them is cheaper" in verdict.recommendation
+    for r in records:
+        if r["index"] == 1:
+            r["summary"]["memory"]["max"]["peak_rss_bytes"] -= 200 * 2**20
+    verdict = analyze(records, {"spec": {}}).verdicts[0]
+    assert verdict.recommended == "cfg001" and "% less memory per rank" in verdict.recommendation
+
+
 def test_a_configuration_above_the_memory_limit_is_never_recommended(tmp_path):
     sweep = _memory_sweep({"memory_limit_mb": 800})
     analysis = analyze(sweep["records"], sweep["meta"])
@@ -474,6 +490,23 @@ def test_a_sweep_resumed_with_another_torch_is_split_and_flagged(tmp_path):
     assert "**mixed-environments** (1)" in trust and "env 2 (torch 2.15.0)" in trust
     verdicts = (tmp_path / "verdict.txt").read_text().splitlines()
     assert len(verdicts) == 2 and "env 1 (torch 2.14.1)" in verdicts[0] and "env 2 (torch 2.15.0)" in verdicts[1]
+
+
+def test_the_decision_table_shows_the_workload_only_where_its_columns_do_not():
+    """Two models in the grid: the model column already says which workload a row is, so no workload column (the
+    longest cell of the table); runs from two environments: the environment is in no column, so it is shown."""
+    from ignite_ddl.report.render import _decision_table
+
+    two_models = [record(i, r, v, model=m) for i, m in enumerate(["cnn", "mlp"]) for r, v in enumerate([99, 100, 101])]
+    analysis = analyze(two_models)
+    assert len(analysis.verdicts) == 2
+    header, rows = _decision_table(analysis)
+    assert "workload" not in header and "model" in header and len(rows[0]) == len(header)
+    records = configs([100.0, 101.0, 99.0, 130.0, 131.0, 129.0])
+    _environment(records, {0, 1, 2}, TORCH_A)
+    _environment(records, {3, 4, 5}, TORCH_B)
+    header, rows = _decision_table(analyze(records))
+    assert "workload" in header and "env 2 (torch 2.15.0)" in rows[1][header.index("workload")]
 
 
 def test_the_environment_comes_from_each_run_folder_and_names_the_cpu(tmp_path):

@@ -69,6 +69,7 @@ __all__ = [
 
 MIB = float(1 << 20)
 MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
+MEMORY_MATERIAL = 0.05  # without intervals, this much less peak memory makes a configuration cheaper
 SUPERLINEAR = 1.0  # efficiency above this is suspect: never printed without its flag
 CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
 FEW_ITERATIONS = 20  # measured iterations per rank below this make a short, transient-dominated window
@@ -1416,6 +1417,17 @@ def _memory_flags(configs: list[ConfigResult], limit: float | None) -> list[Flag
     return flags
 
 
+def _less_memory(a: ConfigResult, b: ConfigResult) -> bool:
+    """Whether ``a`` needs less peak memory per rank than ``b`` beyond the noise: their intervals apart where both
+    have one, else at least MEMORY_MATERIAL less (a difference inside the runs' spread is no reason to choose)."""
+    mine, theirs = a.peak_memory, b.peak_memory
+    if mine.value is None or not theirs.value:
+        return False
+    if mine.has_interval and theirs.has_interval:
+        return cast(float, mine.high) < cast(float, theirs.low)
+    return mine.value <= (1 - MEMORY_MATERIAL) * theirs.value
+
+
 def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
     """What makes ``cheap`` cheaper than ``than``, in words."""
     reasons = []
@@ -1423,11 +1435,9 @@ def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
         reasons.append(
             f"uses {cheap.world_size} process{'es' if cheap.world_size > 1 else ''} instead of {than.world_size}"
         )
-    mine, theirs = cheap.peak_memory.value, than.peak_memory.value
-    if mine is not None and theirs:
-        share = 1 - mine / theirs
-        if share > 0:
-            reasons.append(f"{100 * share:.0f} % less memory per rank")
+    if _less_memory(cheap, than):
+        share = 1 - cast(float, cheap.peak_memory.value) / cast(float, than.peak_memory.value)
+        reasons.append(f"{100 * share:.0f} % less memory per rank")
     return " and ".join(reasons) or "is no more expensive"
 
 
@@ -1458,6 +1468,8 @@ def _recommend(
     cheapest = min(
         peers, key=lambda c: (c.world_size, c.peak_memory.value or infinite, -cast(float, c.throughput.value))
     )
+    if cheapest.world_size == lead.world_size and not _less_memory(cheapest, lead):
+        cheapest = lead  # cheaper only inside the noise: the fastest is as cheap
     verdict.recommended = cheapest.name
     ahead = measured[: next(i for i, c in enumerate(measured) if c is lead)]  # faster than the lead
     slower = [c.name for c in ahead if not c.fits]

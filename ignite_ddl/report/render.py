@@ -392,7 +392,7 @@ def _decision_table(analysis: Analysis) -> Table:
     """What a decision needs, narrow enough for a laptop's screen: the configuration, its throughput with the
     interval, speed-up and efficiency, peak memory per rank, and its flags. The rest is in the detail tables."""
     grid_keys = list(dict.fromkeys(k for c in analysis.configs for k in c.grid))
-    several = len(analysis.verdicts) > 1
+    several = _workload_column(analysis, grid_keys)
     pct = round(100 * analysis.confidence)
     memory = any(c.peak_memory.value is not None for c in analysis.configs)
     header = [
@@ -422,6 +422,17 @@ def _decision_table(analysis: Analysis) -> Table:
             ]
         )
     return header, rows
+
+
+def _workload_column(analysis: Analysis, grid_keys: list[str]) -> bool:
+    """Whether the decision table needs a workload column: several workloads, told apart by something the grid's
+    columns do not show (a workload option that is not a grid axis, or runs from different environments)."""
+    if len(analysis.verdicts) <= 1:
+        return False
+    axes = analysis.workload_axes
+    varying = {a for a in axes if len({repr(c.config.get(a)) for c in analysis.configs}) > 1}
+    by_options = {tuple(repr(c.config.get(a)) for a in axes) for c in analysis.configs}
+    return not varying <= set(grid_keys) or len({c.workload for c in analysis.configs}) > len(by_options)
 
 
 def _efficiency_cell(c: ConfigResult) -> str:
@@ -638,6 +649,9 @@ def _environment(doc: Document, analysis: Analysis) -> None:
     devices = sorted({c.device_type for c in analysis.configs if c.device_type})
     threads = sorted({c.threads_per_process for c in analysis.configs if c.threads_per_process})
     spec = meta.get("spec", {})
+    repeats = spec.get("repeats", "?")
+    if spec.get("adaptive"):
+        repeats = f"adaptive, {spec.get('min_repeats', '?')} to {spec.get('max_repeats', '?')}"
     doc.table(
         ["", ""],
         [
@@ -648,7 +662,7 @@ def _environment(doc: Document, analysis: Analysis) -> None:
             ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)],
             [
                 "run order",
-                f"{spec.get('order', '?')} ({spec.get('repeats', '?')} repeats), runs started {spec.get('start', '?')}",
+                f"{spec.get('order', '?')} ({repeats} repeats), runs started {spec.get('start', '?')}",
             ],
         ],
     )
