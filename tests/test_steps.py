@@ -25,9 +25,14 @@ def scenario(name: str, out: Path, **env: str) -> dict:
 def test_global_throughput_matches_an_outside_clock(tmp_path):
     summary = scenario("window", tmp_path)
     outside = json.loads((tmp_path / "outside.json").read_text())
-    expected = outside["samples"] / outside["seconds"]
     steps = summary["steps"]
-    assert steps["global"]["samples"] == outside["samples"]
+    # The window: from the end of the last iteration left out (warm-up, and whatever MSER-5 found still settling,
+    # more of it on a busy machine) to the end of the last one.
+    excluded, ends = steps["warmup_iterations"], outside["ends"]
+    assert steps["steady"]["first_measured_iteration"] == excluded + 1 and 1 <= excluded < len(ends) - 10
+    samples = (len(ends) - excluded) * outside["global_batch"]
+    expected = samples / (ends[-1] - ends[excluded - 1])
+    assert steps["global"]["samples"] == samples
     assert steps["global"]["samples_per_s"] == pytest.approx(expected, rel=0.05)
     # global = all ranks' samples over the window, not rank 0's rate times the world size
     assert sum(r["samples"] for r in steps["ranks"]) == steps["global"]["samples"]
@@ -76,7 +81,8 @@ def test_step_times_that_never_settle_are_flagged():
     from ignite_ddl.measure.recorder import format_steps
     from ignite_ddl.measure.steady import mser5
 
-    drifting = [0.002 * (1 + i / 20) for i in range(60)]  # every iteration slower than the last
+    # Every iteration slower than the last, from 5 to 50 ms: a drift far above what a busy machine adds to a sleep.
+    drifting = [0.005 * (1 + i / 6) for i in range(60)]
     assert not mser5(drifting).settled
 
     def step(engine, batch):
@@ -134,11 +140,13 @@ def test_slow_rank_is_named_straggler(tmp_path, where):
         assert rank1["forward_s_mean"] > rank0["forward_s_mean"] + 0.02
     # DDP's all-reduce evens out step time: the fast rank waits in backward for the slow one
     assert rank0["backward_s_mean"] > rank1["backward_s_mean"]
-    # ... and the communication timing hook shows that wait as rank 0's communication, naming rank 1
-    assert rank0["comm_s_mean"] > rank1["comm_s_mean"] + 0.02
-    assert rank0["exposed_comm_s_mean"] > rank1["exposed_comm_s_mean"] + 0.02
+    # ... and the communication timing hook shows that wait as rank 0's communication, naming rank 1. On an idle
+    # machine the wait is about the injected 30 ms; processes busy on the same cores shrink it (9 ms with two CPU
+    # burners beside the test: rank 0 is slowed too), so the bound is a tenth of the delay.
+    assert rank0["comm_s_mean"] > rank1["comm_s_mean"] + 0.003
+    assert rank0["exposed_comm_s_mean"] > rank1["exposed_comm_s_mean"] + 0.003
     wait = steps["comm_wait"]
-    assert wait["rank"] == 1 and wait["wait_s"][1] == 0 and wait["median_wait_s"] > 0.02
+    assert wait["rank"] == 1 and wait["wait_s"][1] == 0 and wait["median_wait_s"] > 0.003
     assert "rank 0 waits" in wait_sentence(wait) and "for rank 1" in wait_sentence(wait)
 
 
