@@ -47,6 +47,17 @@ def stale(source: Path) -> str | None:
     return None
 
 
+CHECKOUT = "<checkout>"  # what a copy shows for this checkout's path: the folder is the renderer's, not the reader's
+
+
+def published(text: str, workdir: str | None = None) -> str:
+    """A copy's text as published: this checkout's absolute path (in the setup cell's "ignite-ddl from ...", in
+    tracebacks) replaced by ``<checkout>``, and the temporary working folder's by the relative paths it holds."""
+    if workdir:
+        text = text.replace(workdir.rstrip("/") + "/", "")
+    return text.replace(str(ROOT), CHECKOUT)
+
+
 def render(source: Path, timeout: int) -> float:
     """Execute ``source`` in a fresh kernel and write its executed copy; the seconds it took."""
     import nbclient
@@ -66,7 +77,7 @@ def render(source: Path, timeout: int) -> float:
     COPIES.mkdir(parents=True, exist_ok=True)
     copy = COPIES / source.name
     tmp = copy.with_suffix(".tmp")
-    tmp.write_text(nbformat.writes(nb) + "\n")
+    tmp.write_text(published(nbformat.writes(nb), workdir) + "\n")
     tmp.replace(copy)
     return time.perf_counter() - start
 

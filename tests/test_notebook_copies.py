@@ -72,3 +72,11 @@ def test_the_copies_show_the_plots():
             o for c in cells if c["cell_type"] == "code" for o in c["outputs"] if "image/png" in o.get("data", {})
         ]
         assert images, f"{source.name}'s copy holds no image"
+
+
+def test_the_copies_name_no_folder_of_the_machine_that_rendered_them():
+    """The setup cell prints where ignite-ddl was installed from: a copy shows ``<checkout>``, not a local path."""
+    assert render.published(f"ignite-ddl from {ROOT} (editable)") == "ignite-ddl from <checkout> (editable)"
+    for source in NOTEBOOKS:
+        text = (COPIES / source.name).read_text()
+        assert "ignite-ddl from /" not in text and str(ROOT) not in text, source.name
