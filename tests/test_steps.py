@@ -132,7 +132,8 @@ def test_slow_rank_is_named_straggler(tmp_path, where):
     steps = scenario(f"slow-{where}", tmp_path)["steps"]
     rank0, rank1 = steps["ranks"]
     assert steps["straggler"]["rank"] == 1
-    assert rank1["own_s_mean"] > rank0["own_s_mean"] + 0.02  # the injected 30 ms per step
+    # The injected 30 ms per step: about that on an idle machine, 18 ms with two CPU burners beside the test.
+    assert rank1["own_s_mean"] > rank0["own_s_mean"] + 0.01
     if where == "data":
         assert rank1["data_s_mean"] > 0.025 > rank0["data_s_mean"]
         assert rank1["data_share"] > rank0["data_share"]
