@@ -32,6 +32,8 @@ from ignite_ddl.launcher import plan_launch, xla
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder
 
+pytestmark = [pytest.mark.xla]
+
 REPLICAS = 2
 XLA_ENV = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(REPLICAS)}
 SHARDED = 9  # samples in the shards case: not divisible by 2, so the sampler pads one
@@ -191,8 +193,6 @@ import ignite.distributed as idist
 from ignite.utils import manual_seed
 from ignite_ddl import ConfigError, LaunchSettings, plan_launch
 from ignite_ddl.launcher import xla
-
-pytestmark = [pytest.mark.xla]
 
 xla.install()  # what every launch does first
 manual_seed(0)  # Ignite's: it starts the XLA runtime in this process
