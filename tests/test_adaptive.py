@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 
 from ignite_ddl.core.results import read_json, read_results
-from ignite_ddl.report import analyze
+from ignite_ddl.report import analyze, write_report
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.plan import Run, expand
 from ignite_ddl.sweep.records import new_record
@@ -31,7 +31,7 @@ def test_a_clear_best_stops_at_the_minimum():
 
 
 def test_only_the_configurations_still_in_the_race_get_another_round():
-    samples = {0: [100.0, 104, 96], 1: [99.0, 103, 95], 2: [50.0, 51, 49]}
+    samples = {0: [100.0, 102, 98], 1: [99.0, 101, 97], 2: [50.0, 51, 49]}  # 0 and 1: equivalent in 7 rounds
     decision = decide(samples, dict.fromkeys(range(3), "w"), RULE, 3)
     assert decision.more == [0, 1] and decision.outcome == {"w": "undecided"}
 
@@ -42,7 +42,7 @@ def test_configurations_shown_within_the_margin_are_equivalent():
 
 
 def test_the_limits_cut_an_undecided_comparison_short():
-    close = {0: [100.0, 110, 90], 1: [99.0, 109, 89]}
+    close = {0: [100.0, 102, 98], 1: [99.0, 101, 97]}
     assert decide(close, {0: "w", 1: "w"}, RULE, 12).outcome == {"w": "max_repeats"}
     budget = AdaptiveRule(3, 12, 0.03, budget_s=100.0)
     cut = decide(close, {0: "w", 1: "w"}, budget, 3, elapsed_s=90.0, run_s=10.0)
@@ -52,8 +52,20 @@ def test_the_limits_cut_an_undecided_comparison_short():
     assert decide({0: [100.0], 1: [50.0]}, {0: "w", 1: "w"}, RULE, 1).more == [0, 1]
 
 
+def test_a_comparison_the_rounds_left_cannot_settle_stops_at_once():
+    # 1 % apart at a 10 % spread: neither separated nor shown within 3 % in 2 x 12 rounds as measured: no more rounds.
+    noisy = {0: [100.0, 110, 90], 1: [99.0, 109, 89]}
+    decision = decide(noisy, {0: "w", 1: "w"}, RULE, 3)
+    assert decision.done and decision.outcome == {"w": "out_of_reach"}
+    # With room for 100 rounds the same pair is within reach (equivalence after about 150), so the rounds go on.
+    assert decide(noisy, {0: "w", 1: "w"}, AdaptiveRule(3, 100, 0.03), 3).more == [0, 1]
+    # Beyond the margin itself (5 % apart), equivalence is out of reach at any spread; separation is what remains.
+    apart = {0: [100.0, 100.4, 99.6], 1: [95.0, 99.0, 91.0]}
+    assert decide(apart, {0: "w", 1: "w"}, RULE, 3).more == [0, 1]
+
+
 def test_workloads_are_decided_apart():
-    samples = {0: [100.0, 101, 99], 1: [80.0, 81, 79], 2: [100.0, 104, 96], 3: [99.0, 103, 95]}
+    samples = {0: [100.0, 101, 99], 1: [80.0, 81, 79], 2: [100.0, 102, 98], 3: [99.0, 101, 97]}
     decision = decide(samples, {0: "a", 1: "a", 2: "b", 3: "b"}, RULE, 3)
     assert decision.outcome == {"a": "separated", "b": "undecided"} and decision.more == [2, 3]
 
@@ -133,6 +145,17 @@ def test_identical_configurations_end_equivalent_and_the_report_says_so(tmp_path
     assert set(meta["sessions"][-1]["adaptive"]["outcome"].values()) == {"equivalent"}
     verdict = analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0]
     assert verdict.best is None and verdict.equivalent and "within ±3 %" in verdict.reason
+
+
+def test_a_tie_too_noisy_to_settle_costs_only_the_minimum_and_the_report_says_why(tmp_path):
+    # Two identical configurations at 10 % spread: within 8 rounds (or 16) neither a best nor equivalence within
+    # 3 % is in reach, and the sweep sees it after the minimum.
+    executor, meta = simulate(tmp_path, [100.0, 100.0], cv=0.10, max_repeats=8)
+    assert len(executor.started) == 6
+    assert list(meta["sessions"][-1]["adaptive"]["outcome"].values()) == ["out_of_reach"]
+    report = write_report(tmp_path).read_text()
+    assert "stopped early, undecided: at the spread measured, even max_repeats rounds" in report
+    assert analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0].best is None
 
 
 def test_a_budget_is_never_overrun(tmp_path):

@@ -449,6 +449,7 @@ class SweepAdaptive(TypedDict):
     outcome: Annotated[
         dict[str, str],
         "per workload: separated (a best is named), equivalent (the contenders are within the margin), "
+        "out_of_reach (stopped undecided: the rounds left could not settle it at the spread measured), "
         "max_repeats or budget (cut short undecided), undecided (more rounds were due)",
     ]
 

@@ -301,6 +301,11 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
 ADAPTIVE_OUTCOMES = {
     "separated": "a best was separated from every other configuration",
     "equivalent": "the configurations still overlapping the fastest were shown equivalent to it",
+    "out_of_reach": (
+        "stopped early, undecided: at the spread measured, even max_repeats rounds would neither separate the "
+        "contenders from the fastest nor show them equivalent; more repeats than that, or a quieter machine, would "
+        "settle it"
+    ),
     "max_repeats": "cut short at max_repeats, undecided: more repeats, or a quieter machine, would settle it",
     "budget": "cut short by budget_s, undecided: a larger budget would settle it",
     "undecided": "undecided (the sweep was stopped before its next round)",
@@ -316,10 +321,10 @@ def _adaptive_text(analysis: Analysis, state: dict[str, Any]) -> str:
         "interleaved; after each round, another round was run only for the configurations whose interval still "
         "overlapped the fastest's and that were not shown equivalent to it (two one-sided tests at 5 %, margin "
         f"±{100 * float(spec.get('equivalence_margin') or 0):g} %), at most {spec.get('max_repeats')} rounds"
-        f"{budget}. The stop uses the verdict's own "
-        "rule (non-overlapping intervals, corrected for multiple comparisons), so the verdict is no less strict for "
-        "having stopped early: on 1000 "
-        "simulated sweeps of 8 identical configurations (2 % run-to-run spread) it named no false best. "
+        f"{budget}, and none once the rounds left could not settle the comparison at the spread measured. The stop "
+        "uses the verdict's own rule (non-overlapping intervals, corrected for multiple comparisons), so the verdict "
+        "is no less strict for having stopped early: on 1000 simulated sweeps of 8 identical configurations (2 % "
+        "run-to-run spread) it named no false best. "
         f"After {state['rounds']} round(s): {ended}."
     )
 

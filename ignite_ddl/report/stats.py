@@ -15,7 +15,7 @@
   with ``k``.
 - :func:`welch_p`: Welch's t-test p-value, reported beside the rule.
 - :func:`repeats_to_separate`: how many repeats per configuration would make two intervals stop overlapping, if the
-  means and spreads stayed as measured.
+  means and spreads stayed as measured; :func:`repeats_to_equivalence`: how many would show them equivalent.
 
 Example:
     >>> e = mean_interval([100.0, 110.0, 105.0])
@@ -45,6 +45,7 @@ __all__ = [
     "mean_interval",
     "outpaces",
     "ratio_interval",
+    "repeats_to_equivalence",
     "repeats_to_separate",
     "separated",
     "welch_greater_p",
@@ -247,5 +248,30 @@ def repeats_to_separate(
             return n
         df = spread**2 * (n - 1) / (a.sd**4 + b.sd**4)  # Welch-Satterthwaite with n runs of each
         if _t(one_sided, round(df, 1)) * math.sqrt(spread / n) < gap:
+            return n
+    return None
+
+
+def repeats_to_equivalence(a: Estimate, b: Estimate, margin: float, limit: int = 100) -> int | None:
+    """Repeats per configuration at which :func:`equivalent` would show the two within ``margin`` (the 90 %
+    interval of the ratio of their means inside ``[1 / (1 + margin), 1 + margin]``), if the means and standard
+    deviations stayed as measured; None if not within ``limit`` (a ratio at or beyond the margin never is).
+
+    Example (1 % apart at a 2 % spread: 7 repeats show it within 3 %; 3 % apart, no number of repeats does):
+        >>> a, b = mean_interval([100.0, 102, 98]), mean_interval([99.0, 101, 97])
+        >>> repeats_to_equivalence(a, b, 0.03), repeats_to_equivalence(a, mean_interval([97.0, 99, 95]), 0.03)
+        (7, None)
+    """
+    if a.value is None or b.value is None or a.sd is None or b.sd is None or a.value <= 0 or b.value <= 0:
+        return None
+    room = math.log1p(margin) - abs(math.log(a.value / b.value))  # what the interval's half-width may use up
+    if room <= 0:
+        return None
+    ra, rb = (a.sd / a.value) ** 2, (b.sd / b.value) ** 2  # squared coefficients of variation
+    if ra + rb == 0:
+        return 2
+    for n in range(2, limit + 1):
+        df = (ra + rb) ** 2 * (n - 1) / (ra * ra + rb * rb)  # Welch-Satterthwaite with n runs of each
+        if _t(EQUIVALENCE_CONFIDENCE, round(df, 1)) * math.sqrt((ra + rb) / n) < room:
             return n
     return None
