@@ -1,6 +1,8 @@
 """Profiling reports: what a sweep's ``results.jsonl`` says, and how sure it is.
 
 - :mod:`~ignite_ddl.report.stats` — intervals over repeats, the verdict's separation rule, Welch's test;
+- :mod:`~ignite_ddl.report.model` — what an analysis is, as data: its dataclasses and the thresholds it judges by;
+- :mod:`~ignite_ddl.report.reading` — a sweep's records read into configurations, a few figures kept per run;
 - :mod:`~ignite_ddl.report.analysis` — per configuration, workload and sweep, as plain data (:func:`load`,
   :func:`analyze`), for the report and for notebooks;
 - :mod:`~ignite_ddl.report.render` — ``report.md`` / ``report.html`` / ``verdict.txt`` (:func:`write_report`);
@@ -27,7 +29,8 @@ __all__ = ["Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load", "ve
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        **dict.fromkeys(("Analysis", "ConfigResult", "Flag", "Verdict", "analyze", "load"), "analysis"),
+        **dict.fromkeys(("Analysis", "ConfigResult", "Flag", "Verdict"), "model"),
+        **dict.fromkeys(("analyze", "load"), "analysis"),
         **dict.fromkeys(("verdict_lines", "write_report"), "render"),
     },
 )

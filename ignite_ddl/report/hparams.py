@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.outputs import open_output, writing
-from ignite_ddl.report.analysis import MIB, Analysis, ConfigResult
+from ignite_ddl.report.model import MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
 __all__ = ["MAX_SESSIONS", "config_metrics", "write_hparams"]

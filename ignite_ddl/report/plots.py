@@ -19,7 +19,7 @@ from typing import Any, cast
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
 from ignite_ddl.core.results import read_json
-from ignite_ddl.report.analysis import MIB, STEP_PARTS, Analysis, ConfigResult, RunResult
+from ignite_ddl.report.model import MIB, STEP_PARTS, Analysis, ConfigResult, RunResult
 from ignite_ddl.report.stats import Estimate
 
 __all__ = [
@@ -426,7 +426,7 @@ def repeat_shown(config: ConfigResult, run: RunResult) -> str:
     """Which of the configuration's runs a per-run figure shows: ``repeat 2 of 3`` (1-based, as the report's flags
     count), with the re-run attempt where the repeat was re-run.
 
-    >>> from ignite_ddl.report.analysis import RunResult
+    >>> from ignite_ddl.report.model import RunResult
     >>> def run(repeat, attempt=0):
     ...     return RunResult(repeat, attempt, 0, "completed", 1.0, False, None, None, True, "", None, None, None)
     >>> config = type("Config", (), {"runs": [run(0), run(1), run(1, 1), run(2)]})()

@@ -9,19 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
-from ignite_ddl.report.analysis import (
-    FLAG_MEANINGS,
-    FLAGS_LISTED,
-    MIB,
-    MIN_REPEATS,
-    Analysis,
-    ConfigResult,
-    load,
-    notes,
-    superlinear,
-    versus_text,
-)
+from ignite_ddl.report.analysis import load, notes, superlinear, versus_text
 from ignite_ddl.report.hparams import write_hparams
+from ignite_ddl.report.model import FLAG_MEANINGS, FLAGS_LISTED, MIB, MIN_REPEATS, Analysis, ConfigResult
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.stats import Estimate
 
