@@ -21,7 +21,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -31,7 +30,8 @@ from typing import Any
 
 import ignite.distributed as idist
 import torch
-from overhead import Window, bench_config, machine, run_ours
+from bench_common import finish, print_machine
+from overhead import Window, bench_config, run_ours
 from torch import nn
 
 from ignite_ddl.launcher import LaunchSettings, launch
@@ -125,8 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     window = Window(args.warmup, args.iters)
     base = replace(bench_config(args.procs, args, window), measure_flops=False, bucket_cap_mb=args.bucket_cap_mb)
 
-    info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}")
+    info = print_machine()
     print(
         f"model {args.model}, global batch {args.batch_size}, {args.procs} processes, buckets of "
         f"{args.bucket_cap_mb:g} MiB, {args.warmup} warm-up + {args.iters} measured iterations per run, "
@@ -166,12 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with ForeignLoad() as other:
             results["step_pairs"] = step_pairs(args)
         busiest = max(busiest, other.share or 0.0)
-    results["foreign_cpu_share_max"] = busiest
-    if busiest > 0.05:
-        print(f"warning: other processes used up to {busiest:.0%} of the CPUs; rerun on an idle machine")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return results
+    return finish(results, busiest, args.json)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -28,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_common import finish, print_machine
 from ignite.engine import Events
-from overhead import Window, bench_config, machine, run_ours
+from overhead import Window, bench_config, run_ours
 from torch import nn
 
 from ignite_ddl.measure.contention import ForeignLoad
@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.pairs < 10 and args.repeats < 1:
         parser.error("nothing to measure: give --pairs 10 or more, or --repeats")
-    info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}")
+    info = print_machine()
     results: dict[str, Any] = {"machine": info, "options": vars(args) | {"json": str(args.json) if args.json else None}}
     busiest = 0.0
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_memory_overhead_") as tmp:
@@ -139,12 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{medians['off'] * 1e3:.2f} ms/step, ratio {medians['on'] / medians['off']:.3f}; paired "
                 f"{paired.value:.3f} (95 % interval {paired.low:.3f} to {paired.high:.3f})"
             )
-    results["foreign_cpu_share_max"] = busiest
-    if busiest > 0.05:
-        print(f"warning: other processes used up to {busiest:.0%} of the CPUs; rerun on an idle machine")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return results
+    return finish(results, busiest, args.json)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from overhead import machine
+from bench_common import print_machine
 
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.measure.traces import format_trace_comm, hta_reading
@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.procs < 2:
         parser.error("--procs must be >= 2: one process has no gradient communication")
 
-    info = machine()
-    print(f"machine: {info['cpu']}, {info['cpu_cores']} cores | torch {info['torch']}, ignite {info['ignite']}")
+    info = print_machine()
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_traces_") as tmp:
         out = Path(tmp) / "run"
         config = TrainConfig(

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,8 @@ os.environ.setdefault("IGNITE_DDL_BUSY_STOP_AFTER", "0")
 
 # A run small enough for CI yet going through every part of the trainer.
 QUICK = ["--train-size", "512", "--val-size", "128", "--batch-size", "64", "--epochs", "1", "--no-progress"]
+# A sweep's runs kept small (``--set`` options of ``sweep``): 256 training and 64 validation samples, one epoch.
+SMALL_SWEEP = ["--set", "train_size=256", "--set", "val_size=64", "--set", "epochs=1"]
 
 SUMMARY_KEYS = {
     "schema_version": int,
@@ -119,6 +122,23 @@ def wait_gone(marker: str, seconds: float = 15.0) -> list[int]:
     while processes_marked(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     return processes_marked(marker)
+
+
+def completed_record(key: str, index: int, repeat: int, /, **fields: Any) -> dict:
+    """A completed run's record as the results file holds it: ``key``, ``index``, ``repeat``, the fields of a first
+    attempt that ended well, then ``fields`` (grid, config, summary, run_dir, elapsed_s, ...) in their order; a field
+    of ``fields`` already there replaces its value."""
+    return {
+        "key": key,
+        "index": index,
+        "repeat": repeat,
+        "attempt": 0,
+        "position": 0,
+        "status": "completed",
+        "error": None,
+        "contended": False,
+        **fields,
+    }
 
 
 def check_ok(result: subprocess.CompletedProcess) -> None:

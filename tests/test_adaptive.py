@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import SMALL_SWEEP, run_cli
 
 from ignite_ddl.core.results import read_json, read_results
 from ignite_ddl.report import analyze, write_report
@@ -197,12 +197,7 @@ def test_a_real_adaptive_sweep(tmp_path):
         "model=toy,mlp",
         "--set",
         "dataset=synthetic",
-        "--set",
-        "train_size=256",
-        "--set",
-        "val_size=64",
-        "--set",
-        "epochs=1",
+        *SMALL_SWEEP,
         "--repeats",
         "auto",
         "--min-repeats",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import completed_record, run_cli
 
 from ignite_ddl.cli import build_parser, main
 from ignite_ddl.core.config import TrainConfig
@@ -51,21 +51,16 @@ def one_line(capsys, argv: list[str], status: int = 2) -> str:
 
 def record(index: int, repeat: int, grid: dict | None = None) -> dict:
     grid = grid if grid is not None else {"seed": index}
-    return {
-        "key": f"k{index}-r{repeat}",
-        "index": index,
-        "repeat": repeat,
-        "attempt": 0,
-        "position": 0,
-        "status": "completed",
-        "error": None,
-        "contended": False,
-        "grid": grid,
-        "config": dict(grid),
-        "run_dir": "nowhere",
-        "elapsed_s": 2.0,
-        "summary": {"world_size": 1, "samples_per_s": 100.0 + index + repeat},
-    }
+    return completed_record(
+        f"k{index}-r{repeat}",
+        index,
+        repeat,
+        grid=grid,
+        config=dict(grid),
+        run_dir="nowhere",
+        elapsed_s=2.0,
+        summary={"world_size": 1, "samples_per_s": 100.0 + index + repeat},
+    )
 
 
 # -- #27.1: the lock names what holds it, and a sweep holds it until its report's last file

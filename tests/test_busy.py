@@ -41,6 +41,16 @@ def _stop(burners: list[subprocess.Popen]) -> None:
         burner.wait()
 
 
+def _run_beside_burners(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m ignite_ddl ARGS`` started half a second after a CPU burner per core, which stop when it ends."""
+    burners = _burn(os.cpu_count() or 1)
+    try:
+        time.sleep(0.5)
+        return run_cli(*args, timeout=timeout)
+    finally:
+        _stop(burners)
+
+
 # -- the rules, on given probes
 
 
@@ -95,31 +105,26 @@ def test_only_contended_runs_in_a_row_stop_a_sweep():
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_sweep_on_a_busy_machine_stops_promptly_and_says_why(tmp_path):
-    burners = _burn(os.cpu_count() or 1)
-    try:
-        time.sleep(0.5)
-        result = run_cli(
-            "sweep",
-            "--grid",
-            "batch_size=16,32,64",
-            "--set",
-            "model=mlp",
-            *TINY[:4],
-            *TINY[6:],
-            "--repeats",
-            "3",
-            "--on-busy",
-            "run",
-            "--busy-stop-after",
-            "2",
-            "--rerun-contended",
-            "2",
-            "--output-dir",
-            str(tmp_path),
-            timeout=600,
-        )
-    finally:
-        _stop(burners)
+    result = _run_beside_burners(
+        "sweep",
+        "--grid",
+        "batch_size=16,32,64",
+        "--set",
+        "model=mlp",
+        *TINY[:4],
+        *TINY[6:],
+        "--repeats",
+        "3",
+        "--on-busy",
+        "run",
+        "--busy-stop-after",
+        "2",
+        "--rerun-contended",
+        "2",
+        "--output-dir",
+        str(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 3, result.stderr
     assert "the machine is busy: other processes use" in result.stdout
     error = result.stderr.strip().splitlines()[-1]
@@ -192,14 +197,9 @@ def test_a_sweep_waits_for_a_busy_machine_to_quieten(tmp_path):
 
 @pytest.mark.slow
 def test_on_busy_stop_refuses_at_once_and_starts_nothing(tmp_path):
-    burners = _burn(os.cpu_count() or 1)
-    try:
-        time.sleep(0.5)
-        result = run_cli(
-            "sweep", "--grid", "model=mlp", *TINY, "--on-busy", "stop", "--output-dir", str(tmp_path), timeout=120
-        )
-    finally:
-        _stop(burners)
+    result = _run_beside_burners(
+        "sweep", "--grid", "model=mlp", *TINY, "--on-busy", "stop", "--output-dir", str(tmp_path), timeout=120
+    )
     assert result.returncode == 3
     assert result.stderr.strip().endswith("; not starting (--on-busy stop)")
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "results.jsonl").exists()

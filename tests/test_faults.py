@@ -17,7 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_ok, processes_marked, run_cli, run_script, start_marked, wait_gone
+from conftest import (
+    SMALL_SWEEP,
+    check_ok,
+    completed_record,
+    processes_marked,
+    run_cli,
+    run_script,
+    start_marked,
+    wait_gone,
+)
 
 from ignite_ddl.cli import main
 from ignite_ddl.core.results import append_record, load_results, read_results, rejected_path, repair_results
@@ -26,21 +35,16 @@ from ignite_ddl.report import load, write_report
 
 
 def good_record(index: int, repeat: int, rate: float) -> dict:
-    return {
-        "key": f"k{index}-r{repeat}",
-        "index": index,
-        "repeat": repeat,
-        "attempt": 0,
-        "position": 0,
-        "status": "completed",
-        "error": None,
-        "contended": False,
-        "grid": {"seed": index},
-        "config": {"seed": index, "model": "cnn"},
-        "run_dir": "nowhere",
-        "elapsed_s": 2.0,
-        "summary": {"world_size": 1, "samples_per_s": rate},
-    }
+    return completed_record(
+        f"k{index}-r{repeat}",
+        index,
+        repeat,
+        grid={"seed": index},
+        config={"seed": index, "model": "cnn"},
+        run_dir="nowhere",
+        elapsed_s=2.0,
+        summary={"world_size": 1, "samples_per_s": rate},
+    )
 
 
 # -- results files: no valid record is ever dropped
@@ -559,12 +563,7 @@ def test_a_full_disk_stops_a_sweep_in_one_line_with_whole_records(tmp_path, how)
             "sweep",
             "--grid",
             "seed=1,2,3,4,5,6,7,8",
-            "--set",
-            "train_size=256",
-            "--set",
-            "val_size=64",
-            "--set",
-            "epochs=1",
+            *SMALL_SWEEP,
             "--repeats",
             "1",
             "--no-report",

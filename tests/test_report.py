@@ -10,7 +10,7 @@ import random
 import statistics
 
 import pytest
-from conftest import run_cli
+from conftest import completed_record, run_cli
 from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as plugin_metadata
@@ -49,22 +49,17 @@ def record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "c
     }
     summary.update(extra.pop("summary", {}))
     grid = {"model": model, "nproc_per_node": procs, "batch_size": batch, **extra.pop("grid", {})}
-    return {
-        "key": f"{digest[:12]}-r{repeat}",
-        "index": index,
-        "repeat": repeat,
-        "attempt": 0,
-        "position": 0,
-        "status": "completed",
-        "error": None,
-        "contended": False,
-        "grid": grid,
-        "config": config,
-        "summary": summary,
-        "run_dir": f"x{index}-{repeat}",
-        "elapsed_s": 1.0,
+    return completed_record(
+        f"{digest[:12]}-r{repeat}",
+        index,
+        repeat,
+        grid=grid,
+        config=config,
+        summary=summary,
+        run_dir=f"x{index}-{repeat}",
+        elapsed_s=1.0,
         **extra,
-    }
+    )
 
 
 def configs(*rates_per_config: list[float], **kwargs) -> list[dict]:

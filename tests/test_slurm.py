@@ -154,6 +154,22 @@ def _write_spec(path: Path, **spec) -> str:
     return str(path)
 
 
+def _slurm_spec(tmp_path: Path, name: str, grid: dict, base: dict = TINY, **slurm) -> str:
+    """tmp_path/spec.yaml: the sweep ``name`` of ``base`` over ``grid`` on SLURM, polled every second and with any
+    other SLURM options in ``slurm``; its path."""
+    return _write_spec(
+        tmp_path / "spec.yaml", name=name, base=base, grid=grid, executor="slurm", slurm={"poll_s": 1, **slurm}
+    )
+
+
+def _sweep_on_slurm(
+    tmp_path: Path, name: str, grid: dict, *, timeout: float, base: dict = TINY, **slurm
+) -> subprocess.CompletedProcess:
+    """The sweep of :func:`_slurm_spec` run into tmp_path/out, without a report."""
+    spec = _slurm_spec(tmp_path, name, grid, base, **slurm)
+    return run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=timeout)
+
+
 def _jobs(out: Path) -> dict:
     return json.loads((out / "slurm_jobs.json").read_text())
 
@@ -211,15 +227,7 @@ def test_sbatch_example_runs_to_completion(cluster, tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
-    spec = _write_spec(
-        tmp_path / "spec.yaml",
-        name="onslurm",
-        base=TINY,
-        grid={"nproc_per_node": [1, 2]},
-        executor="slurm",
-        slurm={"poll_s": 1},
-    )
-    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
+    result = _sweep_on_slurm(tmp_path, "onslurm", {"nproc_per_node": [1, 2]}, timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr
     records = read_results(tmp_path / "out/results.jsonl")
     assert sorted(r["grid"]["nproc_per_node"] for r in records) == [1, 2]
@@ -242,15 +250,7 @@ def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
 @pytest.mark.distributed
 def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     # inception_v3 cannot take 32x32 images: its run fails on rank 0, and the job with it
-    spec = _write_spec(
-        tmp_path / "spec.yaml",
-        name="failing",
-        base=TINY,
-        grid={"model": ["toy", "inception_v3"]},
-        executor="slurm",
-        slurm={"poll_s": 1},
-    )
-    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
+    result = _sweep_on_slurm(tmp_path, "failing", {"model": ["toy", "inception_v3"]}, timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr
     ok, failed = sorted(read_results(tmp_path / "out/results.jsonl"), key=lambda r: r["index"])
     assert ok["status"] == "completed" and ok["slurm"]["state"] == "COMPLETED"
@@ -266,15 +266,9 @@ def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
 @pytest.mark.distributed
 def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
     # a run of thousands of epochs against a 1-minute limit: SLURM stops it (within its 30 s check period)
-    spec = _write_spec(
-        tmp_path / "spec.yaml",
-        name="overtime",
-        base={**TINY, "epochs": 100_000},
-        grid={"seed": [0]},
-        executor="slurm",
-        slurm={"poll_s": 1, "time_limit_min": 1},
+    result = _sweep_on_slurm(
+        tmp_path, "overtime", {"seed": [0]}, timeout=400, base={**TINY, "epochs": 100_000}, time_limit_min=1
     )
-    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=400)
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = read_results(tmp_path / "out/results.jsonl")
     job = record["slurm"]["job_id"]
@@ -288,14 +282,7 @@ def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
 def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
     out = tmp_path / "out"
     # the second run lasts long enough to be cancelled while the first completes
-    spec = _write_spec(
-        tmp_path / "spec.yaml",
-        name="killed",
-        base=TINY,
-        grid={"epochs": [1, 500]},
-        executor="slurm",
-        slurm={"poll_s": 1},
-    )
+    spec = _slurm_spec(tmp_path, "killed", {"epochs": [1, 500]})
     sweep = subprocess.Popen(
         [sys.executable, "-m", "ignite_ddl", "sweep", spec, "--output-dir", str(out), "--no-report"],
         stdout=subprocess.PIPE,
@@ -341,15 +328,7 @@ def test_resume_after_a_killed_sweep_resubmits_nothing(cluster, tmp_path):
 @pytest.mark.distributed
 def test_a_job_that_can_never_run_is_recorded_as_failed_at_once(cluster, tmp_path):
     # two nodes on the one-node partition of .ci/slurm: SLURM keeps the job pending with reason PartitionNodeLimit
-    spec = _write_spec(
-        tmp_path / "spec.yaml",
-        name="never",
-        base=TINY,
-        grid={"nnodes": [2]},
-        executor="slurm",
-        slurm={"poll_s": 1},
-    )
-    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", timeout=300)
+    result = _sweep_on_slurm(tmp_path, "never", {"nnodes": [2]}, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = read_results(tmp_path / "out/results.jsonl")
     job = record["slurm"]["job_id"]

@@ -21,6 +21,19 @@ def scenario(name: str, out: Path, **env: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+def _record_sleeps(times: list[float], warmup: int) -> tuple[StepRecorder, dict]:
+    """An engine whose steps sleep ``times`` in turn, recorded on the CPU with ``warmup`` fixed warm-up iterations:
+    the recorder, and its figures with the steady window found."""
+
+    def step(engine, batch):
+        time.sleep(times[engine.state.iteration - 1])
+
+    engine = Engine(step)
+    recorder = StepRecorder(warmup=warmup, device=torch.device("cpu")).attach(engine)
+    engine.run([(torch.zeros(4, 2), torch.zeros(4))] * len(times))
+    return recorder, recorder.gather(steady=True)
+
+
 @pytest.mark.slow
 def test_global_throughput_matches_an_outside_clock(tmp_path):
     summary = scenario("window", tmp_path)
@@ -61,14 +74,7 @@ def test_a_slow_start_is_cut_where_the_step_times_settle():
     noise = random.Random(1)
     times = [0.040, 0.035, 0.030, 0.026, 0.022, 0.019, 0.016, 0.014, 0.012, 0.011]  # 10 slow iterations
     times += [noise.uniform(0.0045, 0.0055) for _ in range(50)]
-
-    def step(engine, batch):
-        time.sleep(times[engine.state.iteration - 1])
-
-    engine = Engine(step)
-    recorder = StepRecorder(warmup=2, device=torch.device("cpu")).attach(engine)
-    engine.run([(torch.zeros(4, 2), torch.zeros(4))] * len(times))
-    stats = recorder.gather(steady=True)
+    recorder, stats = _record_sleeps(times, warmup=2)
     steady = stats["steady"]
     assert steady["settled"] and steady["tested"] and steady["fixed_warmup_iterations"] == 2
     (detected,) = steady["detected_warmup_iterations"]
@@ -84,14 +90,7 @@ def test_step_times_that_never_settle_are_flagged():
     # Every iteration slower than the last, from 5 to 50 ms: a drift far above what a busy machine adds to a sleep.
     drifting = [0.005 * (1 + i / 6) for i in range(60)]
     assert not mser5(drifting).settled
-
-    def step(engine, batch):
-        time.sleep(drifting[engine.state.iteration - 1])
-
-    engine = Engine(step)
-    recorder = StepRecorder(warmup=0, device=torch.device("cpu")).attach(engine)
-    engine.run([(torch.zeros(4, 2), torch.zeros(4))] * len(drifting))
-    stats = recorder.gather(steady=True)
+    _, stats = _record_sleeps(drifting, warmup=0)
     assert stats["steady"]["settled"] is False
     assert "step times never settled" in format_steps(stats)
 
