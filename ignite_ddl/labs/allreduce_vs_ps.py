@@ -29,7 +29,6 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist
-from ignite.utils import manual_seed
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
@@ -42,6 +41,7 @@ from ignite_ddl.labs._weights import gradients
 from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.engines import seed_everything
 from ignite_ddl.trainer.models import mlp
 
 __all__ = [
@@ -133,7 +133,7 @@ class Replica:
 
     def __init__(self, width: int, steps: int, batch_size: int, lr: float):
         self.device = idist.device()
-        manual_seed(SEED)  # the same initial weights on every rank
+        seed_everything(SEED)  # the same initial weights on every rank
         self.model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], 10, hidden=(width, width)).to(self.device)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.SGD(self.params, lr=lr)

@@ -27,7 +27,6 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist
-from ignite.utils import manual_seed
 from torch import nn
 
 from ignite_ddl.core.options import Role, option
@@ -35,7 +34,7 @@ from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
 from ignite_ddl.trainer.data import synthetic_images
-from ignite_ddl.trainer.engines import create_trainer
+from ignite_ddl.trainer.engines import create_trainer, seed_everything
 from ignite_ddl.trainer.models import small_cnn
 from ignite_ddl.trainer.strategies import place_model
 
@@ -170,20 +169,20 @@ def _train_variants(
     the reference instead: a few numbers, not whole models, cross back to the parent process.
     """
     data = synthetic_images(steps * batch_size, 10, _IMAGE, SEED)
-    manual_seed(SEED)
+    seed_everything(SEED)
     model = small_cnn(_IMAGE[0], 10)
     start = weights(model)
     final = {"plain": _train(place_model(model), data, batch_size, lr)}
-    manual_seed(SEED)
+    seed_everything(SEED)
     final["batchnorm"] = _train(place_model(_bn_cnn()), data, batch_size, lr)
     result = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
     if idist.get_world_size() > 1:
-        manual_seed(SEED)
+        seed_everything(SEED)
         try:
             model = place_model(_bn_cnn(), sync_bn=True)
             result["sync_bn"] = {"layer": "SyncBatchNorm", "refusals": []}
         except ValueError as e:  # DDP refuses SyncBatchNorm in CPU modules
-            manual_seed(SEED)
+            seed_everything(SEED)
             model = place_model(_bn_cnn(GlobalBatchNorm2d))
             result["sync_bn"] = {"layer": "GlobalBatchNorm2d (stand-in)", "refusals": sync_bn_refusals(e)}
         # Synchronised statistics are those of the global batch: the one-process BatchNorm run is their reference.

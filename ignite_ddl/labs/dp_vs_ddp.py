@@ -31,7 +31,6 @@ from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
@@ -47,6 +46,7 @@ from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.engines import seed_everything
 from ignite_ddl.trainer.models import build_model, mlp
 
 __all__ = [
@@ -103,7 +103,7 @@ def _digest(tensor: torch.Tensor) -> str:
 def _ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]:
     """One rank of a DDP model: pids, weights before and after wrapping, bucket launches during backward."""
     rank, device = idist.get_rank(), idist.device()
-    manual_seed(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
+    seed_everything(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
     model = mlp(_FEATURES, 10, hidden=(256, 256, 256)).to(device)
     before = _digest(parameters_to_vector(model.parameters()))
     # DDP: auto_model wraps in it on a process group of 2 or more CPU ranks or GPUs
@@ -185,7 +185,7 @@ def _batch(size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]
 def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int) -> dict[str, Any]:
     """DataParallel in this process over every visible GPU: peak memory of each GPU, samples per second."""
     gpus = torch.cuda.device_count()
-    manual_seed(SEED)
+    seed_everything(SEED)
     model = nn.DataParallel(build_model(model_name, _GPU_IMAGE[0], _GPU_IMAGE[1], 10).to("cuda:0"))
     for d in range(gpus):
         torch.cuda.reset_peak_memory_stats(d)
@@ -197,7 +197,7 @@ def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int
 def _ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> dict:
     """One DDP rank on its own GPU: its peak memory and time; rank 0 returns them all."""
     device = idist.device()
-    manual_seed(SEED)
+    seed_everything(SEED)
     model = idist.auto_model(build_model(model_name, _GPU_IMAGE[0], _GPU_IMAGE[1], 10))
     torch.cuda.reset_peak_memory_stats(device)
     x, y = _batch(batch // idist.get_world_size(), device)

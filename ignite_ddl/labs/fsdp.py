@@ -29,7 +29,6 @@ from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
-from ignite.utils import manual_seed
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -42,6 +41,7 @@ from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.memory import HELD_PARTS, held_bytes, local_bytes
 from ignite_ddl.trainer.data import synthetic_images
+from ignite_ddl.trainer.engines import seed_everything
 from ignite_ddl.trainer.models import mlp
 
 __all__ = [
@@ -105,7 +105,7 @@ def train(
 ) -> dict[str, Any]:
     """Train with ``mode`` (ddp | fsdp); rank 0 returns every rank's losses, step times and bytes held."""
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
-    manual_seed(SEED)
+    seed_everything(SEED)
     model = mlp(SHAPE[0] * SHAPE[1] * SHAPE[2], 10, hidden=(width,) * (layers - 1)).to(device)
     largest_layer = max(local_bytes(m.parameters()) for m in model if isinstance(m, nn.Linear))
     wrapped = _wrap(model, mode)
