@@ -154,7 +154,7 @@ def test_a_tie_too_noisy_to_settle_costs_only_the_minimum_and_the_report_says_wh
     assert len(executor.started) == 6
     assert list(meta["sessions"][-1]["adaptive"]["outcome"].values()) == ["out_of_reach"]
     report = write_report(tmp_path).read_text()
-    assert "stopped early, undecided: at the spread measured, even max_repeats rounds" in report
+    assert "stopped early, undecided: at the spread measured, even twice max_repeats rounds" in report
     assert analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0].best is None
 
 

@@ -292,7 +292,7 @@ ADAPTIVE_OUTCOMES = {
     "separated": "a best was separated from every other configuration",
     "equivalent": "the configurations still overlapping the fastest were shown equivalent to it",
     "out_of_reach": (
-        "stopped early, undecided: at the spread measured, even max_repeats rounds would neither separate the "
+        "stopped early, undecided: at the spread measured, even twice max_repeats rounds would neither separate the "
         "contenders from the fastest nor show them equivalent; more repeats than that, or a quieter machine, would "
         "settle it"
     ),
