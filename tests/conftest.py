@@ -141,6 +141,12 @@ def completed_record(key: str, index: int, repeat: int, /, **fields: Any) -> dic
     }
 
 
+def without_gloo_lines(stdout: str) -> str:
+    """``stdout`` without the lines gloo itself prints on some torch releases (2.9: "[Gloo] Rank 0 is connected to 1
+    peer ranks. ..."), which land among a command's own lines in no fixed place."""
+    return "".join(line for line in stdout.splitlines(keepends=True) if not line.startswith("[Gloo] "))
+
+
 def check_ok(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
 

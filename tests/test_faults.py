@@ -406,6 +406,25 @@ def test_a_signal_stops_every_rank_and_worker(tmp_path, procs, sig, target):
     assert wait_gone(marker) == []
 
 
+def test_a_worker_whose_rank_hung_up_stays_quiet(monkeypatch, capsys):
+    """A DataLoader worker's hand-over thread reports its rank's hang-up through sys.excepthook (seen after a
+    launcher was killed outright: a traceback in the terminal from a worker of a rank already gone). The worker's
+    hook drops hang-ups and passes every other error on."""
+    from ignite_ddl.trainer.data import _quiet_worker
+
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    _quiet_worker(0)
+    for error in (
+        ConnectionResetError(104, "Connection reset by peer"),
+        BrokenPipeError(32, "Broken pipe"),
+        EOFError(),
+    ):
+        sys.excepthook(type(error), error, None)
+    assert capsys.readouterr().err == ""
+    sys.excepthook(ValueError, ValueError("a real error"), None)
+    assert "ValueError: a real error" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import check_ok, run_cli
+from conftest import check_ok, run_cli, without_gloo_lines
 
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.errors import ConfigError
@@ -31,7 +31,9 @@ def test_cli_strong_scaling_table(tmp_path):
         str(out),
     )
     check_ok(result)
-    assert result.stdout.startswith("strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)")
+    assert without_gloo_lines(result.stdout).startswith(
+        "strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)"
+    )
     assert "wall s  speedup efficiency" in result.stdout
     data = json.loads(out.read_text())
     assert data["scaling"] == "strong" and data["cpu_cores"] == cpu_cores()
@@ -69,6 +71,15 @@ def test_checks_catch_what_cannot_happen():
 def test_no_verdict_on_scaling_when_another_job_held_the_cores():
     busy = speedup._scaling_checks(scaling_rows({1: 1.0, 2: 1.1}, cores_used=1.3), tasks=8, cores=2)
     assert busy[1]["ok"] and "not judged" in busy[1]["detail"]
+
+
+def test_no_verdict_on_the_core_cap_when_the_baseline_was_starved():
+    rows = scaling_rows({1: 1.0, 2: 1.9, 8: 2.45})
+    rows[0]["cores_used"] = 0.55  # a neighbour took half the core the one-process run was timed on
+    starved = speedup._scaling_checks(rows, tasks=8, cores=2)
+    assert starved[2]["ok"] and "not judged" in starved[2]["detail"]
+    rows[0]["cores_used"] = 1.0  # the same figures measured with the core to itself break the cap
+    assert not speedup._scaling_checks(rows, tasks=8, cores=2)[2]["ok"]
 
 
 def test_refusals(tmp_path):

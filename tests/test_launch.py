@@ -180,8 +180,16 @@ def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd)
     monkeypatch.setattr(launcher, "JOIN_TIMEOUT_S", 3.0)
     monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", False))
     # forked ranks run the patched function (inherited from this process): rank 1 stalls on the first launch
-    assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork")) == 2
+    baseline = threading.active_count()
+    _AT_FORK.clear()
+    _RECORDING[0] = True
+    try:
+        assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork")) == 2
+    finally:
+        _RECORDING[0] = False
     assert "rank(s) 1 did not join the process group within 3 s" in capfd.readouterr().err
+    # the restart forks again, after stopping the first ranks: no thread of that stop (a kill timer) is left alive
+    assert len(_AT_FORK) >= 6 and all(python <= baseline for python, _ in _AT_FORK), (baseline, _AT_FORK)
 
 
 @pytest.mark.slow

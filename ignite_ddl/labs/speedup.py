@@ -45,6 +45,7 @@ CLAIM = (
 
 _FASTER_AT_TWO = 1.3  # 2 processes on 2 free cores give about 1.9x; background noise still leaves well over 1.3x
 FREE_CORES_AT_TWO = 1.6  # below this the 2 ranks did not get 2 cores (another job was computing): no verdict
+FREE_CORE_AT_ONE = 0.85  # below this the one-process baseline did not get its core: every speedup is inflated
 _NOISE = 1.15  # speedup can exceed the core count only by timing noise on the one-process run
 
 
@@ -118,14 +119,25 @@ def _scaling_checks(rows: list[dict[str, Any]], tasks: int, cores: int) -> list[
             ok, detail = True, f"{detail}: other processes held the cores, not judged"
         claim = f"2 processes given 2 of the {cores} cores run faster than 1 (speedup > {_FASTER_AT_TWO})"
         checks.append(check(claim, ok, detail))
+    # Another job that slowed the one-process baseline more than the rest inflates every speedup (seen: 2.45x for
+    # 8 processes on 2 cores beside a busy neighbour): the cap is judged only against a baseline that had its core.
+    baseline = by_procs.get(1)
+    starved = baseline is not None and baseline["cores_used"] < FREE_CORE_AT_ONE
     for row in rows:
         if row["procs"] > cores:
+            ok = row["speedup"] <= cores * _NOISE
+            detail = f"speedup {row['speedup']:.2f}x, efficiency {row['efficiency']:.2f}"
+            if not ok and starved:
+                ok = True
+                detail += (
+                    f": the 1-process baseline had {baseline['cores_used']:.2f} of a core (others held it), not judged"
+                )
             checks.append(
                 check(
                     f"{row['procs']} processes on {cores} cores (oversubscribed): no faster than the core count "
                     f"allows, efficiency <= {cores}/{row['procs']}",
-                    row["speedup"] <= cores * _NOISE,
-                    f"speedup {row['speedup']:.2f}x, efficiency {row['efficiency']:.2f}",
+                    ok,
+                    detail,
                 )
             )
     return checks

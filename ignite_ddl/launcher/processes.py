@@ -80,9 +80,11 @@ def die_with_parent(signum: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), signum)
 
 
-def stop_children() -> None:
+def stop_children(*, wait_s: float | None = None) -> None:
     """SIGTERM every process this launcher started, and their descendants (DataLoader workers); SIGKILL what is
-    left after a grace period (from a timer thread: this may run inside a signal handler)."""
+    left after a grace period: from a timer thread by default (this may run inside a signal handler), or here,
+    after waiting up to ``wait_s`` for them to end, for a caller that forks again next (the launcher's restart: a
+    fork must find no thread of ours alive)."""
     # A live child has been started, so it has a pid (typed int | None for a process not started yet).
     pids = [pid for child in mp.active_children() for pid in process_tree_pids(cast(int, child.pid))]
     for pid in pids:
@@ -94,7 +96,10 @@ def stop_children() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    if pids:
+    if pids and wait_s is not None:
+        wait_children(wait_s)
+        finish()
+    elif pids:
         timer = threading.Timer(STOP_GRACE_S, finish)
         timer.daemon = True
         timer.start()

@@ -277,8 +277,8 @@ def _supervise(context: Any, shared: _Shared, watch_s: float | None) -> None:
         if not missing:
             deadline = None
         elif time.monotonic() >= deadline:
-            stop_children()
-            wait_children(STOP_GRACE_S + 2)
+            stop_children(wait_s=STOP_GRACE_S)  # no timer thread: the restart forks next
+            wait_children(2)
             raise _NotJoined(missing, cast(float, watch_s))
 
 

@@ -289,7 +289,22 @@ def _worker_options(num_workers: int) -> dict[str, Any]:
         return {"num_workers": 0}
     # Workers are kept across epochs and forked where possible: in processes started with "spawn", a new worker
     # would otherwise re-import torch at every epoch (seconds per epoch on small machines).
-    options: dict[str, Any] = {"num_workers": num_workers, "persistent_workers": True}
+    options: dict[str, Any] = {"num_workers": num_workers, "persistent_workers": True, "worker_init_fn": _quiet_worker}
     if sys.platform == "linux":
         options["multiprocessing_context"] = "fork"
     return options
+
+
+def _quiet_worker(worker_id: int) -> None:
+    """A DataLoader worker hands each batch's shared memory to its rank through a socket, from a thread of its own
+    (multiprocessing's resource sharer). When the rank dies mid-hand-over (a launcher killed outright takes its ranks
+    with it at once; their workers notice only seconds later) that thread reports the hang-up with a traceback
+    through ``sys.excepthook``, in the user's terminal, long after the run has ended. A hang-up is all it could say:
+    the rank's own end is reported where it happens. Every other error still reaches the hook."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, trace: Any) -> None:
+        if not issubclass(kind, (ConnectionError, EOFError)):
+            previous(kind, error, trace)
+
+    sys.excepthook = hook
