@@ -69,6 +69,7 @@ def test_early_stopping_needs_evaluations(capsys, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_mlflow_run_is_read_back_with_mlflow_client(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -282,6 +282,7 @@ def test_damaged_mnist_files_are_named(tmp_path, capsys, damage):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_the_rendezvous_store_listens_on_the_rendezvous_address_only(tmp_path):
     check_ok(run_script("scenarios.py", "listeners", str(tmp_path)))
     listeners = json.loads((tmp_path / "listeners.json").read_text())
@@ -296,6 +297,7 @@ def _node_of_two(node_rank: int, port: int, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
     port = free_port()
     result = _node_of_two(0, port, tmp_path)
@@ -308,6 +310,7 @@ def test_an_absent_node_ends_the_launch_within_its_timeout(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_an_unreachable_rendezvous_ends_within_its_timeout_quietly(tmp_path):
     port = free_port()  # nobody listens there
     result = _node_of_two(1, port, tmp_path)

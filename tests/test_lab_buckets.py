@@ -9,6 +9,7 @@ from conftest import check_ok, run_cli
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_bucket_sizes_change_calls_not_bytes(tmp_path):
     out = tmp_path / "buckets.json"
     result = run_cli(

@@ -34,6 +34,7 @@ def test_on_gpus_dataparallel_loads_gpu0_and_ddp_is_balanced(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_cli(tmp_path):
     result = run_cli("dp-vs-ddp", "--backend", "gloo", "--output-dir", str(tmp_path))
     check_ok(result)

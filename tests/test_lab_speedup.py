@@ -90,6 +90,7 @@ def test_refusals(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_cli_transfer_on_cpu_says_there_is_nothing_to_move(tmp_path):
     result = run_cli(
         "speedup",

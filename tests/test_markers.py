@@ -7,11 +7,17 @@ import ast
 import re
 from pathlib import Path
 
+from ignite_ddl.labs import lab_index
+
 TESTS = Path(__file__).parent
-# What starting a process group looks like in a test's own code.
+# What starting a process group looks like in a test's own code: a launch, torchrun, a run of 2+ processes or of
+# several nodes, a lab on the command line (every lab starts ranks). Runs started through tests/scenarios.py are
+# marked by hand (the scenario's name says how many processes it runs).
 STARTS_RANKS = re.compile(
     r"\blaunch\(|torchrun|idist\.Parallel|\btrain\(\s*TrainConfig\([^)]*nproc_per_node=[2-9]"
     r"|\.run\([^)]*(nproc_per_node|procs|workers)=|run_cli\(\s*\"train\"[^)]*--nproc-per-node\", \"[2-9]"
+    r"|ranks_args\(\s*[2-9]|\"--nnodes\"|_node_of_two\("
+    r"|run_cli\(\s*\"(" + "|".join(map(re.escape, lab_index())) + r")\""
 )
 
 
@@ -34,7 +40,8 @@ def _unmarked() -> list[str]:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 body = ast.get_source_segment(source, node) or ""
                 marks = module | _marks(node.decorator_list)
-                refusal = "raises(ConfigError" in body  # refused before any process starts
+                # refused before any process starts
+                refusal = any(word in body for word in ("raises(ConfigError", "refused(", "returncode != 0"))
                 if STARTS_RANKS.search(body) and not refusal and "distributed" not in marks:
                     found.append(f"{path.name}::{node.name}")
     return found

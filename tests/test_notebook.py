@@ -104,12 +104,14 @@ TIMINGS = re.compile(r"samples_per_s|_s_mean|step_s|wall_time_s|algbw|busbw")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in NOTEBOOK_PATHS if p != QUICK_EXAMPLE], ids=lambda p: p.stem)
+@pytest.mark.distributed
 def test_notebook_runs_and_checks_its_claim(path: Path, tmp_path: Path, python3_kernel: str):
     nb = execute(path, tmp_path, python3_kernel)  # a failing assert in the self-check cell fails here
     assert "self-check passed" in stream_text(nb)
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_quick_example(tmp_path: Path, python3_kernel: str):
     workdir = tmp_path / "work"
     workdir.mkdir()

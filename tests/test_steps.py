@@ -35,6 +35,7 @@ def _record_sleeps(times: list[float], warmup: int) -> tuple[StepRecorder, dict]
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_global_throughput_matches_an_outside_clock(tmp_path):
     summary = scenario("window", tmp_path)
     outside = json.loads((tmp_path / "outside.json").read_text())
@@ -127,6 +128,7 @@ def test_phases_split_the_step():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["data", "forward"])
+@pytest.mark.distributed
 def test_slow_rank_is_named_straggler(tmp_path, where):
     steps = scenario(f"slow-{where}", tmp_path)["steps"]
     rank0, rank1 = steps["ranks"]
