@@ -165,6 +165,38 @@ def test_logs_and_records_are_never_appended_through_a_link(tmp_path):
     assert target.read_text() == "the user's file"
 
 
+def test_a_record_is_never_appended_to_another_users_file_or_a_hard_link(tmp_path):
+    """An output file planted by someone else, or a second name of a file elsewhere, is refused, not appended to."""
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("the user's file")
+    results = tmp_path / "sweep" / "results.jsonl"
+    results.parent.mkdir()
+    os.link(outside, results)
+    with pytest.raises(OutputError, match="it is a hard link to another file"):
+        append_record(results, record(0, 0))
+    assert outside.read_text() == "the user's file"
+    results.unlink()
+    results.write_text("")
+    try:
+        os.chown(results, 65534, 65534)  # nobody's: only root can give a file away
+    except PermissionError:
+        pytest.skip("giving a file to another user needs root (CI runs as root)")
+    with pytest.raises(OutputError, match="it belongs to another user"):
+        append_record(results, record(0, 0))
+    assert results.read_text() == ""
+
+
+@pytest.mark.slow
+def test_a_run_that_is_all_warm_up_says_so_and_prints_no_nan(tmp_path):
+    result = run_cli("train", *TINY, "--warmup-iters", "1000000", "--output-dir", str(tmp_path / "run"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout + result.stderr
+    assert "global: no measured iterations: all " in printed and "nan" not in printed.lower()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"]["global"]["samples"] == 0 and summary["steps"]["global"]["samples_per_s"] is None
+    assert summary["samples_per_s"] > 0  # the epochs' figure, which the line names
+
+
 @pytest.mark.slow
 def test_train_refuses_a_planted_lock_in_one_line(tmp_path):
     link, target = _planted(tmp_path, ".lock")
@@ -210,6 +242,26 @@ def test_a_sweep_refuses_a_folder_that_is_not_a_sweeps(tmp_path, capsys):
     assert "holds files that are not a sweep's (report.md)" in err
     assert sorted(p.name for p in out.iterdir()) == ["report.md"]  # no lock left behind either
     assert (out / "report.md").read_text() == "my own report"
+
+
+@pytest.mark.slow
+def test_a_sweep_with_loader_workers_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """multiprocessing's pymp-* folders (with the workers' sockets) and Inductor's torchinductor_<user> once stayed in
+    $TMPDIR after a sweep ended well: every process of a sweep keeps its temporary files in one private folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run_cli(
+        "sweep",
+        "--grid",
+        "num_workers=2",
+        *("--set", "train_size=256", "--set", "val_size=64", "--set", "epochs=1", "--set", "batch_size=64"),
+        "--output-dir",
+        str(tmp_path / "sweep"),
+        env={"TMPDIR": str(scratch)},
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_sweep_refuses_a_file_as_its_folder(tmp_path, capsys):

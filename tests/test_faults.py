@@ -615,6 +615,11 @@ def test_a_report_on_a_full_disk_is_one_line(tmp_path, how):
                     f.flush()
         result = run_cli("report", str(folder), preexec_fn=limit)
         assert_one_line_write_error(result, folder)
+        # the report says it in one line, nothing before it, and leaves no half-written image or temporary behind
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        written = [p for p in folder.rglob("*") if p.is_file() and p.name not in ("results.jsonl", "filler")]
+        assert not [p for p in written if p.suffix == ".png" and p.stat().st_size == 0], written
+        assert not [p for p in written if p.name.endswith(".tmp")], written
 
 
 # -- output folders: one run or one sweep at a time, never mixed with an earlier run

@@ -432,3 +432,19 @@ def test_the_ddp_diagram_draws_the_recorded_step(tmp_path):
     _ddp_csv(one / "steps_rank0.csv", steps)
     with pytest.raises(ValueError, match="2\\+ processes"):
         ddp_step(one)
+
+
+def test_a_breakdown_measured_at_zero_draws_without_a_warning(tmp_path, recwarn):
+    # Steps whose every phase was recorded as 0 ms (seen in a sweep of tiny runs) once set an empty axis range, and
+    # matplotlib warned "identical low and high xlims" in the middle of the sweep's and the report's output.
+    analysis = analyze(sweep(tmp_path, 1), {})
+    for config in analysis.configs:
+        config.rank_phases = [dict.fromkeys(phases, 0.0) for phases in config.rank_phases]
+    assert any(config.rank_phases for config in analysis.configs)
+    made = figures(analysis)
+    try:
+        assert "step_breakdown.png" in made
+    finally:
+        for fig in made.values():
+            plt.close(fig)
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)], [str(w.message) for w in recwarn]

@@ -9,8 +9,9 @@ sweep goes through :func:`writing` (or the helpers built on it) and fails with :
 **Links.** An output's name is predictable, so a symbolic link planted in the output folder (``config.json`` ->
 ``~/.bashrc``) would make a run write through it. No output is ever written through one: :func:`write_bytes`
 writes a temporary file with an unpredictable name, created exclusively in the same folder, and refuses a link
-where the file goes; :func:`open_output` (log files, appended records) opens with ``O_NOFOLLOW``. A link is
-refused with one line: ``cannot write <path>: it is a symbolic link (...)``.
+where the file goes; :func:`open_output` (log files, appended records) opens with ``O_NOFOLLOW`` and refuses a
+file another user owns or a hard link (another name of a file that may lie anywhere). A link is refused with one
+line: ``cannot write <path>: it is a symbolic link (...)``.
 
 Example:
     >>> import tempfile, os
@@ -129,8 +130,9 @@ def write_csv(path: str | Path, header: Sequence[str], rows: Iterable[Iterable[A
 
 
 def open_output(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_CREAT) -> int:
-    """A file descriptor of ``path`` opened with ``flags`` (appending by default), never through a symbolic link and
-    never on anything but a regular file (a FIFO planted there would block a run): :class:`OutputError` names it."""
+    """A file descriptor of ``path`` opened with ``flags`` (appending by default), never through a symbolic link,
+    never on anything but a regular file (a FIFO planted there would block a run), never on a file another user owns
+    or one with a second name (a hard link): :class:`OutputError` names it."""
     with writing(path):
         try:
             fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
@@ -138,9 +140,17 @@ def open_output(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_
             if e.errno == errno.ELOOP:
                 raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
             raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        refused = None
+        if not stat.S_ISREG(info.st_mode):
+            refused = "it is not a regular file (refused as an output)"
+        elif info.st_uid != os.geteuid():  # planted by another user: appending would write into their file
+            refused = f"it belongs to another user (uid {info.st_uid}; refused as an output)"
+        elif info.st_nlink > 1:  # another name of the same file, perhaps outside the output folder
+            refused = "it is a hard link to another file (refused as an output)"
+        if refused is not None:
             os.close(fd)
-            raise OSError(errno.EINVAL, "it is not a regular file (refused as an output)", str(path))
+            raise OSError(errno.EPERM if info.st_uid != os.geteuid() else errno.EINVAL, refused, str(path))
         os.set_blocking(fd, True)
         return fd
 

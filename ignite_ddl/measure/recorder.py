@@ -411,10 +411,10 @@ def format_steps(steps: dict[str, Any]) -> str:
         row = [
             r["rank"],
             r["iterations"],
-            f"{r['samples_per_s']:.0f}",
+            "-" if math.isnan(r["samples_per_s"]) else f"{r['samples_per_s']:.0f}",  # nan: no measured iteration
             milliseconds(r["step_s_p50"]),
             milliseconds(r["step_s_p90"]),
-            f"{100 * r['data_share']:.1f}",
+            "-" if math.isnan(r["data_share"]) else f"{100 * r['data_share']:.1f}",
             *phases_ms,
         ]
         if timed:

@@ -401,7 +401,8 @@ def _breakdown(analysis: Analysis, plt: Any) -> Any:
             if rank == 0 and config.overlap is not None:  # once per configuration, on its first rank's bar
                 buckets = f", {config.buckets_per_step:.0f} bucket(s)" if config.buckets_per_step else ""
                 ax.text(end, row, f" overlap {100 * config.overlap:.0f} %{buckets}", va="center", fontsize=FONT - 1)
-        ax.set_xlim(0, max(left, default=1.0) * 1.35)  # room for the overlap figure
+        # room for the overlap figure; a panel of steps measured at 0 ms (nothing recorded) still gets a range
+        ax.set_xlim(0, (max(left, default=0.0) or 1.0) * 1.35)
     assert add_legend is not None
     add_legend(*panels[0][0].get_legend_handles_labels())
     return fig
@@ -738,7 +739,7 @@ def ddp_diagram(run_dir: str | Path, iteration: int | None = None) -> Any:
     tl.set_yticks(range(world), [f"rank {r}" for r in range(world)], fontsize=FONT + 1)
     tl.set_ylim(world - 0.4, -0.8)
     longest = max(1e3 * (f["data_s"] + f["forward_s"] + f["backward_s"] + f["optimizer_s"]) for f in ranks)
-    tl.set_xlim(0, longest * 1.45)
+    tl.set_xlim(0, (longest or 1.0) * 1.45)  # a step recorded as 0 ms still gets a range
     tl.tick_params(axis="x", labelsize=FONT)
     tl.set_xlabel(
         f"ms within iteration {step['iteration']} (the median measured step of rank 0), from steps_rank<r>.csv; "
