@@ -74,6 +74,11 @@ def _allocate_past_a_limit(run):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_a_rank_that_allocates_past_its_limit_is_out_of_memory(tmp_path):
+    """The limit is RLIMIT_DATA, not RLIMIT_AS: RLIMIT_AS counts every mapping, and after ``import torch`` (2.15,
+    CUDA build, on CPU) a process maps 3.08 GB, mostly shared libraries it barely touches (libcublasLt 490 MB mapped,
+    71 MB resident), against 0.76 GB VmData and 0.72 GB resident, so a cap "300 MB above what the rank uses" cannot
+    be set there. RLIMIT_DATA counts the private writable memory a tensor is allocated in; a memory cgroup would need
+    a writable cgroup hierarchy (root or delegation), which a test run need not have."""
     config = TrainConfig(nproc_per_node=2, output_dir=str(tmp_path), warmup_iters=1, **TINY)
     with pytest.raises(RunFailed) as failed:
         train(config, setup=_allocate_past_a_limit)

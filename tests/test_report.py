@@ -8,6 +8,7 @@ import json
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 from conftest import completed_record, run_cli
@@ -16,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import metadata as plugin_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from ignite_ddl.cli import main
 from ignite_ddl.core.results import append_record
 from ignite_ddl.report import analyze, load, write_report
 from ignite_ddl.report.analysis import TABLE_ROWS
@@ -645,3 +647,24 @@ def test_a_report_on_thousands_of_records_counts_every_one(tmp_path):
     assert decision.count("\n| cfg") <= 2 * TABLE_ROWS  # the named and the fastest, with their baselines
     assert all(len(line) < 2000 for line in (tmp_path / "verdict.txt").read_text().splitlines())
     assert len(list((tmp_path / "tb_hparams" / "configs").iterdir())) == 600
+
+
+# Results files written by earlier releases of the suite, kept as they were written (a 2-configuration sweep of the
+# toy model, 3 repeats each; the run folders are not kept): the first sweeps' records, and those written before the
+# options layer (one declaration per option), the strategy seam and memory recording.
+OLD_RESULTS = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["results_first_sweeps.jsonl", "results_before_options.jsonl"])
+def test_results_written_by_earlier_releases_still_report(tmp_path, name, capsys):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "results.jsonl").write_bytes((OLD_RESULTS / name).read_bytes())
+    analysis = load(folder)
+    assert sorted((c.name, len(c.runs)) for c in analysis.configs) == [("cfg000", 3), ("cfg001", 3)]
+    assert all(run.samples_per_s > 0 for c in analysis.configs for run in c.runs)
+    assert not [f for f in analysis.flags if f.kind == "unreadable"], analysis.flags
+    assert len(analysis.verdicts) == 1
+    assert main(["report", str(folder)]) == 0
+    assert (folder / "report.md").read_text().count("cfg00") >= 2 and (folder / "report.html").exists()
+    assert capsys.readouterr().out.startswith("ignite-ddl: report: ")

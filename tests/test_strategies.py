@@ -5,10 +5,12 @@ once, one all-reduce per optimizer step), and what is refused before any process
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import run_cli
+from ignite.engine import Events
 
 from ignite_ddl import TrainConfig, train
 
@@ -80,11 +82,57 @@ def test_a_sharded_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp
     assert _max_diff(_final_weights(resumed), _final_weights(whole)) < TOLERANCE
 
 
+def _count_reduce_scatters(run):
+    """On every rank: count FSDP2's gradient reduce-scatters in each micro-batch (a forward of the model starts one)
+    and write a line per optimizer step to reduce_scatters_rank<N>.txt, one count per micro-batch ("0 3").
+
+    FSDP2 (torch 2.15) reduce-scatters through ``dist.reduce_scatter_single``, looked up on
+    ``_fsdp_collectives``' ``dist`` (``torch.distributed``) at each call: wrapped here, it still reduces."""
+    import ignite.distributed as idist
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+
+    dist = _fsdp_collectives.dist
+    real = dist.reduce_scatter_single
+    counts: list[int] = []
+
+    def counted(*args, **kwargs):
+        counts[-1] += 1
+        return real(*args, **kwargs)
+
+    dist.reduce_scatter_single = counted
+    run.model.register_forward_pre_hook(lambda module, args: counts.append(0))
+    path = Path(run.config.output_dir) / f"reduce_scatters_rank{idist.get_rank()}.txt"
+
+    @run.trainer.on(Events.ITERATION_STARTED)
+    def start(engine):
+        counts.clear()  # evaluation's forwards too
+
+    @run.trainer.on(Events.ITERATION_COMPLETED)
+    def write(engine):
+        with open(path, "a") as f:
+            f.write(" ".join(map(str, counts)) + "\n")
+
+    @run.trainer.on(Events.COMPLETED)
+    def restore(engine):
+        dist.reduce_scatter_single = real
+
+
+def _reduce_scatters(out: Path) -> list[list[list[int]]]:
+    """Per rank, per optimizer step, the reduce-scatters of each micro-batch."""
+    return [
+        [[int(n) for n in line.split()] for line in (out / f"reduce_scatters_rank{rank}.txt").read_text().splitlines()]
+        for rank in (0, 1)
+    ]
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_accumulation_takes_the_same_steps_and_communicates_once_per_step(tmp_path, strategy):
     one = {**COMMON, "epochs": 1}
-    once = train(TrainConfig(nproc_per_node=2, strategy=strategy, output_dir=str(tmp_path / "1"), **one))
-    twice = train(TrainConfig(nproc_per_node=2, strategy=strategy, accumulate=2, output_dir=str(tmp_path / "2"), **one))
+    setup = _count_reduce_scatters if strategy == "fsdp" else None
+    once = train(TrainConfig(nproc_per_node=2, strategy=strategy, output_dir=str(tmp_path / "1"), **one), setup)
+    twice = train(
+        TrainConfig(nproc_per_node=2, strategy=strategy, accumulate=2, output_dir=str(tmp_path / "2"), **one), setup
+    )
     assert twice["batch"]["accumulate"] == 2 and twice["batch"]["micro"] == 8 and twice["batch"]["global"] == 32
     assert twice["iterations"] == once["iterations"]  # an iteration is an optimizer step
     assert _max_diff(_final_weights(twice), _final_weights(once)) < TOLERANCE
@@ -94,6 +142,13 @@ def test_accumulation_takes_the_same_steps_and_communicates_once_per_step(tmp_pa
     if strategy == "ddp":  # the timing hook's calls: one per bucket per all-reduce, and the CNN fits one bucket
         assert {row["buckets"] for row in rows} == {"1"}
         assert twice["steps"]["ranks"][0]["comm_bytes_per_step"] == once["steps"]["ranks"][0]["comm_bytes_per_step"]
+    else:  # one reduce-scatter per FSDP unit per optimizer step, all in the last micro-batch's backward
+        once_counts, twice_counts = _reduce_scatters(tmp_path / "1"), _reduce_scatters(tmp_path / "2")
+        per_step = once_counts[0][0][0]
+        assert per_step > 0  # the wrapped function is the one FSDP calls
+        for rank in (0, 1):
+            assert once_counts[rank] == [[per_step]] * once["iterations"], once_counts[rank]
+            assert twice_counts[rank] == [[0, per_step]] * twice["iterations"], twice_counts[rank]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,11 @@ Sessions carry the configuration's grid values, ``world_size``, ``workload``, ``
 ``all`` for the aggregate) and ``attempt`` (0 for a first run, N for the N-th re-run of a contended one):
 ``tensorboard --logdir tb_hparams`` in the sweep's directory.
 
+Each kind of flag the report can raise on a configuration (:data:`CONFIG_FLAGS`: contended, superlinear,
+high-variation, ...) is a metric of every configuration's session of its own, ``flag/<kind>``: 1 where the report
+raises it on that configuration, else 0, so that the tab can filter flagged configurations out (or in). Every tag is
+listed, with its meaning, in docs/results.md ("TensorBoard tags").
+
 TensorBoard shows the metric columns of the one experiment description it finds (the first, if there are
 several), so the sessions are written without one, and a single description at the root of ``tb_hparams``
 declares every hyperparameter and every metric of every session.
@@ -19,18 +24,25 @@ import math
 import os
 import socket
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.outputs import open_output, writing
-from ignite_ddl.report.model import MIB, Analysis, ConfigResult
+from ignite_ddl.report.model import FLAG_MEANINGS, MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["MAX_SESSIONS", "config_metrics", "write_hparams"]
+__all__ = ["CONFIG_FLAGS", "MAX_SESSIONS", "config_flags", "config_metrics", "write_hparams"]
 
 # Sessions written at most: each is a folder and an event file (a few ms), and TensorBoard lists them all. Every
 # configuration's aggregate comes first, then the runs, in the configurations' order.
 MAX_SESSIONS = 1000
+
+# The kinds of flag a configuration can carry, each the metric flag/<kind> of every configuration's session: every
+# kind the report raises but "unreadable", which is about lines of the results file, not about any configuration.
+# "provisional" is raised per workload (on each of its configurations here), and "mixed-environments" on the
+# configurations split by environment or by intra-op thread count.
+CONFIG_FLAGS: tuple[str, ...] = tuple(kind for kind in FLAG_MEANINGS if kind != "unreadable")
 
 
 def _hparam(value: Any) -> Any:
@@ -72,11 +84,34 @@ def config_metrics(config: ConfigResult, best: bool, tied: bool, recommended: bo
     return _finite(metrics)
 
 
+def config_flags(analysis: Analysis) -> dict[str, dict[str, float]]:
+    """Per configuration (by name), ``flag/<kind>`` of each kind of :data:`CONFIG_FLAGS`: 1.0 where the report
+    raises that flag on the configuration (the flags naming it; for "provisional", its workload's; for
+    "mixed-environments", the sweep's split by environment too, and a thread-count split's named on its base
+    configuration), else 0.0."""
+    named: dict[str, set[str]] = defaultdict(set)
+    for flag in analysis.flags:
+        if flag.config is not None:
+            named[flag.config].add(flag.kind)
+    provisional = {v.workload for v in analysis.verdicts if v.provisional}
+    flags = {}
+    for config in analysis.configs:
+        kinds = set(named.get(config.name, ()))
+        base = config.name.partition("@threads=")[0]  # cfgNNN[@envE]: where a thread-count split is flagged
+        if config.environment is not None or "mixed-environments" in named.get(base, ()):
+            kinds.add("mixed-environments")
+        if config.workload in provisional:
+            kinds.add("provisional")
+        flags[config.name] = {f"flag/{kind}": 1.0 if kind in kinds else 0.0 for kind in CONFIG_FLAGS}
+    return flags
+
+
 def write_hparams(analysis: Analysis, logdir: Path, max_sessions: int = MAX_SESSIONS) -> str | None:
     """Write the sessions under ``logdir``: ``runs/<cfg>-r<repeat>[-a<attempt>]`` and ``configs/<cfg>``, and the
     experiment description that declares all of them at ``logdir``; at most ``max_sessions`` of them (the
     configurations' first). Returns what was left out, in words (None: nothing)."""
     verdicts = {v.workload: v for v in analysis.verdicts}
+    flags = config_flags(analysis)
     sessions: list[tuple[str, dict[str, Any], dict[str, float]]] = []
     for config in analysis.configs:
         common = {k: _hparam(v) for k, v in config.grid.items()}
@@ -98,7 +133,7 @@ def write_hparams(analysis: Analysis, logdir: Path, max_sessions: int = MAX_SESS
             continue
         verdict = verdicts[config.workload]
         best, tied = verdict.best == config.name, config.name in verdict.tied
-        metrics = config_metrics(config, best, tied, verdict.recommended == config.name)
+        metrics = config_metrics(config, best, tied, verdict.recommended == config.name) | flags[config.name]
         sessions.append((f"configs/{config.name}", {**common, "repeat": "all", "attempt": "all"}, metrics))
     if not sessions:
         return None
