@@ -47,7 +47,6 @@ __all__ = [
     "contention_note",
     "ignite_ddl_source",
     "installed_from",
-    "on_colab",
     "prepare_runtime",
 ]
 
@@ -192,7 +191,7 @@ def contention_note(summaries: Mapping[Any, Mapping[str, Any]], threshold: float
     )
 
 
-def on_colab() -> bool:
+def _on_colab() -> bool:
     return "google.colab" in sys.modules
 
 
@@ -200,7 +199,7 @@ def prepare_runtime(install: bool = True, show: bool = True, source: str | None 
     """Install what a Colab TPU runtime lacks (with ``install``), then describe the kernel's devices and where its
     ignite-ddl came from; ``source``: where the notebook says to install it from (default: :func:`ignite_ddl_source`,
     which on Colab derives it from the repository the notebook was opened from)."""
-    if on_colab() and tpu_attached():
+    if _on_colab() and tpu_attached():
         if importlib.util.find_spec("torch_xla") is None and install:
             if "torch" in sys.modules:
                 raise RuntimeError("torch is already imported: restart the runtime and run this cell first")
@@ -214,7 +213,7 @@ def prepare_runtime(install: bool = True, show: bool = True, source: str | None 
 
     gpus = torch.cuda.device_count()  # does not initialise CUDA: the kernel can still fork ranks afterwards
     runtime = Runtime(
-        colab=on_colab(),
+        colab=_on_colab(),
         cpu_cores=cpu_cores(),
         gpus=gpus,
         gpu_name=_gpu_name() if gpus else None,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ignite_ddl.core.errors import ConfigError
 
-__all__ = ["claim_run_folder", "claim_sweep_folder", "lock", "previous_run"]
+__all__ = ["claim_run_folder", "claim_sweep_folder", "lock"]
 
 # What a training run writes into its output folder (docs/results.md): a folder holding any of these holds a run.
 _RUN_OUTPUTS = (
@@ -120,7 +120,7 @@ def _article(what: str) -> str:
     return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
-def previous_run(folder: str | Path) -> list[str]:
+def _previous_run(folder: str | Path) -> list[str]:
     """The files and folders of an earlier run in ``folder`` (see :data:`_RUN_OUTPUTS`)."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -131,7 +131,7 @@ def previous_run(folder: str | Path) -> list[str]:
 def claim_run_folder(folder: str | Path, resume: bool, overwrite: bool) -> None:
     """Refuse a folder holding a previous run unless continuing it or replacing it; with ``overwrite``, remove the
     previous run's files (only those: anything else in the folder, or in a folder a run writes, stays)."""
-    found = previous_run(folder)
+    found = _previous_run(folder)
     if not found or resume:
         return
     if not overwrite:

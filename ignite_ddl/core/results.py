@@ -6,7 +6,7 @@ them back. Every field carries its meaning (``Annotated``), and ``docs/results.m
 (:func:`schema_markdown`), so the documentation cannot drift from what is written.
 
 Example:
-    >>> summary_keys = schema_fields(Summary)
+    >>> summary_keys = _schema_fields(Summary)
     >>> "samples_per_s" in summary_keys and "contention" in summary_keys
     True
 """
@@ -72,9 +72,7 @@ __all__ = [
     "read_results",
     "rejected_path",
     "repair_results",
-    "schema_fields",
     "schema_markdown",
-    "schema_problem",
     "write_json",
     "write_schema_doc",
 ]
@@ -477,7 +475,7 @@ class SweepMeta(TypedDict):
 # -- schema introspection: what docs/results.md is generated from
 
 
-def schema_fields(kind: type) -> dict[str, tuple[Any, str]]:
+def _schema_fields(kind: type) -> dict[str, tuple[Any, str]]:
     """Each field of a schema type: ``name -> (type, meaning)``."""
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = {}
@@ -551,7 +549,7 @@ def schema_markdown() -> str:
     ]
     for kind, where in _DOCUMENTED:
         rows = ["| key | type | meaning |", "|---|---|---|"]
-        for name, (hint, meaning) in schema_fields(kind).items():
+        for name, (hint, meaning) in _schema_fields(kind).items():
             rows.append(f"| `{name}` | {_type_name(hint)} | {meaning} |")
         parts.append(f"### {where} ({kind.__name__})\n\n" + "\n".join(rows))
     parts.append(_END)
@@ -600,12 +598,12 @@ LARGEST_FIGURE = 1e24
 MAX_SAMPLES_PER_S = 1e12
 
 
-def schema_problem(value: Any, hint: Any, where: str = "") -> str | None:
+def _schema_problem(value: Any, hint: Any, where: str = "") -> str | None:
     """Why ``value`` (plain JSON data) does not have the shape the schema type ``hint`` declares: a wrong type, a
     non-finite or out-of-range number, at any depth (None if it conforms). A key a schema declares may be missing
     (records of an older release lack the newer keys); a key it does not declare is left alone.
 
-    >>> schema_problem({"type": "cpu", "name": 5}, DeviceInfo, "device")
+    >>> _schema_problem({"type": "cpu", "name": 5}, DeviceInfo, "device")
     'device.name: expected string, got int'
     """
     if _conforms(hint)(value):  # the common case, answered without naming every field on the way
@@ -796,7 +794,7 @@ def _problem(record: Any) -> str | None:
         rate = summary["samples_per_s"]
         if isinstance(rate, bool) or not 0 < rate <= MAX_SAMPLES_PER_S:
             return f"not a throughput a run can produce (samples_per_s {rate!r:.30})"
-    problem = schema_problem(record, RunRecord) or _options_problem(record)
+    problem = _schema_problem(record, RunRecord) or _options_problem(record)
     return f"not a run record ({problem})" if problem else None
 
 

@@ -25,10 +25,8 @@ __all__ = [
     "children_map",
     "current_rss_bytes",
     "die_with_parent",
-    "last_reading",
     "memory_limit_bytes",
     "out_of_memory",
-    "out_of_memory_error",
     "process_tree_pids",
     "reading_file",
     "stop_children",
@@ -150,7 +148,7 @@ def memory_limit_bytes() -> int | None:
     return min(limits) if limits else None
 
 
-def out_of_memory_error(message: str) -> bool:
+def _out_of_memory_error(message: str) -> bool:
     """Whether an error message says an allocation failed for lack of memory."""
     text = message.lower()
     return any(word in text for word in _OOM_WORDS)
@@ -160,7 +158,7 @@ def reading_file(log_dir: str | Path, rank: int) -> Path:
     return Path(log_dir) / f"memory_rank{rank}.txt"
 
 
-def last_reading(log_dir: str | Path | None, rank: int) -> tuple[int, int | None] | None:
+def _last_reading(log_dir: str | Path | None, rank: int) -> tuple[int, int | None] | None:
     """``(resident bytes, limit bytes or None)`` a rank last left in ``log_dir`` (None if it left none)."""
     if log_dir is None:
         return None
@@ -174,7 +172,7 @@ def last_reading(log_dir: str | Path | None, rank: int) -> tuple[int, int | None
 def out_of_memory(message: str, log_dir: str | Path | None, rank: int, killed: bool = False) -> str | None:
     """Why a failed rank ran out of memory, in words with its figures, or None if it did not: an allocation error
     in ``message``, or (``killed`` by SIGKILL, which says nothing) a last reading near its limit."""
-    reading = last_reading(log_dir, rank)
+    reading = _last_reading(log_dir, rank)
     held = ""
     if reading is not None:
         used, limit = reading
@@ -183,6 +181,6 @@ def out_of_memory(message: str, log_dir: str | Path | None, rank: int, killed: b
         if reading is None or reading[1] is None or reading[0] < NEAR_LIMIT * reading[1]:
             return None
         return f"out of memory: killed by SIGKILL with {held} at its last reading"
-    if not out_of_memory_error(message):
+    if not _out_of_memory_error(message):
         return None
     return f"out of memory ({held} at its last reading): {message}" if held else f"out of memory: {message}"

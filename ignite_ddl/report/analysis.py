@@ -85,7 +85,6 @@ __all__ = [
     "analyze",
     "load",
     "notes",
-    "recompile_text",
     "superlinear",
     "versus_text",
     "workload_of",
@@ -552,13 +551,13 @@ def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
         if config.measured_iterations is not None and config.measured_iterations < FEW_ITERATIONS:
             flags.append(Flag("few-iterations", config.name, f"{config.measured_iterations} measured iterations"))
         if config.recompilations:
-            flags.append(Flag("recompiled", config.name, recompile_text(config)))
+            flags.append(Flag("recompiled", config.name, _recompile_text(config)))
         if config.unsettled_runs:
             flags.append(Flag("unsettled", config.name, f"{config.unsettled_runs} run(s) never settled"))
     return flags
 
 
-def recompile_text(config: ConfigResult) -> str:
+def _recompile_text(config: ConfigResult) -> str:
     """ "recompiled 3 time(s): shapes changed (...)" for a configuration whose runs recompiled."""
     from ignite_ddl.measure.compilation import recompile_hint  # torch-free module-level code, imported lazily
 

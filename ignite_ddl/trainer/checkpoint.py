@@ -43,11 +43,10 @@ __all__ = [
     "check_checkpoint",
     "finished_problem",
     "load_checkpoint",
-    "saved_objects",
 ]
 
 
-def saved_objects(config: TrainConfig) -> list[str]:
+def _saved_objects(config: TrainConfig) -> list[str]:
     """The objects a resumable checkpoint of ``config``'s run holds."""
     names = ["trainer", "model", "optimizer"]
     if config.warmup_epochs > 0:
@@ -145,7 +144,7 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
             f"cannot resume from {path}: it holds only model weights (a best-model file?), not a resumable "
             "checkpoint; resume from one in checkpoints/"
         )
-    missing = [name for name in saved_objects(config) if name not in state]
+    missing = [name for name in _saved_objects(config) if name not in state]
     if missing:
         held = ", ".join(sorted(map(str, state))) or "nothing"
         raise ConfigError(

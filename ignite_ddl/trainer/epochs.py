@@ -27,7 +27,7 @@ from ignite_ddl.core.results import EpochRecord
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder
 
-__all__ = ["EpochEvaluation", "EpochLog", "EpochReport", "divergence", "log_rank_scalars"]
+__all__ = ["EpochEvaluation", "EpochLog", "EpochReport", "divergence"]
 
 
 class EpochLog:
@@ -149,7 +149,7 @@ class EpochReport:
             self.tb.writer.add_scalar("epoch/wall_samples_per_s", record["samples_per_s"], record["epoch"])
             self.tb.writer.add_scalar("epoch/train_loss", record["train_loss"], record["epoch"])
             if steps is not None:
-                log_rank_scalars(self.tb, steps, record["epoch"])
+                _log_rank_scalars(self.tb, steps, record["epoch"])
         validation = (
             f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
             if record["val_accuracy"] is not None
@@ -180,7 +180,7 @@ def divergence(initial_loss: float | None, history: list[EpochRecord]) -> str | 
     return None
 
 
-def log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
+def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
     """Per-rank step time, throughput and data-wait share of one epoch (warm-up excluded), and the global figure."""
     for r in steps["ranks"]:
         if r["iterations"]:

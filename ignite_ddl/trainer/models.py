@@ -24,9 +24,7 @@ __all__ = [
     "build_model",
     "check_model",
     "mlp",
-    "resnet18_small",
     "small_cnn",
-    "torchvision_models",
 ]
 
 OWN_MODELS = ("toy", "mlp", "wide_mlp", "cnn", "resnet18")
@@ -72,7 +70,7 @@ def small_cnn(in_channels: int, num_classes: int) -> nn.Module:
     )
 
 
-def resnet18_small(in_channels: int, num_classes: int) -> nn.Module:
+def _resnet18_small(in_channels: int, num_classes: int) -> nn.Module:
     """ResNet-18 for 32x32 inputs: a 3x3 stride-1 stem and no max-pool, as is usual for CIFAR10."""
     model = tv_models.resnet18(num_classes=num_classes)
     model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -87,12 +85,12 @@ class _RepeatChannels(nn.Module):
         return x.expand(-1, 3, -1, -1)
 
 
-def torchvision_models() -> list[str]:
+def _torchvision_models() -> list[str]:
     return sorted(tv_models.list_models(module=tv_models))
 
 
 def check_model(name: str) -> None:
-    if name not in OWN_MODELS and name not in torchvision_models():
+    if name not in OWN_MODELS and name not in _torchvision_models():
         raise ConfigError(
             f"unknown model '{name}' (choose from: {', '.join(OWN_MODELS)}, or a torchvision classification model "
             "such as resnet50)"
@@ -111,7 +109,7 @@ def build_model(name: str, in_channels: int, image_size: int, num_classes: int) 
     if name == "cnn":
         return small_cnn(in_channels, num_classes)
     if name == "resnet18":
-        return resnet18_small(in_channels, num_classes)
+        return _resnet18_small(in_channels, num_classes)
     model = tv_models.get_model(name, weights=None, num_classes=num_classes)
     if in_channels == 1:
         return nn.Sequential(_RepeatChannels(), model)
