@@ -3,6 +3,7 @@ figures obey their definitions (real 2-process gloo groups)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
@@ -74,6 +75,37 @@ def test_timing_hook_reduces_like_ddp_and_its_figures_hold(amp, bucket_cap_mb):
             assert all(buckets == 1 for *_, buckets, _ in result["steps"])
 
 
+def _check_bucket_spans(path) -> None:
+    """Every row of a real run's steps CSV holds one span per bucket, ``ready-done`` in ms after the step's start:
+    ready first, in ready order, inside the step's backward (same clock as the phases, written with 1 µs
+    rounding), and their union is the step's communication time."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for row in rows:
+        spans = [tuple(float(t) for t in span.split("-")) for span in row["bucket_spans_ms"].split(";")]
+        assert len(spans) == int(row["buckets"]) >= 1, row
+        readies = [ready for ready, _ in spans]
+        assert readies == sorted(readies), row
+        backward_start, backward_end = (
+            1e3 * float(row["forward_s"]),
+            1e3 * (float(row["forward_s"]) + float(row["backward_s"])),
+        )
+        for ready, done in spans:
+            assert 0 <= ready <= done <= 1e3 * float(row["step_s"]), row
+            assert backward_start - 1e-3 <= ready and done <= backward_end + 1e-3, row
+        assert 1e3 * float(row["comm_s"]) == pytest.approx(_union_ms(spans), abs=len(spans) * 2e-3), row
+
+
+def _union_ms(spans: list) -> float:
+    busy, (start, end) = 0.0, spans[0]
+    for ready, done in spans[1:]:
+        if ready > end:
+            busy, start = busy + end - start, ready
+        end = max(end, done)
+    return busy + end - start
+
+
 def test_summary_of_buckets_is_the_union_of_their_intervals():
     # 0 -> 4 ms and 1 -> 2 ms overlap (one interval, 4 ms), then 6 -> 7 ms; the last ready is at 6 ms
     from ignite_ddl.measure.comm import _Bucket
@@ -90,7 +122,8 @@ def test_summary_of_buckets_is_the_union_of_their_intervals():
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_bucket_size_option_reaches_ddp(tmp_path):
-    """A trainer run: smaller buckets mean more all-reduce calls for the same bytes; figures in summary.json."""
+    """A trainer run: smaller buckets mean more all-reduce calls for the same bytes; figures in summary.json, and
+    each bucket's all-reduce in steps_rank<r>.csv."""
     per_cap = {}
     for cap in ("0.02", "25"):
         out = tmp_path / cap
@@ -111,6 +144,8 @@ def test_bucket_size_option_reaches_ddp(tmp_path):
             )
         )
         per_cap[cap] = json.loads((out / "summary.json").read_text())["steps"]
+        for rank in range(2):
+            _check_bucket_spans(out / f"steps_rank{rank}.csv")
     small, large = per_cap["0.02"], per_cap["25"]
     for steps in (small, large):
         for r in steps["ranks"]:

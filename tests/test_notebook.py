@@ -151,6 +151,7 @@ def test_quick_example(tmp_path: Path, python3_kernel: str):
     # The picture of DDP, drawn from this run's step: several buckets, saved and shown.
     step = ddp_step(out)
     assert all(r["buckets"] >= 2 for r in step["ranks"]) and (out / "ddp_step.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert all(len(r["bucket_spans"]) == r["buckets"] for r in step["ranks"])  # each bucket's all-reduce, recorded
     assert f"iteration {step['iteration']}:" in text
 
     # The plot the notebook saved, and showed.

@@ -382,51 +382,86 @@ def test_rank_step_times_names_the_repeat_it_shows(tmp_path):
             plt.close(fig)
 
 
-def _ddp_csv(path: Path, steps: list[tuple[float, float, float, float, float, float]], warmup: int = 1) -> None:
+def _ddp_csv(
+    path: Path,
+    steps: list[tuple[float, float, float, float, float, float]],
+    warmup: int = 1,
+    spans: str | None = None,
+) -> None:
     """A rank's steps_rank<r>.csv with the columns ddp_step reads: per row step, data, forward, backward, optimizer
-    and communication seconds, exposed communication 1 ms, 3 buckets of 120 kB in all."""
+    and communication seconds, exposed communication 1 ms, 3 buckets of 120 kB in all; with ``spans``, the
+    ``bucket_spans_ms`` column holds it on every measured row (blank in warm-up), without, the column is absent
+    (a CSV written before it existed)."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
             ["iteration", "warmup", "data_s", "step_s", "forward_s", "backward_s", "optimizer_s"]
             + ["comm_s", "exposed_comm_s", "comm_bytes", "buckets"]
+            + (["bucket_spans_ms"] if spans is not None else [])
         )
         for i, (step, data, fwd, bwd, opt, comm) in enumerate(steps):
-            writer.writerow([i + 1, int(i < warmup), data, step, fwd, bwd, opt, comm, 0.001, 120000, 3])
+            row = [i + 1, int(i < warmup), data, step, fwd, bwd, opt, comm, 0.001, 120000, 3]
+            writer.writerow(row + ([spans if i >= warmup else ""] if spans is not None else []))
 
 
 def test_the_ddp_diagram_draws_the_recorded_step(tmp_path):
+    from matplotlib.colors import to_rgb
     from matplotlib.patches import Rectangle
 
     from ignite_ddl.report.plots import ddp_diagram, ddp_step
 
     steps = [(0.09, 0.001, 0.03, 0.05, 0.001, 0.01)]  # warm-up
     steps += [(s, 0.001, 0.02, s - 0.022, 0.001, 0.004) for s in (0.030, 0.050, 0.040)]  # median: iteration 4
-    _ddp_csv(tmp_path / "steps_rank0.csv", steps)
-    _ddp_csv(tmp_path / "steps_rank1.csv", [(s, d, f + 0.002, b, o, c) for s, d, f, b, o, c in steps])
-    step = ddp_step(tmp_path)
+    # Iteration 4's buckets, ms after the step's start (backward: 20 -> 38 ms on rank 0, 22 -> 40 ms on rank 1): b1
+    # and b2 overlap (31 -> 34 ms), b3 is the last (37 -> 38 ms): 4 ms in flight, 1 ms exposed.
+    spans = {0: [(31.0, 33.0), (32.0, 34.0), (37.0, 38.0)], 1: [(33.0, 35.0), (34.0, 36.0), (39.0, 40.0)]}
+    cells = {r: ";".join(f"{ready:.3f}-{done:.3f}" for ready, done in spans[r]) for r in spans}
+    rank1_steps = [(s, d, f + 0.002, b, o, c) for s, d, f, b, o, c in steps]
+    recorded, old = tmp_path / "recorded", tmp_path / "old"
+    for run, with_spans in ((recorded, True), (old, False)):
+        run.mkdir()
+        _ddp_csv(run / "steps_rank0.csv", steps, spans=cells[0] if with_spans else None)
+        _ddp_csv(run / "steps_rank1.csv", rank1_steps, spans=cells[1] if with_spans else None)
+    step = ddp_step(recorded)
     assert step["iteration"] == 4 and len(step["ranks"]) == 2
     rank1 = step["ranks"][1]
     assert rank1["forward_s"] == pytest.approx(0.022) and rank1["backward_compute_s"] == pytest.approx(0.018 - 0.001)
     assert rank1["buckets"] == 3 and rank1["comm_s"] == pytest.approx(0.004)
+    assert [t for span in rank1["bucket_spans"] for t in span] == pytest.approx([t / 1e3 for s in spans[1] for t in s])
+    assert all(r["bucket_spans"] == [] for r in ddp_step(old)["ranks"])  # no column: no spans
 
-    fig = ddp_diagram(tmp_path)
-    try:
-        renderer, texts = drawn(fig)
-        timeline = next(ax for ax in fig.findobj(Axes) if ax.get_yticklabels() and ax.get_xlabel())
-        bars = [p for p in timeline.patches if isinstance(p, Rectangle) and p.get_width() > 0]
-        widths = sorted(round(p.get_width(), 6) for p in bars)
-        # every part of both ranks' step, in ms: data 1, forward 20 / 22, backward compute 17, exposed 1, optimizer 1,
-        # and the all-reduce in flight, 4
-        assert widths == sorted([1.0, 20.0, 17.0, 1.0, 1.0, 4.0, 1.0, 22.0, 17.0, 1.0, 1.0, 4.0])
-        words = " ".join(t.get_text() for t in texts)
-        assert "3 bucket(s)" in words and "iteration 4" in words and "this machine's" in words
-        box = fig.bbox
-        for text in texts:  # nothing drawn outside the figure
-            extent = text.get_window_extent(renderer)
-            assert extent.x0 >= box.x0 - TOLERANCE and extent.x1 <= box.x1 + TOLERANCE, text.get_text()
-    finally:
-        plt.close(fig)
+    # Every part of both ranks' step, in ms: data 1, forward 20 / 22, backward compute 17, exposed 1, optimizer 1.
+    parts = [1.0, 20.0, 17.0, 1.0, 1.0, 1.0, 22.0, 17.0, 1.0, 1.0]
+    for run in (recorded, old):
+        fig = ddp_diagram(run)
+        try:
+            renderer, texts = drawn(fig)
+            timeline = next(ax for ax in fig.findobj(Axes) if ax.get_yticklabels() and ax.get_xlabel())
+            bars = [p for p in timeline.patches if isinstance(p, Rectangle) and p.get_width() > 0]
+            buckets = [p for p in bars if p.get_facecolor()[:3] == to_rgb("tab:purple")]
+            assert sorted(round(p.get_width(), 6) for p in bars if p not in buckets) == sorted(parts)
+            words = " ".join(t.get_text() for t in texts)
+            assert "3 bucket(s)" in words and "iteration 4" in words and "this machine's" in words
+            if run == recorded:
+                # One bar per recorded bucket, on its rank's row, from ready to done after the rank's data wait
+                # (1 ms): b1 on top, each next bucket a row lower.
+                assert len(buckets) == 6 and "each bucket's all-reduce" in words and "b3" in words
+                for rank in range(2):
+                    mine = sorted((p for p in buckets if rank - 1 < p.get_y() < rank), key=lambda p: p.get_y())
+                    drawn_spans = [t for p in mine for t in (p.get_x(), p.get_x() + p.get_width())]
+                    assert drawn_spans == pytest.approx([1.0 + t for span in spans[rank] for t in span])
+            else:  # the total in flight, 4 ms, ending with backward (1 + 20 + 18 = 39 ms; 41 on rank 1)
+                assert [(round(p.get_width(), 6), round(p.get_x() + p.get_width(), 6)) for p in buckets] == [
+                    (4.0, 39.0),
+                    (4.0, 41.0),
+                ]
+                assert "total, placed to end with backward" in words
+            box = fig.bbox
+            for text in texts:  # nothing drawn outside the figure
+                extent = text.get_window_extent(renderer)
+                assert extent.x0 >= box.x0 - TOLERANCE and extent.x1 <= box.x1 + TOLERANCE, text.get_text()
+        finally:
+            plt.close(fig)
     one = tmp_path / "one"
     one.mkdir()
     _ddp_csv(one / "steps_rank0.csv", steps)

@@ -27,7 +27,10 @@ synchronisation. From these, per step (:class:`StepComm`):
   that no gradient compute hides; 0 <= exposed <= communication;
 - **overlap**: (communication - exposed) / communication;
 - **bytes** and **bus bandwidth**: bytes / communication time x 2(N-1)/N (nccl-tests' busbw for all-reduce), to be
-  compared with what :func:`time_allreduce` measures for one message of the same size on the same ranks.
+  compared with what :func:`time_allreduce` measures for one message of the same size on the same ranks;
+- **spans**: each bucket's own (ready, completed) instants, in seconds after the step's start (the instant given to
+  :meth:`CommTimer.begin`; without it, the first bucket's ready instant), ordered by ready time: the step recorder
+  writes them into ``steps_rank<r>.csv`` (``bucket_spans_ms``) and the DDP diagram draws one bar per bucket.
 
 A collective completes only when every rank has joined it, so time a fast rank spends waiting for a slow one shows
 up *on the fast rank*, as communication (and, when the slow rank is late with its last bucket, exposed
@@ -40,6 +43,8 @@ Example (the figures of one step from its buckets' times in seconds):
     (0.004, 0.002, 172, 2)
     >>> round(step.overlap, 2)
     0.5
+    >>> [(round(r, 6), round(d, 6)) for r, d in summarize([_Bucket(0, 132, 0.010, 0.014)], 2, origin=0.008).spans]
+    [(0.002, 0.006)]
 """
 
 from __future__ import annotations
@@ -95,6 +100,9 @@ class StepComm:
     bytes: int
     buckets: int
     busbw: float  # bytes/s, nccl-tests' bus bandwidth over the communication time
+    # Each bucket's (ready, done) in seconds after the step's start, ordered by ready time (buckets whose all-reduce
+    # had not completed are left out); empty without communication.
+    spans: tuple[tuple[float, float], ...] = ()
 
     @property
     def overlap(self) -> float:
@@ -105,8 +113,9 @@ class StepComm:
 NO_COMM = StepComm(math.nan, math.nan, 0, 0, math.nan)
 
 
-def summarize(buckets: list[_Bucket], world_size: int) -> StepComm:
-    """A step's figures from its buckets' [ready, done] times in seconds (see the module docstring)."""
+def summarize(buckets: list[_Bucket], world_size: int, origin: float = 0.0) -> StepComm:
+    """A step's figures from its buckets' [ready, done] times in seconds (see the module docstring); ``origin``, on
+    the same clock, is the step's start, from which :attr:`StepComm.spans` are measured."""
     spans = sorted((b.ready, b.done) for b in buckets if b.done is not None)
     if not spans:
         return NO_COMM
@@ -120,15 +129,17 @@ def summarize(buckets: list[_Bucket], world_size: int) -> StepComm:
     exposed = max(0.0, max(d for _, d in spans) - max(r for r, _ in spans))
     nbytes = sum(b.nbytes for b in buckets)
     busbw = nbytes / busy * allreduce_bus_factor(world_size) if busy > 0 else math.nan
-    return StepComm(busy, exposed, nbytes, len(buckets), busbw)
+    offsets = tuple((ready - origin, done - origin) for ready, done in spans)
+    return StepComm(busy, exposed, nbytes, len(buckets), busbw, offsets)
 
 
 @dataclass
 class CommTimer:
     """Times each gradient bucket's all-reduce of a DDP model on this rank; see the module docstring.
 
-    Attach it before the first backward; call :meth:`take` once per step, after the step (and on CUDA after the
-    step's synchronisation), to get that step's :class:`StepComm` and start the next one.
+    Attach it before the first backward; call :meth:`begin` at each step's start (optional: it is the origin of the
+    buckets' spans) and :meth:`take` once per step, after the step (and on CUDA after the step's synchronisation), to
+    get that step's :class:`StepComm` and start the next one.
     """
 
     device: torch.device
@@ -136,6 +147,7 @@ class CommTimer:
     _lock: threading.Lock = field(default_factory=threading.Lock)  # completions arrive on the backend's threads
     _hook: Hook | None = None
     _world_size: int = 1
+    _origin: Any = None  # the step's start: seconds (float) on CPU, a torch.cuda.Event on CUDA; None: not marked
 
     def attach(self, model: nn.Module, hook: Hook | None = None) -> CommTimer:
         """Register the timing hook on ``model`` (a ``DistributedDataParallel``), wrapping ``hook`` (default:
@@ -154,6 +166,16 @@ class CommTimer:
             return event
         return time.perf_counter()
 
+    def begin(self, now: float | None = None) -> None:
+        """Mark the start of a step: the spans :meth:`take` returns are measured from here. On CPU ``now`` is the
+        ``time.perf_counter()`` reading to use (the caller's own, so both count from the same instant; default: now).
+        On CUDA a timing event is recorded on the current stream instead and ``now`` is ignored: the event fires when
+        the stream reaches it, which is at once after the previous step's synchronisation (a caveat: this CUDA path
+        has never run on a GPU)."""
+        origin = self._now() if self.device.type == "cuda" or now is None else now
+        with self._lock:
+            self._origin = origin
+
     def _ready(self, index: int, nbytes: int) -> _Bucket:
         bucket = _Bucket(index, nbytes, self._now())
         with self._lock:
@@ -164,16 +186,22 @@ class CommTimer:
         """The figures of the step since the last call (:data:`NO_COMM` if no bucket was reduced)."""
         with self._lock:
             buckets, self._buckets = self._buckets, []
+            origin, self._origin = self._origin, None
         if not buckets:
             return NO_COMM
         if self.device.type == "cuda":
-            buckets = _event_seconds(buckets)
-        return summarize(buckets, self._world_size)
+            # Events as seconds after the step's start event (or the first bucket's ready event): origin 0. Timing
+            # from a step-start event has never run on a GPU: unverified there.
+            return summarize(_event_seconds(buckets, origin), self._world_size)
+        return summarize(buckets, self._world_size, min(b.ready for b in buckets) if origin is None else origin)
 
 
-def _event_seconds(buckets: list[_Bucket]) -> list[_Bucket]:
-    """CUDA events as seconds after the first bucket's ready event (every event must have completed)."""
-    origin = buckets[0].ready
+def _event_seconds(buckets: list[_Bucket], origin: Any = None) -> list[_Bucket]:
+    """CUDA events as seconds after ``origin`` (an event recorded before the buckets' on the same stream; default:
+    the first bucket's ready event); every event must have completed. A step-start event as ``origin`` has never
+    run on a GPU."""
+    origin = buckets[0].ready if origin is None else origin
+    origin.synchronize()
     for b in buckets:
         if b.done is not None:
             b.done.synchronize()  # already complete after the step's synchronisation: no wait in practice

@@ -133,8 +133,9 @@ def _private_bytes(pid: int | str) -> int:
 class MemoryMonitor:
     """Ignite handler measuring one rank's memory: peaks reset after the fixed warm-up iterations (``warmup``), so
     start-up does not count (the steady window, found only when the run ends, may start later: what a compilation or
-    a slow settling allocated after the fixed warm-up stays in the peak); a reading per step (:meth:`sample`, for the step recorder's CSV); the last reading left for the
-    launcher at most once a second. :meth:`gather` (a collective) returns every rank's figures."""
+    a slow settling allocated after the fixed warm-up stays in the peak); a reading per step (:meth:`sample`, for
+    the step recorder's CSV); the last reading left for the launcher at most once a second. :meth:`gather` (a
+    collective) returns every rank's figures."""
 
     def __init__(self, warmup: int, device: torch.device, log_dir: str | Path | None = None, rank: int = 0):
         self.warmup, self.device, self.rank = warmup, device, rank

@@ -25,6 +25,11 @@ who is slow; the fast ranks spend the difference waiting inside backward. What a
 data wait + forward + optimizer step (no collective in any of them for models without buffers to broadcast), so
 the straggler is the rank whose own time is largest; its figure is that time over the median rank's.
 
+With a communication timer (:class:`~ignite_ddl.measure.comm.CommTimer`, DDP only) each row also holds the step's
+gradient communication and each bucket's all-reduce as a span from its gradients being ready to its reduction being
+done, in ms after the step's start on the same clock as the step's phases (``bucket_spans_ms``, see
+:func:`bucket_spans`).
+
 Example:
     >>> import torch
     >>> from ignite.engine import Engine
@@ -60,7 +65,7 @@ from ignite_ddl.measure.steady import mser5
 __all__ = [
     "COLUMNS",
     "StepRecorder",
-    "compile_sentence",
+    "bucket_spans",
     "format_steps",
     "wait_sentence",
 ]
@@ -81,6 +86,7 @@ COLUMNS = (
     "micro_steps",
     "memory_bytes",
     "compiled",
+    "bucket_spans_ms",  # last, so that a reader of the earlier columns by position still reads them
 )
 _WARMUP, _ITER_S, _COMPILED = COLUMNS.index("warmup"), COLUMNS.index("iter_s"), COLUMNS.index("compiled")
 
@@ -165,6 +171,8 @@ class StepRecorder:
             self._compile_events = self.compile_watch.events()
             self._guard_failures = self.compile_watch.failures()
         self._step_start = self._last_mark = time.perf_counter()
+        if self.comm is not None:  # the buckets' spans count from the step's start, this very clock reading
+            self.comm.begin(self._step_start)
 
     def _on_iteration_completed(self, engine: Engine) -> None:
         end = self._now(self._sync_end)
@@ -199,6 +207,7 @@ class StepRecorder:
                 self.micro_steps,
                 self.memory() if self.memory is not None else "",
                 int(compiled),
+                bucket_spans(comm.spans),
             )
         )
         self._last_end = (state.epoch, time.perf_counter())
@@ -285,6 +294,16 @@ class StepRecorder:
             path.parent.mkdir(parents=True, exist_ok=True)
         blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
         write_csv(path, COLUMNS, blank_nan)
+
+
+def bucket_spans(spans: Sequence[tuple[float, float]]) -> str:
+    """A step's buckets' (ready, done) seconds after its start as the ``bucket_spans_ms`` cell: ``ready-done`` in ms
+    per bucket, ``;`` between buckets, in ready order; blank where nothing was timed.
+
+    >>> bucket_spans([(0.0211, 0.0234), (0.0225, 0.025)])
+    '21.100-23.400;22.500-25.000'
+    """
+    return ";".join(f"{1e3 * ready:.3f}-{1e3 * done:.3f}" for ready, done in spans)
 
 
 def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> dict[str, Any]:
@@ -445,7 +464,7 @@ def format_steps(steps: dict[str, Any]) -> str:
         )
     compiled = steps.get("compile")
     if compiled is not None:
-        lines.append(compile_sentence(compiled))
+        lines.append(_compile_sentence(compiled))
     if straggler is not None:
         lines.append(f"straggler: rank {straggler['rank']}, own time {straggler['ratio']:.2f}x the median rank's")
     wait = steps.get("comm_wait")
@@ -469,7 +488,7 @@ def _warmup_text(steps: dict[str, Any]) -> str:
     return f"{total} iterations: {', '.join(parts)}"
 
 
-def compile_sentence(compiled: dict[str, Any]) -> str:
+def _compile_sentence(compiled: dict[str, Any]) -> str:
     """What compilation cost in a run, and its recompilations with what they suggest."""
     from ignite_ddl.measure.compilation import recompile_hint
 

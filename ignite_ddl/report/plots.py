@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -30,7 +31,6 @@ __all__ = [
     "figures",
     "make_plots",
     "pareto_front",
-    "repeat_shown",
 ]
 
 PLOTS = {
@@ -423,7 +423,7 @@ def _rank_times(config: ConfigResult) -> tuple[RunResult, list[list[float]]] | N
     return run, per_rank
 
 
-def repeat_shown(config: ConfigResult, run: RunResult) -> str:
+def _repeat_shown(config: ConfigResult, run: RunResult) -> str:
     """Which of the configuration's runs a per-run figure shows: ``repeat 2 of 3`` (1-based, as the report's flags
     count), with the re-run attempt where the repeat was re-run.
 
@@ -431,7 +431,7 @@ def repeat_shown(config: ConfigResult, run: RunResult) -> str:
     >>> def run(repeat, attempt=0):
     ...     return RunResult(repeat, attempt, 0, "completed", 1.0, False, None, None, True, "", None, None, None)
     >>> config = type("Config", (), {"runs": [run(0), run(1), run(1, 1), run(2)]})()
-    >>> repeat_shown(config, config.runs[2])
+    >>> _repeat_shown(config, config.runs[2])
     'repeat 2 of 3 (re-run 1)'
     """
     repeats = len({r.repeat for r in config.runs})
@@ -461,7 +461,7 @@ def _ranks(analysis: Analysis, plt: Any) -> Any:
         ax.set_xticks(range(1, len(times) + 1), [f"r{i}" for i in range(len(times))], fontsize=FONT)
         ax.tick_params(axis="y", labelsize=FONT)
         ax.yaxis.set_major_locator(MaxNLocator(5, steps=[1, 2, 5, 10]))
-        ax.set_title(_wrap(_named(config, keys), 32) + "\n" + repeat_shown(config, run), fontsize=FONT)
+        ax.set_title(_wrap(_named(config, keys), 32) + "\n" + _repeat_shown(config, run), fontsize=FONT)
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
@@ -589,6 +589,9 @@ def _memory(analysis: Analysis, plt: Any) -> Any:
 
 # -- what DDP does, drawn from one real run
 
+BUCKET_LANES = 8  # rows of the buckets' all-reduce bars under each rank's step; more buckets share them in turn
+BUCKET_BAND = 0.4  # the height the bucket rows share above each rank's step, in units of one rank's row
+
 DDP_PARTS = (  # a step's parts in the order they happen, as steps_rank<r>.csv records them
     ("data_s", "waiting for data", "tab:gray"),
     ("forward_s", "forward", "tab:blue"),
@@ -608,12 +611,27 @@ def _number(row: dict[str, str], key: str) -> float | None:
     return float(value) if value not in (None, "") else None
 
 
+def _bucket_spans(cell: str | None) -> list[tuple[float, float]]:
+    """A ``bucket_spans_ms`` cell (``ready-done;ready-done``, ms after the step's start) as (ready, done) seconds;
+    [] for a blank cell or a CSV written before the column existed."""
+    spans = []
+    for part in (cell or "").split(";"):
+        if not part.strip():
+            continue
+        match = re.fullmatch(r"\s*(-?[0-9.]+)-(-?[0-9.]+)\s*", part)
+        if match is None:
+            raise ValueError(f"not a bucket's span in ms (ready-done): {part!r}")
+        spans.append((float(match[1]) / 1e3, float(match[2]) / 1e3))
+    return spans
+
+
 def ddp_step(run_dir: str | Path, iteration: int | None = None) -> dict[str, Any]:
     """One measured step of a DDP run, on every rank, as its ``steps_rank<r>.csv`` recorded it: ``iteration`` (by
     default the measured iteration whose step time on rank 0 is the median) and, per rank, the seconds of data wait,
     forward, backward (and of it gradient compute and exposed communication), optimizer, the time some bucket's
-    all-reduce was in flight (``comm_s``), the buckets and their bytes. Per-bucket instants are not recorded (the
-    communication hook sums them per step): what is drawn from this is what the CSV holds."""
+    all-reduce was in flight (``comm_s``), the buckets and their bytes, and each bucket's all-reduce as (ready, done)
+    seconds after the step's start, in ready order (``bucket_spans``, from the ``bucket_spans_ms`` column; [] where
+    the CSV has none, as one written before that column existed)."""
     run = Path(run_dir)
     paths = sorted(run.glob("steps_rank*.csv"), key=lambda p: int(p.stem.removeprefix("steps_rank")))
     if len(paths) < 2:
@@ -637,7 +655,7 @@ def ddp_step(run_dir: str | Path, iteration: int | None = None) -> dict[str, Any
         comm, exposed = _number(row, "comm_s") or 0.0, _number(row, "exposed_comm_s") or 0.0
         figures |= {"comm_s": comm, "exposed_comm_s": exposed, "backward_compute_s": figures["backward_s"] - exposed}
         figures |= {"buckets": int(float(row["buckets"] or 0)), "comm_bytes": float(row["comm_bytes"] or 0)}
-        per_rank.append(figures)
+        per_rank.append({**figures, "bucket_spans": _bucket_spans(row.get("bucket_spans_ms"))})
     return {"iteration": iteration, "ranks": per_rank}
 
 
@@ -646,8 +664,11 @@ def ddp_diagram(run_dir: str | Path, iteration: int | None = None) -> Any:
     communication timing, ``ignite-ddl train``'s output folder): above, the replicas, each with its share of the
     batch, its gradients in buckets and the all-reduce that averages them; below, the step's timeline on every rank
     from its ``steps_rank<r>.csv`` (:func:`ddp_step`): data wait, forward, backward compute, the exposed end of the
-    all-reduce, optimizer, and the time some bucket's all-reduce was in flight, drawn as one span ending where
-    backward ends (the CSV keeps that total per step, not each bucket's instants). An open matplotlib figure."""
+    all-reduce, optimizer, and above them each bucket's all-reduce as recorded, one bar per bucket from its
+    gradients being ready to its reduction being done (b1, the first ready, on top; more than 8 buckets share 8 rows
+    in turn). The step's start is placed where the data wait ends, as the parts above are. A CSV without the
+    buckets' spans (written before ``bucket_spans_ms`` existed) gets one hatched span of the total time some
+    bucket's all-reduce was in flight, placed to end where backward ends. An open matplotlib figure."""
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
     plt = pyplot()
@@ -718,16 +739,45 @@ def ddp_diagram(run_dir: str | Path, iteration: int | None = None) -> Any:
             start += width_ms
         end_backward = 1e3 * (figures["data_s"] + figures["forward_s"] + figures["backward_s"])
         comm_ms = 1e3 * figures["comm_s"]
-        tl.barh(
-            y - 0.42,
-            comm_ms,
-            left=end_backward - comm_ms,
-            height=0.22,
-            color="tab:purple",
-            hatch="//",
-            alpha=0.6,
-            label="some bucket's all-reduce in flight (total, placed to end with backward)" if rank == 0 else None,
-        )
+        spans = figures["bucket_spans"]
+        if spans:  # each bucket's all-reduce, as recorded: ready -> done, ms after the step's start
+            lanes = min(len(spans), BUCKET_LANES)
+            lane, top = BUCKET_BAND / lanes, y - 0.28 - BUCKET_BAND  # just above the step's bar
+            for b, (ready, done) in enumerate(spans):
+                tl.barh(
+                    top + (b % lanes + 0.5) * lane,
+                    1e3 * (done - ready),
+                    left=1e3 * (figures["data_s"] + ready),
+                    height=lane * 0.8,
+                    color="tab:purple",
+                    alpha=0.75,
+                    label=(
+                        "each bucket's all-reduce, from its gradients ready to reduced (b1, ready first, on top)"
+                        if rank == 0 and b == 0
+                        else None
+                    ),
+                )
+                if lanes == len(spans):
+                    tl.annotate(
+                        f"b{b + 1}",
+                        (1e3 * (figures["data_s"] + ready), top + (b + 0.5) * lane),
+                        xytext=(-2, 0),
+                        textcoords="offset points",
+                        ha="right",
+                        va="center",
+                        fontsize=FONT - 1,
+                    )
+        else:  # no spans recorded (a CSV older than bucket_spans_ms): the total, placed to end with backward
+            tl.barh(
+                y - 0.42,
+                comm_ms,
+                left=end_backward - comm_ms,
+                height=0.22,
+                color="tab:purple",
+                hatch="//",
+                alpha=0.6,
+                label="some bucket's all-reduce in flight (total, placed to end with backward)" if rank == 0 else None,
+            )
         overlap = 1 - figures["exposed_comm_s"] / figures["comm_s"] if figures["comm_s"] > 0 else 0.0
         tl.text(
             end_backward + 0.5,
