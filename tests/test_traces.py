@@ -200,18 +200,24 @@ def test_a_profiled_two_process_run_agrees_with_its_trace_and_the_report_shows_i
     report = (out / "report.md").read_text()
     assert "Gradient all-reduce per iteration, measured twice" in report
     assert "| " + " | ".join(TRACE_COMM_HEADER) + " |" in report
+    # The agreement is a claim about a quiet machine. Beside other busy processes gloo's worker threads and ours wait
+    # for a core at different moments: seen with two CPU burners, ours 6 ms above the trace's 10; beside a second
+    # test run, ours 2.2x the trace's, and a trace whose all-reduce overlapped nothing (gloo's thread started only
+    # after backward). A run that measured other processes' load is checked for what it recorded, not for agreement.
+    share = summary["contention"]["foreign_cpu_share"]
+    quiet = share is not None and share <= 0.1
     for rank, profile in enumerate(summary["profiler"]["ranks"]):
         check = profile["trace_comm"]
         assert check["collective"] == "gloo:all_reduce" and check["iterations"] == [7, 8, 9, 10, 11]
         trace, ours = check["trace_ms"]["comm"], check["ours_ms"]["comm"]
-        assert trace > 0 and check["trace_ms"]["overlap"] > 0  # 3 buckets: some all-reduce hidden by backward
-        # Beside other busy processes our instants (taken on Python threads) lag the trace's more: 6 ms on 10 with
-        # two CPU burners. The tight bound is the claim for a run that measured no contention.
-        contended = summary["contention"]["foreign_cpu_share"] > 0.1
-        assert abs(ours - trace) <= (0.8 * trace + 5.0 if contended else 0.2 * trace + 3.0), check
+        assert trace > 0 and ours > 0 and len(check["per_iteration"]) == 5
+        assert f"| {rank} | 7-11 | {trace:.2f} | {ours:.2f} | {ours / trace:.3f} |" in report
+        if not quiet:
+            continue
+        assert check["trace_ms"]["overlap"] > 0  # 3 buckets: some all-reduce hidden by backward
+        assert abs(ours - trace) <= 0.2 * trace + 3.0, check
         pairs = [(p["trace_comm_ms"], p["ours_comm_ms"]) for p in check["per_iteration"]]
         assert statistics.correlation(*zip(*pairs)) >= 0.7, check
-        assert f"| {rank} | 7-11 | {trace:.2f} | {ours:.2f} | {ours / trace:.3f} |" in report
 
 
 @pytest.mark.slow
