@@ -86,20 +86,26 @@ def _count_reduce_scatters(run):
     """On every rank: count FSDP2's gradient reduce-scatters in each micro-batch (a forward of the model starts one)
     and write a line per optimizer step to reduce_scatters_rank<N>.txt, one count per micro-batch ("0 3").
 
-    FSDP2 (torch 2.15) reduce-scatters through ``dist.reduce_scatter_single``, looked up on
-    ``_fsdp_collectives``' ``dist`` (``torch.distributed``) at each call: wrapped here, it still reduces."""
+    FSDP2 reduce-scatters through ``dist.reduce_scatter_single`` (torch 2.15) or ``dist.reduce_scatter_tensor``
+    (torch 2.9), looked up on ``_fsdp_collectives``' ``dist`` (``torch.distributed``) at each call: both wrapped
+    here (neither calls the other), each still reduces."""
     import ignite.distributed as idist
     from torch.distributed.fsdp._fully_shard import _fsdp_collectives
 
     dist = _fsdp_collectives.dist
-    real = dist.reduce_scatter_single
+    names = [name for name in ("reduce_scatter_single", "reduce_scatter_tensor") if hasattr(dist, name)]
+    real = {name: getattr(dist, name) for name in names}
     counts: list[int] = []
 
-    def counted(*args, **kwargs):
-        counts[-1] += 1
-        return real(*args, **kwargs)
+    def counting(name):
+        def counted(*args, **kwargs):
+            counts[-1] += 1
+            return real[name](*args, **kwargs)
 
-    dist.reduce_scatter_single = counted
+        return counted
+
+    for name in names:
+        setattr(dist, name, counting(name))
     run.model.register_forward_pre_hook(lambda module, args: counts.append(0))
     path = Path(run.config.output_dir) / f"reduce_scatters_rank{idist.get_rank()}.txt"
 
@@ -114,7 +120,8 @@ def _count_reduce_scatters(run):
 
     @run.trainer.on(Events.COMPLETED)
     def restore(engine):
-        dist.reduce_scatter_single = real
+        for name, function in real.items():
+            setattr(dist, name, function)
 
 
 def _reduce_scatters(out: Path) -> list[list[list[int]]]:
