@@ -147,6 +147,23 @@ def without_gloo_lines(stdout: str) -> str:
     return "".join(line for line in stdout.splitlines(keepends=True) if not line.startswith("[Gloo] "))
 
 
+def rank_steps(rank: int, exposed: float | None, comm: float | None) -> dict:
+    """One rank's step statistics as summary.json holds them (seconds): 40 iterations, 2 ms data, 10 forward, 20
+    backward, 1 optimizer, 0.5 handlers, 2 buckets a step, ``exposed`` and ``comm`` communication."""
+    return {
+        "rank": rank,
+        "iterations": 40,
+        "data_s_mean": 0.002,
+        "forward_s_mean": 0.010,
+        "backward_s_mean": 0.020,
+        "optimizer_s_mean": 0.001,
+        "handlers_s_mean": 0.0005,
+        "exposed_comm_s_mean": exposed,
+        "comm_s_mean": comm,
+        "buckets_per_step": 2.0,
+    }
+
+
 def check_ok(result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
 

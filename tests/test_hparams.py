@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import completed_record
+from conftest import completed_record, rank_steps
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as plugin_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -52,21 +52,7 @@ def _record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "
 
 def _steps(**extra) -> dict:
     """Two ranks' step statistics, with timed gradient communication."""
-    ranks = [
-        {
-            "rank": rank,
-            "iterations": 40,
-            "data_s_mean": 0.002,
-            "forward_s_mean": 0.010,
-            "backward_s_mean": 0.020,
-            "optimizer_s_mean": 0.001,
-            "handlers_s_mean": 0.0005,
-            "exposed_comm_s_mean": 0.002,
-            "comm_s_mean": 0.004,
-            "buckets_per_step": 2.0,
-        }
-        for rank in (0, 1)
-    ]
+    ranks = [rank_steps(rank, 0.002, 0.004) for rank in (0, 1)]
     figures = {"window_s": 3.0, "step_s_p50": 0.034, "step_s_p90": 0.035, "data_share": 0.06}
     return {"ranks": ranks, "straggler": None, "global": figures | {"overlap": 0.4, "busbw_Bps": 2e8}, **extra}
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -172,6 +174,29 @@ def world_size(local_rank: int) -> int:
     return idist.get_world_size()
 
 
+_AT_FORK: list[tuple[int, int]] = []  # (Python threads, native threads) of this process at each of its forks
+_RECORDING = [False]
+
+
+def _record_fork() -> None:
+    if _RECORDING[0]:
+        _AT_FORK.append((threading.active_count(), len(os.listdir("/proc/self/task"))))
+
+
+os.register_at_fork(before=_record_fork)
+
+
+@contextlib.contextmanager
+def forks_recorded() -> Iterator[list[tuple[int, int]]]:
+    """The (Python threads, native threads) of this process at each fork made inside the ``with`` block."""
+    _AT_FORK.clear()
+    _RECORDING[0] = True
+    try:
+        yield _AT_FORK
+    finally:
+        _RECORDING[0] = False
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd):
@@ -181,15 +206,11 @@ def test_a_rank_that_never_joins_is_restarted_once(tmp_path, monkeypatch, capfd)
     monkeypatch.setattr(launcher, "_rank_main", _stalled_rank_main(launcher._rank_main, tmp_path / "m", False))
     # forked ranks run the patched function (inherited from this process): rank 1 stalls on the first launch
     baseline = threading.active_count()
-    _AT_FORK.clear()
-    _RECORDING[0] = True
-    try:
+    with forks_recorded() as forks:
         assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork")) == 2
-    finally:
-        _RECORDING[0] = False
     assert "rank(s) 1 did not join the process group within 3 s" in capfd.readouterr().err
     # the restart forks again, after stopping the first ranks: no thread of that stop (a kill timer) is left alive
-    assert len(_AT_FORK) >= 6 and all(python <= baseline for python, _ in _AT_FORK), (baseline, _AT_FORK)
+    assert len(forks) >= 6 and all(python <= baseline for python, _ in forks), (baseline, forks)
 
 
 @pytest.mark.slow
@@ -204,33 +225,17 @@ def test_a_rank_that_never_joins_ends_the_launch(tmp_path, monkeypatch):
         launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=2, start_method="fork", timeout=300))
 
 
-_AT_FORK: list[tuple[int, int]] = []  # (Python threads, native threads) of this process at each of its forks
-_RECORDING = [False]
-
-
-def _record_fork() -> None:
-    if _RECORDING[0]:
-        _AT_FORK.append((threading.active_count(), len(os.listdir("/proc/self/task"))))
-
-
-os.register_at_fork(before=_record_fork)
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_the_launcher_forks_its_ranks_without_a_thread_of_its_own():
     """No thread of the launcher (no pipe reader, no watch, no rendezvous server) exists when it forks: a child cannot
     inherit a lock one of them held. The native threads torch itself started at import are the baseline."""
     baseline = (threading.active_count(), len(os.listdir("/proc/self/task")))
-    _AT_FORK.clear()
-    _RECORDING[0] = True
-    try:
+    with forks_recorded() as forks:
         assert launch(world_size, LaunchSettings(backend="gloo", nproc_per_node=3, start_method="fork")) == 3
-    finally:
-        _RECORDING[0] = False
-    assert len(_AT_FORK) >= 4  # the rendezvous process and the 3 ranks
+    assert len(forks) >= 4  # the rendezvous process and the 3 ranks
     # never more threads than before the launch: the launcher itself added none (torch's own may have ended)
-    assert all(python <= baseline[0] and native <= baseline[1] for python, native in _AT_FORK), (baseline, _AT_FORK)
+    assert all(python <= baseline[0] and native <= baseline[1] for python, native in forks), (baseline, forks)
 
 
 def _late_for_the_barrier(local_rank):

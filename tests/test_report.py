@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import completed_record, run_cli
+from conftest import completed_record, rank_steps, run_cli
 from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as plugin_metadata
@@ -291,26 +291,10 @@ def test_report_of_an_empty_directory_is_refused(tmp_path):
     assert result.returncode == 2 and "no results" in result.stderr
 
 
-def _rank(rank: int, exposed: float | None, comm: float | None) -> dict:
-    """One rank's step statistics (seconds): 2 ms data, 10 forward, 20 backward, 1 optimizer, 0.5 handlers."""
-    return {
-        "rank": rank,
-        "iterations": 40,
-        "data_s_mean": 0.002,
-        "forward_s_mean": 0.010,
-        "backward_s_mean": 0.020,
-        "optimizer_s_mean": 0.001,
-        "handlers_s_mean": 0.0005,
-        "exposed_comm_s_mean": exposed,
-        "comm_s_mean": comm,
-        "buckets_per_step": 2.0,
-    }
-
-
 def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_path):
     """Rank 0 waits 8 ms per step in the all-reduce for rank 1: exposed communication is large, and named."""
     steps = {
-        "ranks": [_rank(0, 0.010, 0.012), _rank(1, 0.002, 0.004)],
+        "ranks": [rank_steps(0, 0.010, 0.012), rank_steps(1, 0.002, 0.004)],
         "straggler": None,
         "global": {
             "window_s": 3.0,
