@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,10 +142,18 @@ def completed_record(key: str, index: int, repeat: int, /, **fields: Any) -> dic
     }
 
 
+_GLOO_CONNECTED = re.compile(
+    r"\d* is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+\n?"
+)
+
+
 def without_gloo_lines(stdout: str) -> str:
-    """``stdout`` without the lines gloo itself prints on some torch releases (2.9: "[Gloo] Rank 0 is connected to 1
-    peer ranks. ..."), which land among a command's own lines in no fixed place."""
-    return "".join(line for line in stdout.splitlines(keepends=True) if not line.startswith("[Gloo] "))
+    """``stdout`` without what gloo itself prints on some torch releases (2.9: "[Gloo] Rank 0 is connected to 1 peer
+    ranks. Expected number of connected peer ranks is : 1"), and without blank lines. Each rank prints it in pieces,
+    so two ranks' pieces interleave ("[Gloo] Rank [Gloo] Rank 0 is connected ... : 0\n1 is connected ... : 1\n")
+    and land among a command's own lines in no fixed place: the pieces are removed, not whole lines."""
+    text = _GLOO_CONNECTED.sub("", stdout.replace("[Gloo] Rank ", ""))
+    return "".join(line for line in text.splitlines(keepends=True) if line.strip())
 
 
 def rank_steps(rank: int, exposed: float | None, comm: float | None) -> dict:
