@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -142,18 +141,17 @@ def completed_record(key: str, index: int, repeat: int, /, **fields: Any) -> dic
     }
 
 
-_GLOO_CONNECTED = re.compile(
-    r"\d* is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+\n?"
-)
+def output_from(stdout: str, first_line: str) -> list[str]:
+    """The lines of a command's ``stdout`` from the first that starts with ``first_line`` on (it must be there).
 
-
-def without_gloo_lines(stdout: str) -> str:
-    """``stdout`` without what gloo itself prints on some torch releases (2.9: "[Gloo] Rank 0 is connected to 1 peer
-    ranks. Expected number of connected peer ranks is : 1"), and without blank lines. Each rank prints it in pieces,
-    so two ranks' pieces interleave ("[Gloo] Rank [Gloo] Rank 0 is connected ... : 0\n1 is connected ... : 1\n")
-    and land among a command's own lines in no fixed place: the pieces are removed, not whole lines."""
-    text = _GLOO_CONNECTED.sub("", stdout.replace("[Gloo] Rank ", ""))
-    return "".join(line for line in text.splitlines(keepends=True) if line.strip())
+    What comes before is not the command's: on some torch releases (2.9) each gloo rank prints "[Gloo] Rank 0 is
+    connected to 1 peer ranks. Expected number of connected peer ranks is : 1" while its process group forms, in
+    pieces that the ranks' writes scramble together ("1 is connected to 1 peer ranks. 0Expected ..."), so no pattern
+    can take them out. They all end before the ranks do, and a lab prints its result after its ranks have ended."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(first_line)]
+    assert starts, f"no line starts with {first_line!r}:\n{stdout}"
+    return lines[starts[0] :]
 
 
 def rank_steps(rank: int, exposed: float | None, comm: float | None) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import check_ok, run_cli, without_gloo_lines
+from conftest import check_ok, output_from, run_cli
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.labs import shards
@@ -66,9 +66,7 @@ def test_cli_with_image_grid(tmp_path):
         str(grid),
     )
     check_ok(result)
-    assert without_gloo_lines(result.stdout).startswith(
-        "200 samples over 2 ranks (gloo): global batch 128 -> 64 per rank"
-    )
+    output_from(result.stdout, "200 samples over 2 ranks (gloo): global batch 128 -> 64 per rank")
     assert "[ok] BUG REPRODUCED (expected): without sampler.set_epoch(epoch)" in result.stdout
     assert "WITHOUT sampler.set_epoch(epoch):" in result.stdout and "FAILED" not in result.stdout
     assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

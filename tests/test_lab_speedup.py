@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import check_ok, run_cli, without_gloo_lines
+from conftest import check_ok, output_from, run_cli
 
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.errors import ConfigError
@@ -31,9 +31,7 @@ def test_cli_strong_scaling_table(tmp_path):
         str(out),
     )
     check_ok(result)
-    assert without_gloo_lines(result.stdout).startswith(
-        "strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)"
-    )
+    output_from(result.stdout, "strong scaling: the same job, 8 tasks (each: sort 1,000,000 random floats)")
     assert "wall s  speedup efficiency" in result.stdout
     data = json.loads(out.read_text())
     assert data["scaling"] == "strong" and data["cpu_cores"] == cpu_cores()
