@@ -4,15 +4,15 @@ exactly those docs/results.md lists."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 
 import pytest
-from conftest import completed_record, rank_steps
+from conftest import rank_steps
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import metadata as plugin_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
+from test_report import record
 
 from ignite_ddl.report import analyze
 from ignite_ddl.report.hparams import CONFIG_FLAGS, config_flags, write_hparams
@@ -22,32 +22,9 @@ DOC = Path(__file__).parents[1] / "docs" / "results.md"
 
 
 def _record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "cnn", **summary) -> dict:
-    """A completed run's record (only the fields the report reads; 600 MiB or so peak memory), its summary updated
-    with ``summary``."""
-    digest = hashlib.sha1(f"configuration {index}".encode()).hexdigest()
-    config = {"model": model, "batch_size": 64, "nproc_per_node": procs, "dataset": "synthetic"}
-    return completed_record(
-        f"{digest[:12]}-r{repeat}",
-        index,
-        repeat,
-        grid={"model": model, "nproc_per_node": procs, "batch_size": 64},
-        config={**config, "output_dir": f"x{index}-{repeat}"},
-        summary={
-            "world_size": procs,
-            "samples_per_s": rate,
-            "batch": {"global": 64},
-            "device": {"type": "cpu", "name": "cpu"},
-            "threads_per_process": max(1, 2 // procs),
-            "cpu_cores": 2,
-            "val_accuracy": 0.5,
-            "diverged": None,
-            "contention": {"foreign_cpu_share": 0.01},
-            "memory": {"ranks": [], "max": {"peak_rss_bytes": (600 + repeat) * 2**20, "held_bytes": 2**20}},
-            **summary,
-        },
-        run_dir=f"x{index}-{repeat}",
-        elapsed_s=1.0,
-    )
+    """A completed run's record (test_report's), about 600 MiB peak memory, its summary updated with ``summary``."""
+    memory = {"ranks": [], "max": {"peak_rss_bytes": (600 + repeat) * 2**20, "held_bytes": 2**20}}
+    return record(index, repeat, rate, procs=procs, model=model, summary={"memory": memory, **summary})
 
 
 def _steps(**extra) -> dict:
