@@ -141,16 +141,16 @@ def open_output(path: str | Path, flags: int = os.O_WRONLY | os.O_APPEND | os.O_
                 raise OSError(errno.ELOOP, _LINK_REFUSED, str(path)) from None
             raise
         info = os.fstat(fd)
-        refused = None
+        refused: tuple[int, str] | None = None
         if not stat.S_ISREG(info.st_mode):
-            refused = "it is not a regular file (refused as an output)"
+            refused = errno.EINVAL, "it is not a regular file (refused as an output)"
         elif info.st_uid != os.geteuid():  # planted by another user: appending would write into their file
-            refused = f"it belongs to another user (uid {info.st_uid}; refused as an output)"
+            refused = errno.EPERM, f"it belongs to another user (uid {info.st_uid}; refused as an output)"
         elif info.st_nlink > 1:  # another name of the same file, perhaps outside the output folder
-            refused = "it is a hard link to another file (refused as an output)"
+            refused = errno.EINVAL, "it is a hard link to another file (refused as an output)"
         if refused is not None:
             os.close(fd)
-            raise OSError(errno.EPERM if info.st_uid != os.geteuid() else errno.EINVAL, refused, str(path))
+            raise OSError(*refused, str(path))
         os.set_blocking(fd, True)
         return fd
 
