@@ -9,10 +9,11 @@ import struct
 import numpy as np
 import pytest
 import torch
-from conftest import check_ok, load_summary, run_cli
+from conftest import QUICK, check_ok, load_summary, run_cli
 
 from ignite_ddl import ConfigError, TrainConfig
-from ignite_ddl.trainer.data import ShardSampler, build_datasets, check_dataset, synthetic_images
+from ignite_ddl.core.errors import DatasetError
+from ignite_ddl.trainer.data import ShardSampler, build_datasets, check_dataset, read_cifar_batch, synthetic_images
 
 
 def write_mnist(root, n_train=40, n_test=20):
@@ -123,3 +124,35 @@ def test_shard_sampler_reshuffles_per_epoch_and_skips_once():
     sampler.skip_next_epoch(4)
     assert list(sampler) == epoch0[4:]
     assert list(sampler) == epoch0  # the skip applies to one epoch only
+
+
+class _Payload:
+    """A pickle that runs code when loaded: it creates the file named ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.distributed
+def test_a_crafted_cifar10_batch_is_refused_without_running_its_code(tmp_path):
+    """A batch file whose pickle names a callable is refused in one line naming the file, and nothing in it runs:
+    neither in the checks before the run nor in the ranks."""
+    write_cifar10(tmp_path / "data")
+    marker = tmp_path / "pwned"
+    batch = tmp_path / "data" / "cifar-10-batches-py" / "data_batch_1"
+    batch.write_bytes(pickle.dumps({"data": _Payload(marker), "labels": [0]}))
+    result = run_cli(
+        "train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "data"), "--model", "mlp",
+        *QUICK[4:], "--output-dir", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert not marker.exists()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(batch) in lines[0] and "Traceback" not in result.stderr
+    # the loader itself refuses it too (a file swapped after the checks)
+    with pytest.raises(DatasetError, match="data_batch_1"):
+        read_cifar_batch(batch)
+    assert not marker.exists()

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import pickle
 import sys
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import ignite.distributed as idist
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
@@ -40,6 +42,7 @@ __all__ = [
     "build_loaders",
     "check_dataset",
     "dataset_info",
+    "read_cifar_batch",
     "synthetic_images",
 ]
 
@@ -150,16 +153,69 @@ def _torchvision(name: str, root: str, download: bool) -> tuple[Dataset, Dataset
 
 
 class CIFAR10(datasets.CIFAR10):
-    """torchvision's CIFAR10, checking extracted files for presence only.
+    """torchvision's CIFAR10, reading its batch files with :func:`read_cifar_batch` instead of ``pickle.load``.
 
-    torchvision checks each extracted file's md5; the archive's md5 (``tgz_md5``) is still checked when
-    downloading, so presence is enough afterwards, and it lets small files in the same on-disk format stand in for
-    the real set in tests.
+    torchvision unpickles each batch file after checking its md5; a file that is not the published one would then
+    run whatever its pickle asks for. Here no file is ever unpickled by ``pickle`` itself: every file goes through
+    the restricted reader, which builds only dicts, lists, strings, numbers and numpy arrays, whatever its checksum.
+    That keeps small files in the same on-disk format usable in tests (they cannot match the published md5) without
+    trusting any file. The archive's md5 (``tgz_md5``) is still checked when downloading.
     """
 
     train_list = [[name, None] for name, _ in datasets.CIFAR10.train_list]
     test_list = [[name, None] for name, _ in datasets.CIFAR10.test_list]
     meta = {**datasets.CIFAR10.meta, "md5": None}
+
+    def __init__(self, root: str, train: bool = True, transform: Any = None, download: bool = False) -> None:
+        # torchvision's VisionDataset.__init__ only, not CIFAR10's (which unpickles with ``pickle.load``).
+        datasets.VisionDataset.__init__(self, root, transform=transform)
+        self.train = train
+        if download:
+            self.download()
+        folder = Path(self.root) / self.base_folder
+        entries = [read_cifar_batch(folder / name) for name, _ in (self.train_list if train else self.test_list)]
+        self.data = np.vstack([e["data"] for e in entries]).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))
+        self.targets = [int(label) for e in entries for label in e["labels"]]
+        self.classes = list(read_cifar_batch(folder / self.meta["filename"])[self.meta["key"]])
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+
+# The only callables a CIFAR-10 batch file may name: numpy's array reconstruction (Python 2 pickles of the
+# published set name numpy.core; newer numpy writes numpy._core) and the codec Python 3 uses for bytes in
+# protocol 2. None of them runs code chosen by the file.
+_PICKLE_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never does")
+        return super().find_class(module, name)
+
+
+def read_cifar_batch(path: Path) -> dict[str, Any]:
+    """One CIFAR-10 batch (or ``batches.meta``) file, parsed without running any code it names.
+
+    Raises :class:`DatasetError` (one line naming the file) for anything else: a pickle naming any other callable
+    (the way a crafted file runs code), an object array, a file that is not a dict.
+    """
+    try:
+        with open(path, "rb") as f:
+            entry = _BatchUnpickler(f, encoding="latin1").load()
+    except Exception as e:  # any malformed pickle: truncated, bad opcode, a refused callable
+        raise DatasetError(f"refusing CIFAR-10 file {path}: not a published batch file ({e})") from None
+    arrays = [v for v in entry.values()] if isinstance(entry, dict) else []
+    if not isinstance(entry, dict) or any(isinstance(v, np.ndarray) and v.dtype.hasobject for v in arrays):
+        raise DatasetError(f"refusing CIFAR-10 file {path}: not a published batch file (unexpected content)")
+    return entry
 
 
 _INFO = {
@@ -210,8 +266,14 @@ def _file_problem(dataset: str, path: Path) -> str | None:
         count = int.from_bytes(head[4:8], "big")
         if size != 4 + 4 * dims + count * item:
             return f"{size} bytes where its header announces {count} items ({4 + 4 * dims + count * item} bytes)"
-    if dataset == "cifar10" and not head.startswith(b"\x80"):
-        return "not a CIFAR-10 batch (a Python pickle)"
+    if dataset == "cifar10":
+        try:
+            entry = read_cifar_batch(path)
+        except DatasetError as e:
+            return str(e).split(": ", 1)[1]
+        key = "label_names" if path.name == "batches.meta" else "data"
+        if key not in entry:
+            return f"a pickle without '{key}', not a CIFAR-10 batch"
     return None
 
 
