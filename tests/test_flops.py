@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import subprocess
 import sys
@@ -19,8 +20,13 @@ from ignite_ddl.measure.flops import (
     attainable_matmul_rate,
     count_flops,
     datasheet_peak,
+    format_flops,
+    format_mfu,
     matmul_precision,
+    measured_peak,
+    mfu,
     utilisation,
+    utilisation_record,
 )
 
 
@@ -247,3 +253,61 @@ def test_achieved_flops_and_utilisation():
     assert utilisation(156e9, 1000, peak.flops_per_s) == pytest.approx(0.5)
     with pytest.raises(ValueError):
         utilisation(1.0, 1.0, 0.0)
+
+
+def test_measured_peak_is_measured_once_and_kept_per_device(tmp_path):
+    """A real timed matmul on this CPU, kept in the cache file and read back (not measured again) for the same device,
+    precision and size; another precision is measured and added beside it."""
+    cache = tmp_path / "matmul_peak.json"
+    first, cached = measured_peak(torch.device("cpu"), "fp32", cache, size=128, seconds=0.05)
+    assert not cached and first is not None and math.isfinite(first.flops_per_s) and first.flops_per_s > 0
+    assert first.repetitions >= 3 and first.size == 128
+    again, cached = measured_peak(torch.device("cpu"), "fp32", cache, size=128, seconds=0.05)
+    assert cached and again == first
+    other, cached = measured_peak(torch.device("cpu"), "bf16", cache, size=64, seconds=0.05)
+    assert not cached and other is not None and other.dtype == "bfloat16"
+    entries = json.loads(cache.read_text())["entries"]
+    assert len(entries) == 2 and all(e["device"] for e in entries.values())
+
+
+@pytest.mark.parametrize("content", ["not json", '{"version": 1, "entries": {"x": 1}}', "[1, 2]"])
+def test_measured_peak_measures_again_over_a_damaged_cache(tmp_path, content):
+    cache = tmp_path / "matmul_peak.json"
+    cache.write_text(content)
+    rate, cached = measured_peak(torch.device("cpu"), "fp32", cache, size=64, seconds=0.02)
+    assert not cached and rate is not None and rate.flops_per_s > 0
+    # a sound entry with an impossible figure is not trusted either
+    data = json.loads(cache.read_text())
+    key = next(iter(data["entries"]))
+    data["entries"][key]["flops_per_s"] = -1.0
+    cache.write_text(json.dumps(data))
+    assert not measured_peak(torch.device("cpu"), "fp32", cache, size=64, seconds=0.02)[1]
+
+
+def test_mfu_names_both_peaks_and_flags_what_is_above_the_measured_one():
+    rate, _ = measured_peak(torch.device("cpu"), "fp32", None, size=64, seconds=0.02)
+    assert rate is not None
+    peak = datasheet_peak("NVIDIA H100 80GB HBM3", "bf16")
+    half = mfu(0.5 * rate.flops_per_s, "fp32", rate, None)
+    assert half["of_measured"] == pytest.approx(0.5) and half["of_datasheet"] is None
+    assert not half["above_measured_peak"]
+    assert format_mfu(half) == "50 % of the fp32 matmul rate measured on this device"
+    both = mfu(0.25 * rate.flops_per_s, "bf16", rate, peak)
+    text = format_mfu(both)
+    assert "of the bf16 matmul rate measured on this device" in text and "H100 SXM bf16 datasheet peak" in text
+    over = mfu(1.5 * rate.flops_per_s, "fp32", rate, None)
+    assert over["above_measured_peak"]
+    text = format_mfu(over)
+    assert text.startswith("FLAGGED: above") and "150 %" in text and "150 % of" not in text
+
+
+def test_utilisation_record_flags_a_rank_above_its_measured_rate():
+    rate, _ = measured_peak(torch.device("cpu"), "fp32", None, size=64, seconds=0.02)
+    assert rate is not None
+    count = FlopCount(forward=1e6, backward=2e6)
+    fine = utilisation_record(count, "fp32", None, [rate], [0.1 * rate.flops_per_s / count.total])
+    assert not fine["above_measured_peak"]
+    assert "% of the fp32 matmul rate measured here" in format_flops(fine)
+    over = utilisation_record(count, "fp32", None, [rate, rate], [1.0, 2 * rate.flops_per_s / count.total])
+    assert over["above_measured_peak"]
+    assert "FLAGGED: above the fp32 matmul rate measured here" in format_flops(over)

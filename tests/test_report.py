@@ -652,3 +652,15 @@ def test_results_written_by_earlier_releases_still_report(tmp_path, name, capsys
     assert main(["report", str(folder)]) == 0
     assert (folder / "report.md").read_text().count("cfg00") >= 2 and (folder / "report.html").exists()
     assert capsys.readouterr().out.startswith("ignite-ddl: report: ")
+
+
+def test_a_utilisation_above_the_measured_matmul_rate_is_flagged_not_printed(tmp_path):
+    """No step does more arithmetic than the device's own largest matmul: 130 % of it is a flag, never a figure."""
+    flops = {"per_sample": {"total": 3e7}, "achieved_flops_per_s": 2.5e10, "utilisation_attainable": 1.3}
+    records = [record(0, r, v, summary={"flops": flops | {"utilisation_peak": None}}) for r, v in enumerate([150, 152])]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    flags = [(f.kind, f.config) for f in analyze(records).flags]
+    assert ("above-measured-peak", "cfg000") in flags
+    report = write_report(tmp_path).read_text()
+    assert "flagged: 130" in report and "| 130 |" not in report

@@ -293,6 +293,9 @@ class Flops(TypedDict):
     achieved_flops_per_s: Annotated[float | None, "mean over ranks"]
     utilisation_attainable: Annotated[float | None, "mean over ranks"]
     utilisation_peak: Annotated[float | None, "mean over ranks"]
+    above_measured_peak: Annotated[
+        bool, "a rank achieved more than the matmul rate it measured (impossible: flagged, not a figure to read)"
+    ]
 
 
 class RunConfig(TypedDict, total=False):

@@ -25,6 +25,13 @@ depends on the precision the matmuls run in (:func:`matmul_precision`): an H100 
 large square matmuls (its clocks, power limit and BLAS library included); it is the honest ceiling where no
 datasheet applies, such as a CPU, and shows how far below the datasheet even an ideal workload stays.
 
+:func:`measured_peak` measures that ceiling once per device name, precision and torch release, with a longer timing,
+and keeps it in a JSON cache file the caller names (``benchmarks/gpu_check.py`` keeps it in its output directory):
+a later call on the same device reads it back instead of measuring again. :func:`mfu` and :func:`format_mfu` put a
+run's achieved FLOP/s beside both peaks, each named: the datasheet's and the one measured here. A run cannot do more
+arithmetic than the machine's own largest matmul does, so a figure above 100 % of the measured peak is flagged
+(``above_measured_peak``), never printed as a plain percentage: the FLOP count or one of the two timings is off.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -49,16 +56,21 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import json
+import math
 import re
 import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from ignite_ddl.core.environment import device_info
 
 __all__ = [
     "PEAKS",
@@ -70,7 +82,10 @@ __all__ = [
     "count_flops",
     "datasheet_peak",
     "format_flops",
+    "format_mfu",
     "matmul_precision",
+    "measured_peak",
+    "mfu",
     "utilisation",
     "utilisation_record",
 ]
@@ -359,20 +374,141 @@ def utilisation_record(
         "achieved_flops_per_s": mean("achieved_flops_per_s"),
         "utilisation_attainable": mean("utilisation_attainable"),
         "utilisation_peak": mean("utilisation_peak"),
+        "above_measured_peak": any(
+            r["utilisation_attainable"] is not None and r["utilisation_attainable"] > 1.0 for r in ranks
+        ),
     }
 
 
 def format_flops(record: dict[str, Any]) -> str:
-    """:func:`utilisation_record`'s figures in one line."""
+    """:func:`utilisation_record`'s figures in one line (the utilisation part by :func:`format_mfu`)."""
     line = (
         f"model FLOPs: {record['per_sample']['total'] / 1e6:.1f} M per sample (forward + backward); achieved "
         f"{record['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s per rank"
     )
-    if record["utilisation_attainable"] is not None:
-        line += (
-            f", {100 * record['utilisation_attainable']:.0f} % of the {record['precision']} matmul rate measured here"
-        )
     peak = record["datasheet_peak"]
-    if peak is not None and record["utilisation_peak"] is not None:
-        line += f", {100 * record['utilisation_peak']:.1f} % of the {peak['family']} datasheet peak"
-    return line
+    described = format_mfu(
+        {
+            "precision": record["precision"],
+            "of_measured": record["utilisation_attainable"],
+            "of_datasheet": record["utilisation_peak"],
+            "above_measured_peak": record.get("above_measured_peak", False),  # absent from older summaries
+            "datasheet_family": peak["family"] if peak is not None else None,
+        },
+        measured_where="measured here",
+    )
+    return f"{line}, {described}" if described else line
+
+
+# -- a measured peak, kept per device
+
+
+PEAK_CACHE_VERSION = 1
+MEASURED_PEAK_S = 1.0  # long enough for a stable median on a GPU (hundreds of 8192^3 products) and on a CPU
+
+
+def _device_key(device: torch.device, precision: str, size: int) -> str:
+    """What a measured peak is kept under: device name, precision, matmul size, torch release; on CPU the threads
+    too (the rate scales with them)."""
+    name = str(device_info(device)["name"])
+    threads = f"|threads {torch.get_num_threads()}" if device.type == "cpu" else ""
+    return f"{name}|{precision}|{size}|torch {torch.__version__}{threads}"
+
+
+def _read_peak_cache(path: Path) -> dict[str, Any]:
+    """The cache's entries; an unreadable or foreign file counts as empty (it is measured again and replaced)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != PEAK_CACHE_VERSION:
+        return {}
+    entries = data.get("entries")
+    # an entry that is not a record is dropped (the file is rewritten without it)
+    return {k: v for k, v in entries.items() if isinstance(v, dict)} if isinstance(entries, dict) else {}
+
+
+def _cached_rate(entry: Any, precision: str, size: int) -> MatmulRate | None:
+    """A cache entry as a MatmulRate, or None when it is not a sound one (wrong types, a non-finite rate)."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        rate = MatmulRate(
+            precision=str(entry["precision"]),
+            size=int(entry["size"]),
+            repetitions=int(entry["repetitions"]),
+            flops_per_s=float(entry["flops_per_s"]),
+            dtype=str(entry["dtype"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    sound = rate.precision == precision and rate.size == size and rate.repetitions >= 3
+    return rate if sound and math.isfinite(rate.flops_per_s) and rate.flops_per_s > 0 else None
+
+
+def measured_peak(
+    device: torch.device,
+    precision: str,
+    cache: str | Path | None = None,
+    size: int | None = None,
+    seconds: float = MEASURED_PEAK_S,
+) -> tuple[MatmulRate | None, bool]:
+    """The device's achievable matmul rate in ``precision`` (:func:`attainable_matmul_rate`, timed for
+    ``seconds``), measured once: ``(rate, from_cache)``.
+
+    ``cache`` is a JSON file (the caller's to place: ``benchmarks/gpu_check.py`` keeps ``matmul_peak.json`` in its
+    output directory). A figure kept there for the same device name, precision, size and torch release (and, on a
+    CPU, thread count) is read back instead of measured; otherwise the rate is measured and added to the file.
+    Nothing in the file is executed or unpickled; an entry that is not a sound figure is measured again.
+    """
+    device = torch.device(device)
+    n = size or (8192 if device.type == "cuda" else 1024)
+    path = Path(cache) if cache is not None else None
+    key = _device_key(device, precision, n) if device.type in ("cpu", "cuda") else ""
+    entries = _read_peak_cache(path) if path is not None else {}
+    cached = _cached_rate(entries.get(key), precision, n) if key else None
+    if cached is not None:
+        return cached, True
+    rate = attainable_matmul_rate(device, precision, size=n, seconds=seconds)
+    if rate is not None and path is not None:
+        entries[key] = dataclasses.asdict(rate) | {"device": str(device_info(device)["name"])}
+        path.write_text(json.dumps({"version": PEAK_CACHE_VERSION, "entries": entries}, indent=2) + "\n")
+    return rate, False
+
+
+def mfu(achieved_flops_per_s: float, precision: str, measured: MatmulRate | None, peak: Peak | None) -> dict[str, Any]:
+    """A run's achieved FLOP/s against both peaks, each named: ``of_measured`` (the matmul rate measured on this
+    device, :func:`measured_peak`) and ``of_datasheet`` (:func:`datasheet_peak`; None where no datasheet applies,
+    such as a CPU); ``above_measured_peak`` where the first is over 100 %, which no run can truly reach."""
+    of_measured = achieved_flops_per_s / measured.flops_per_s if measured is not None else None
+    return {
+        "precision": precision,
+        "achieved_flops_per_s": achieved_flops_per_s,
+        "measured_peak_flops_per_s": measured.flops_per_s if measured is not None else None,
+        "datasheet_peak_flops_per_s": peak.flops_per_s if peak is not None else None,
+        "datasheet_family": peak.family if peak is not None else None,
+        "of_measured": of_measured,
+        "of_datasheet": achieved_flops_per_s / peak.flops_per_s if peak is not None else None,
+        "above_measured_peak": of_measured is not None and of_measured > 1.0,
+    }
+
+
+def format_mfu(record: dict[str, Any], measured_where: str = "measured on this device") -> str:
+    """:func:`mfu`'s figures in words, saying which peak is which; a figure above the measured peak is flagged,
+    never printed plain. Empty where neither peak is known."""
+    parts = []
+    of_measured = record["of_measured"]
+    if of_measured is not None:
+        what = f"the {record['precision']} matmul rate {measured_where}"
+        if record["above_measured_peak"]:
+            parts.append(
+                f"FLAGGED: above {what} ({100 * of_measured:.0f} %, impossible: the FLOP count or a timing is off)"
+            )
+        else:
+            parts.append(f"{100 * of_measured:.0f} % of {what}")
+    if record["of_datasheet"] is not None and record["datasheet_family"] is not None:
+        parts.append(
+            f"{100 * record['of_datasheet']:.1f} % of the {record['datasheet_family']} {record['precision']} "
+            "datasheet peak"
+        )
+    return ", ".join(parts)

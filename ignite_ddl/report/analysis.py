@@ -554,6 +554,14 @@ def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
             flags.append(Flag("recompiled", config.name, _recompile_text(config)))
         if config.unsettled_runs:
             flags.append(Flag("unsettled", config.name, f"{config.unsettled_runs} run(s) never settled"))
+        if config.utilisation_attainable is not None and config.utilisation_attainable > 1.0:
+            flags.append(
+                Flag(
+                    "above-measured-peak",
+                    config.name,
+                    f"{100 * config.utilisation_attainable:.0f} % of the matmul rate measured on its device",
+                )
+            )
     return flags
 
 

@@ -54,6 +54,9 @@ FLAG_MEANINGS = {
     "recompiled": "torch.compile compiled the model again during training (a guard failed: a new input shape, "
     "dtype, ...): each recompilation costs compilation time, which is counted in compile_s and left out of the "
     "throughput, and a run that recompiles often never reaches its compiled speed",
+    "above-measured-peak": "the run's model FLOP/s are above the largest matmul rate measured on its device, which "
+    "no training step can truly reach: the FLOP count (a model whose arithmetic FlopCounterMode miscounts) or one of "
+    "the two timings is off; its utilisation is not a figure to read",
     "unsettled": "a run's step times never settled (MSER-5 finds the calmest stretch in the run's second half): its "
     "throughput is not a steady state; run longer, or look for what keeps changing (caches, the machine)",
     "mixed-environments": "the runs were not all made alike (torch / Ignite / CUDA versions, CPU or GPU model, CPU "

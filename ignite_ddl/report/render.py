@@ -525,13 +525,21 @@ def _flops_table(analysis: Analysis) -> Table:
             c.name,
             c.flops_per_sample / 1e6,
             None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
-            None if c.utilisation_attainable is None else 100 * c.utilisation_attainable,
+            _measured_share(c.utilisation_attainable),
             None if c.utilisation_peak is None else 100 * c.utilisation_peak,
         ]
         for c in analysis.configs
         if c.flops_per_sample is not None
     ]
     return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+
+
+def _measured_share(fraction: float | None) -> float | str | None:
+    """A utilisation of the measured matmul rate in percent; above 100 % (no step can do more arithmetic than the
+    device's own largest matmul) flagged in words, never a plain figure."""
+    if fraction is None:
+        return None
+    return 100 * fraction if fraction <= 1.0 else f"flagged: {100 * fraction:.0f}"
 
 
 def _memory_table(analysis: Analysis) -> Table:
