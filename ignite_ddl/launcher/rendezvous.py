@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import ipaddress
 import multiprocessing as mp
 import os
 import signal
@@ -26,9 +25,9 @@ import torch.distributed as dist
 
 from ignite_ddl.core.errors import ConfigError, LaunchFailed
 from ignite_ddl.launcher.processes import die_with_parent
-from ignite_ddl.launcher.settings import LaunchPlan
+from ignite_ddl.launcher.settings import GLOO_INTERFACE_VAR, LaunchPlan, bind_address, needs_named_interface
 
-__all__ = ["RendezvousHost", "agent_store_env", "free_port", "say"]
+__all__ = ["RendezvousHost", "agent_store_env", "free_port", "gloo_interface_env", "loopback_interface", "say"]
 
 _KEYS = "ignite_ddl/"  # our keys in the rendezvous store (torch's own live under a prefix of their own)
 
@@ -44,23 +43,9 @@ def say(message: str) -> None:
     print(f"ignite-ddl: {message}", file=sys.stderr, flush=True)
 
 
-def _bind_address(address: str) -> tuple[int, str]:
-    """(address family, numeric address) to listen on for ``address`` (a name resolves to its first address)."""
-    try:
-        ip = ipaddress.ip_address(address)
-        return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET), str(ip)
-    except ValueError:
-        pass
-    try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0]
-    except socket.gaierror as e:
-        raise ConfigError(f"cannot resolve the rendezvous address '{address}': {e.strerror}") from None
-    return family, cast(str, sockaddr[0])  # an IPv4 or IPv6 address: the host is a string (typed str | int)
-
-
 def _listen(address: str, port: int | None) -> socket.socket:
     """A listening socket on the rendezvous address only (port None: a free one)."""
-    family, numeric = _bind_address(address)
+    family, numeric = bind_address(address)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -179,6 +164,40 @@ def agent_store_env() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+_IFF_LOOPBACK = 0x8  # <linux/if.h>
+
+
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface: the one flagged IFF_LOOPBACK (``lo`` on Linux, ``lo0`` on
+    macOS and the BSDs)."""
+    names = [name for _, name in socket.if_nameindex()]
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/sys/class/net/{name}/flags") as f:
+                if int(f.read().strip(), 16) & _IFF_LOOPBACK:
+                    return name
+    return next((n for n in ("lo", "lo0") if n in names), "lo")
+
+
+@contextlib.contextmanager
+def gloo_interface_env(plan: LaunchPlan) -> Iterator[None]:
+    """While inside, gloo process groups created here (or in ranks started here) bind their sockets to loopback
+    when every rank runs on this machine; across machines to the interface the user named in GLOO_SOCKET_IFNAME
+    (kept as it is; :func:`~ignite_ddl.launcher.settings.plan_launch` refuses such a run without it)."""
+    if plan.backend != "gloo" or needs_named_interface(plan):
+        yield
+        return
+    saved = os.environ.get(GLOO_INTERFACE_VAR)
+    os.environ[GLOO_INTERFACE_VAR] = loopback_interface()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(GLOO_INTERFACE_VAR, None)
+        else:
+            os.environ[GLOO_INTERFACE_VAR] = saved
 
 
 def _progress_interval(timeout: float) -> float:

@@ -13,13 +13,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import ipaddress
 import multiprocessing as mp
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -31,7 +35,20 @@ from ignite_ddl.core.options import Role, names_with_role, option
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import check_backend, resolve_backend
 
-__all__ = ["compiled_here", "LaunchPlan", "LaunchSettings", "launched_externally", "plan_launch"]
+__all__ = [
+    "GLOO_INTERFACE_VAR",
+    "compiled_here",
+    "bind_address",
+    "LaunchPlan",
+    "LaunchSettings",
+    "launched_externally",
+    "needs_named_interface",
+    "plan_launch",
+]
+
+# gloo's own setting: the interface(s) its per-rank sockets bind to. Left unset, gloo binds to whatever this host's
+# name resolves to, which is the LAN address on many machines (seen: "LISTEN 192.0.2.2:40553" for a one-node run).
+GLOO_INTERFACE_VAR = "GLOO_SOCKET_IFNAME"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,7 +167,7 @@ def plan_launch(
             f"warning: {threads} thread(s) x {nproc} process(es) oversubscribe the {cores} core(s) this process may "
             f"use: steps wait for a core (use --threads {max(1, cores // nproc)}, or leave it out)"
         )
-    return LaunchPlan(
+    plan = LaunchPlan(
         mode,
         backend,
         nproc,
@@ -165,6 +182,37 @@ def plan_launch(
         cuda_devices,
         external,
     )
+    if plan.backend == "gloo" and needs_named_interface(plan) and not environ.get(GLOO_INTERFACE_VAR):
+        raise ConfigError(
+            f"gloo over several nodes binds to the network interface you name: set {GLOO_INTERFACE_VAR} to the "
+            "interface this node reaches the others through (e.g. eth0) on every node"
+        )
+    return plan
+
+
+def bind_address(address: str) -> tuple[int, str]:
+    """(address family, numeric address) to listen on for ``address`` (a name resolves to its first address)."""
+    try:
+        ip = ipaddress.ip_address(address)
+        return (socket.AF_INET6 if ip.version == 6 else socket.AF_INET), str(ip)
+    except ValueError:
+        pass
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"cannot resolve the rendezvous address '{address}': {e.strerror}") from None
+    return family, cast(str, sockaddr[0])  # an IPv4 or IPv6 address: the host is a string (typed str | int)
+
+
+def needs_named_interface(plan: LaunchPlan) -> bool:
+    """Whether gloo's ranks talk across machines (several nodes, rendezvous not on a loopback address): then only
+    the user knows which interface they share; on one machine loopback is always the right one."""
+    if plan.nnodes == 1:
+        return False
+    with contextlib.suppress(ConfigError):
+        _, address = bind_address(plan.master_addr)
+        return not ipaddress.ip_address(address).is_loopback
+    return True
 
 
 def compiled_here() -> bool:

@@ -60,7 +60,7 @@ from ignite_ddl.core.outputs import open_output, write_bytes
 from ignite_ddl.launcher import xla
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.processes import STOP_GRACE_S, die_with_parent, out_of_memory, stop_children, wait_children
-from ignite_ddl.launcher.rendezvous import RendezvousHost, agent_store_env, say
+from ignite_ddl.launcher.rendezvous import RendezvousHost, agent_store_env, gloo_interface_env, say
 from ignite_ddl.launcher.settings import LaunchPlan, LaunchSettings, plan_launch
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.launcher.watchdog import clear_stall, read_stall
@@ -148,7 +148,8 @@ def _run_env(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> Any:
         with idist.Parallel(backend=plan.backend):
             return _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
     # idist.Parallel would initialise without a timeout (torch's default: 30 minutes); initialise here instead.
-    idist.initialize(plan.backend, timeout=datetime.timedelta(seconds=plan.timeout))
+    with gloo_interface_env(plan):
+        idist.initialize(plan.backend, timeout=datetime.timedelta(seconds=plan.timeout))
     try:
         result = _rank_main(idist.get_local_rank(), fn, plan, None, args, kwargs)
         return result if idist.get_rank() == 0 else None  # as in a spawned run: what rank 0 returned, once
@@ -235,6 +236,7 @@ def _spawn_once(fn: Callable, plan: LaunchPlan, args: tuple, kwargs: dict) -> An
         try:
             ready = stack.enter_context(RendezvousHost(plan))
             stack.enter_context(agent_store_env())
+            stack.enter_context(gloo_interface_env(plan))
             context = torch_mp.start_processes(
                 NativeDistModel._dist_worker_task_fn,  # what idist.Parallel runs in each rank
                 nprocs=nproc,
