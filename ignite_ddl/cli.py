@@ -12,7 +12,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from ignite_ddl.core.commands import PROG, VERSION, run_command
 from ignite_ddl.core.config import TrainConfig
@@ -279,9 +279,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from ignite_ddl.launcher.scratch import scratch_folder
+    return run_command(_in_scratch_folder, args)
 
-    # Every temporary file of the command and of the processes it starts (ranks, workers, a sweep's runs, its fork
-    # server), Inductor's cache included, in one private folder removed when it ends.
-    with scratch_folder():
-        return run_command(args.handler, args)
+
+def _in_scratch_folder(args: Any) -> int:
+    """The command, with every temporary file of it and of the processes it starts (ranks, workers, a sweep's runs,
+    its fork server), Inductor's cache included, in one private folder removed when it ends. SIGTERM and SIGHUP end
+    it as SIGINT does, wherever they arrive (a sweep waiting for a quiet machine or writing its report, ``report``):
+    one line, exit 128 + signal, the folder removed; launches inside install their own handlers, which also stop
+    their processes."""
+    from ignite_ddl.launcher.scratch import scratch_folder
+    from ignite_ddl.launcher.signals import interruptible
+
+    with interruptible(), scratch_folder():
+        return cast(int, args.handler(args))

@@ -1,0 +1,47 @@
+"""SIGTERM and SIGHUP outside a run end a command as SIGINT does: one line, exit 128 + signal, and its scratch
+folder (and this process's multiprocessing folder) removed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from test_report import configs
+
+from ignite_ddl.core.results import append_record
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_writing_a_report_ends_it_cleanly(tmp_path, signum):
+    results = tmp_path / "results"
+    results.mkdir()
+    for r in configs([100.0, 101.0, 99.0], [150.0, 160.0, 155.0]):
+        append_record(results / "results.jsonl", r)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ignite_ddl", "report", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        start_new_session=True,
+    )
+    try:
+        # The command's scratch folder exists once its handlers are installed: the signal then comes mid-report
+        # (importing the plotting stack alone takes longer than this loop's step).
+        while proc.poll() is None and not any(p.name.startswith("ignite-ddl-") for p in scratch.iterdir()):
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, stderr
+    assert stderr.strip().splitlines()[-1] == f"ignite-ddl: interrupted by {signal.Signals(signum).name}: stopped"
+    assert "Traceback" not in stderr
+    assert list(scratch.iterdir()) == []  # neither ignite-ddl-* nor pymp-*
