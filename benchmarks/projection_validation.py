@@ -17,7 +17,7 @@ It prints the fitted link and the comparison per round, and the medians over all
 ones; everything, every round's figures included, goes to ``<output-dir>/validation.json`` next to the runs.
 
 Usage:
-    python benchmarks/projection_validation.py --repeats 3        # the README's figures
+    python benchmarks/projection_validation.py --repeats 3        # the figures in docs/projection.md
     python benchmarks/projection_validation.py --repeats 1 --train-size 512 --epochs 1 --output-dir runs/pv-tiny
 """
 

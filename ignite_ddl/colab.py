@@ -11,7 +11,7 @@ branch Colab opened the notebook from (``colab.research.google.com/github/<owner
 kernel asks Colab's Jupyter server which notebook it runs, as ``/api/sessions`` lists it), else
 :data:`DEFAULT_SOURCE`. The install cell runs before ignite-ddl exists, so it carries a copy of that function's
 source (:data:`INSTALL_CELL` is built from it). Neither Colab's session listing nor :data:`DEFAULT_SOURCE` could be
-checked from where this was written (no network): README's Notebooks section says so.
+checked from where this was written (no network): docs/labs.md (Notebooks) says so.
 
 Importing this module does not import torch (``ignite_ddl`` loads its public names lazily): a TPU runtime must get
 its torch before the kernel first imports one.
@@ -52,14 +52,14 @@ __all__ = [
 
 # Where Colab opens the notebooks from (a fork replaces the owner and name).
 COLAB_URL = "https://colab.research.google.com/github/ignite-ddl/ignite-ddl/blob/main/notebooks/"
-# The project's repository as the notebooks' links name it: not verified to exist (README, Notebooks).
+# The project's repository as the notebooks' links name it: not verified to exist (docs/labs.md, Notebooks).
 DEFAULT_SOURCE = "git+https://github.com/ignite-ddl/ignite-ddl.git"
 
 
 def ignite_ddl_source(sessions_url: str | None = None) -> str:
     """Where pip installs ignite-ddl from: $IGNITE_DDL_SOURCE if set, else the GitHub repository and branch Colab
     opened this notebook from (Colab's Jupyter server lists it: fileId=https://github.com/<owner>/<repo>/blob/
-    <branch>/...), else the project's repository. Not verified on Colab: README, Notebooks."""
+    <branch>/...), else the project's repository. Not verified on Colab: docs/labs.md, Notebooks."""
     import json
     import os
     import re

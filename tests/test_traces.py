@@ -227,11 +227,12 @@ def test_a_profiled_two_process_run_agrees_with_its_trace_and_the_report_shows_i
     find_spec("hta") is None and os.environ.get("IGNITE_DDL_HTA_REQUIRED") != "1",
     reason="Holistic Trace Analysis is not installed (pip install -e '.[hta]'; .ci/other-torch runs this test)",
 )
-def test_hta_reads_our_traces_as_readme_says(tmp_path):
+def test_hta_reads_our_traces_as_the_docs_say(tmp_path):
     """HTA, an independent reader of torch.profiler traces, on a real 2-process gloo run's: it finds both ranks and
     the profiled steps; on CPU-only traces (no GPU kernels, no NCCL) its temporal breakdown fails with an IndexError
-    and its communication/computation overlap is NaN for every rank, as README says. On GPU traces it should give its
-    figures: not verified, no GPU here. If a release of HTA reads CPU traces, this test fails: README must change."""
+    and its communication/computation overlap is NaN for every rank, as docs/measuring.md says. On GPU traces it
+    should give its figures: not verified, no GPU here. If a release of HTA reads CPU traces, this test fails:
+    docs/measuring.md must change."""
     profile = profiled_sweep(tmp_path) / "runs" / "cfg000-r0" / "profile"
     reading = hta_reading(profile)
     assert reading["available"] is True and reading["ranks"] == [0, 1], reading

@@ -85,7 +85,7 @@ def check_backend(
             )
     if rule.device == "xla":
         if importlib.util.find_spec("torch_xla") is None:
-            raise ConfigError(f"backend {backend} needs torch_xla (see README, section TPU)")
+            raise ConfigError(f"backend {backend} needs torch_xla (see docs/tpu.md)")
         if external or (nnodes > 1 and not rule.multi_node):
             raise ConfigError(
                 f"{backend} runs one host's XLA devices, started by ignite-ddl itself (not torchrun/SLURM)"

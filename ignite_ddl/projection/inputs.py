@@ -118,7 +118,7 @@ def run_warning(run_dir: str | Path, threshold: float | None = None) -> str | No
     """Why a projection from this measured run would be too optimistic, in one line, or None when nothing says so:
     other processes used more than ``threshold`` of the CPUs while it measured (default: the sweeps' contention
     threshold, 10 %), or its one process ran more than one intra-op thread, i.e. used cores that each worker of an
-    N-process run on the same machine would not have (README, "Scaling projection": nearly 2x optimistic from the
+    N-process run on the same machine would not have (docs/projection.md: nearly 2x optimistic from the
     default 2-thread run on 2 cores).
 
     Example (a run folder's summary.json written by hand):
