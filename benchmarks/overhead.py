@@ -32,9 +32,16 @@ differences of a percent or two, and distrust any run flagged as sharing the CPU
 time per step, so the ratio grows when steps are short (small model, small batch, many processes) and shrinks
 towards 1 when they are long.
 
+On a GPU (``--device cuda``, one process) both sides train on the GPU with the same mixed precision (``--amp``:
+``torch.autocast``, and with fp16 a ``GradScaler``), the same memory format (``--channels-last``: model and batches
+in NHWC) and pinned host batches; the clock is read after ``torch.cuda.synchronize()`` at both edges of the window,
+so the window holds the GPU's work, not only its launch. ``--fresh`` runs every run in a fresh Python process (the
+GPU's allocator, cuDNN's autotuning and the CUDA context start anew each time, alike for both sides).
+
 Usage:
     python benchmarks/overhead.py                       # defaults: about 2-4 minutes on 2 cores
     python benchmarks/overhead.py --repeats 7 --iters 200 --model resnet18 --procs 1 --json overhead.json
+    python benchmarks/overhead.py --device cuda --procs 1 --model resnet18 --batch-size 256 --amp bf16 --fresh
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +88,12 @@ class Window:
     @property
     def last(self) -> int:
         return self.warmup + self.iters
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work before a clock reading (nothing to wait for on a CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _write_clock(run_dir: Path, rank: int, seconds: float, iterations: int) -> None:
@@ -126,8 +140,10 @@ class StepClock:
     def _tick(self, engine: Engine) -> None:
         iteration = engine.state.iteration
         if iteration == self.window.warmup:
+            _synchronize()
             self.start = time.perf_counter()
         elif iteration == self.window.last and self.start is not None:
+            _synchronize()
             _write_clock(self.run_dir, self.rank, time.perf_counter() - self.start, self.window.iters)
 
 
@@ -151,33 +167,55 @@ def raw_worker(
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        cuda = torch.cuda.is_available() and world == 1  # several raw ranks are gloo CPU ranks, as ours are
+        device = torch.device("cuda" if cuda else "cpu")
+        layout = torch.channels_last if config.channels_last else torch.contiguous_format
         train_ds, _, info = build_datasets(config)
         torch.manual_seed(config.seed)
         model: nn.Module = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        model = model.to(device, memory_format=layout)
         sampler = None
         if world > 1:
             model = DistributedDataParallel(model)
             sampler = DistributedSampler(train_ds, num_replicas=world, rank=rank, shuffle=True, seed=config.seed)
         loader = DataLoader(
-            train_ds, batch_size=config.batch_size // world, sampler=sampler, shuffle=sampler is None, drop_last=True
+            train_ds,
+            batch_size=config.batch_size // world,
+            sampler=sampler,
+            shuffle=sampler is None,
+            drop_last=True,
+            pin_memory=cuda,  # as auto_dataloader does for ours on a GPU
         )
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
         criterion = nn.CrossEntropyLoss()
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+        scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
 
         model.train()
         if sampler is not None:
             sampler.set_epoch(0)
         start, iteration = 0.0, 0
         for x, y in loader:
-            loss = criterion(model(x), y)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if x.dim() == 4:
+                x = x.contiguous(memory_format=layout)
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = criterion(model(x), y)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             loss.item()
             iteration += 1
             if iteration == window.warmup:
+                _synchronize()
                 start = time.perf_counter()
             elif iteration == window.last:
+                _synchronize()
                 _write_clock(run_dir, rank, time.perf_counter() - start, window.iters)
                 break
     finally:
@@ -214,9 +252,35 @@ def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
 RUNNERS: dict[str, Callable[[TrainConfig, Window, Path], float]] = {"ours": run_ours, "raw": run_raw}
 
 
+def run_fresh(side: str, procs: int, args: argparse.Namespace, run_dir: Path) -> float:
+    """One run of ``side`` in a fresh Python process (``--one-run``): nothing the previous runs left in this
+    process (the CUDA context, the allocator's cache, cuDNN's tuned choices) carries over."""
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        f"--one-run={side}",
+        f"--run-dir={run_dir}",
+        f"--procs={procs}",
+        f"--warmup={args.warmup}",
+        f"--iters={args.iters}",
+        f"--model={args.model}",
+        f"--batch-size={args.batch_size}",
+        f"--amp={args.amp}",
+        f"--device={args.device}",
+        *(["--channels-last"] if args.channels_last else []),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.run_timeout)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"{side} run in a fresh process failed (exit {done.returncode}): {tail[0]}")
+    return float(json.loads((run_dir / "step.json").read_text())["step_s"])
+
+
 def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainConfig:
     return TrainConfig(
         backend="none" if procs == 1 else "gloo",
+        amp=args.amp,
+        channels_last=args.channels_last,
         nproc_per_node=None if procs == 1 else procs,
         start_method="fork",
         dataset="synthetic",
@@ -237,8 +301,12 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
     foreign: dict[str, list[float | None]] = {side: [] for side in RUNNERS}
     for repeat in range(args.repeats):
         for side, runner in RUNNERS.items():
+            run_dir = tmp / f"p{procs}-r{repeat}-{side}"
             with ForeignLoad() as other:
-                step = runner(config, window, tmp / f"p{procs}-r{repeat}-{side}")
+                if args.fresh:
+                    step = run_fresh(side, procs, args, run_dir)
+                else:
+                    step = runner(config, window, run_dir)
             runs[side].append(step)
             foreign[side].append(other.share)
             busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
@@ -282,7 +350,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpu": cpu_name(), "cpu_cores": cpu_cores(), "platform": sys.platform, **versions()}
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu_name(), "cpu_cores": cpu_cores(), "gpu": gpu, "platform": sys.platform, **versions()}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -294,6 +363,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=128, help="GLOBAL batch size (default 128)")
     parser.add_argument("--procs", default="1,2", help="comma-separated process counts (default 1,2)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto", help="where one process trains (default auto)"
+    )
+    parser.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none", help="mixed precision (both sides)")
+    parser.add_argument("--channels-last", action="store_true", help="model and batches in channels_last (both sides)")
+    parser.add_argument("--fresh", action="store_true", help="every run in a fresh Python process")
+    parser.add_argument("--run-timeout", type=float, default=600.0, help="seconds one fresh run may take (default 600)")
+    parser.add_argument("--one-run", choices=tuple(RUNNERS), help=argparse.SUPPRESS)  # a fresh run's own process
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         procs_list = [int(p) for p in args.procs.split(",") if p.strip()]
@@ -302,15 +380,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.repeats < 1 or args.warmup < 1 or args.iters < 1 or not procs_list or min(procs_list) < 1:
         parser.error("--repeats, --warmup, --iters and every --procs value must be >= 1")
     window = Window(args.warmup, args.iters)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA GPU is visible here")
+    if args.device == "cuda" and max(procs_list) > 1:
+        parser.error("--device cuda runs one process (--procs 1): several ranks here are gloo CPU ranks")
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before anything initialises CUDA: both sides train on the CPU
+    if args.amp == "fp16" and not torch.cuda.is_available():
+        parser.error("--amp fp16 needs a CUDA GPU (its GradScaler); use --amp bf16 on a CPU")
+    if args.one_run is not None:
+        if args.run_dir is None or len(procs_list) != 1:
+            parser.error("--one-run needs --run-dir and one --procs value")
+        step = RUNNERS[args.one_run](bench_config(procs_list[0], args, window), window, args.run_dir)
+        (args.run_dir / "step.json").write_text(json.dumps({"step_s": step}))
+        return {"step_s": step}
 
     info = machine()
     print(
         f"machine: {info['cpu']}, {info['cpu_cores']} cores | python {info['python']}, torch {info['torch']}, "
         f"ignite {info['ignite']}"
     )
+    where = f"GPU {info['gpu']}" if info["gpu"] and args.device != "cpu" else "CPU"
     print(
-        f"model {args.model}, global batch {args.batch_size}, {args.warmup} warm-up + {args.iters} measured "
+        f"model {args.model} on the {where}, global batch {args.batch_size}, amp {args.amp}"
+        f"{', channels_last' if args.channels_last else ''}, {args.warmup} warm-up + {args.iters} measured "
         f"iterations per run, {args.repeats} runs per side, alternating ours/raw"
+        f"{', each in a fresh process' if args.fresh else ''}"
     )
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_overhead_") as tmp:
         results = [bench_procs(procs, args, window, Path(tmp)) for procs in procs_list]
@@ -322,6 +417,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": info,
         "settings": {
             "model": args.model,
+            "device": where,
+            "amp": args.amp,
+            "channels_last": args.channels_last,
+            "fresh_processes": args.fresh,
             "global_batch": args.batch_size,
             "warmup": args.warmup,
             "iters": args.iters,

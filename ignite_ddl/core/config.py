@@ -256,6 +256,21 @@ class TrainConfig(LaunchOptions):
         role=Role.EXECUTION,
         choices=COMPILE_MODES,
     )
+    channels_last: bool = option(
+        False,
+        "hold the model's 4-D weights and each batch of images in channels_last memory format (NHWC): on GPUs with "
+        "tensor cores convolutions under AMP run faster in it; on CPU it mostly changes nothing",
+        role=Role.EXECUTION,
+    )
+    cuda_memory_fraction: float | None = option(
+        None,
+        "cap each rank's CUDA allocator at this fraction of its GPU's memory "
+        "(torch.cuda.set_per_process_memory_fraction): what fits a smaller GPU, a real out-of-memory above it",
+        role=Role.EXECUTION,
+        low=0,
+        low_open=True,
+        high=1,
+    )
     # -- run
     epochs: int = option(3, "training epochs", role=Role.TRAINING, low=1, high=1_000_000)
     max_iters: int | None = option(

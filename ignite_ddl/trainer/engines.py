@@ -41,6 +41,7 @@ __all__ = [
     "create_evaluator",
     "create_trainer",
     "seed_everything",
+    "to_device",
 ]
 
 
@@ -68,6 +69,15 @@ def autocast(device: torch.device, amp: str) -> contextlib.AbstractContextManage
     return torch.autocast(device.type, dtype=AMP_DTYPES[amp])
 
 
+def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device, channels_last: bool = False) -> Any:
+    """A batch's inputs and targets on ``device``; 4-D inputs (images) in channels_last memory format if asked, so
+    that they meet a channels_last model without a layout conversion in its first layer."""
+    x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, y
+
+
 def create_trainer(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -78,6 +88,7 @@ def create_trainer(
     recorder: StepRecorder | None = None,
     accumulate: int = 1,
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    channels_last: bool = False,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
@@ -88,7 +99,7 @@ def create_trainer(
 
     Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
     reports the end of each phase to it (attach the recorder to the returned engine); the phases of the
-    micro-batches add up.
+    micro-batches add up. With ``channels_last``, image batches arrive in that memory format (:func:`to_device`).
     """
     mark = recorder.mark if recorder is not None else lambda phase: None
     if recorder is not None:
@@ -99,7 +110,7 @@ def create_trainer(
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         model.train()
-        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        x, y = to_device(batch, device, channels_last)
         if accumulate == 1:
             with autocast(device, amp):
                 loss = criterion(model(x), y)
@@ -131,7 +142,12 @@ def create_trainer(
 
 
 def create_evaluator(
-    model: nn.Module, criterion: nn.Module, device: torch.device, amp: str = "none", num_classes: int | None = None
+    model: nn.Module,
+    criterion: nn.Module,
+    device: torch.device,
+    amp: str = "none",
+    num_classes: int | None = None,
+    channels_last: bool = False,
 ) -> Engine:
     """An engine computing accuracy, loss and (given ``num_classes``) the confusion matrix; Ignite's metrics sum
     their counts over all ranks, so every rank holds the same figures."""
@@ -141,7 +157,7 @@ def create_evaluator(
     @torch.no_grad()
     def eval_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         net.eval()
-        x, y = batch[0].to(device, non_blocking=True), batch[1].to(device, non_blocking=True)
+        x, y = to_device(batch, device, channels_last)
         with autocast(device, amp):
             y_pred = net(x)
         return y_pred.float(), y

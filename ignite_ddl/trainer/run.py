@@ -180,8 +180,13 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
     recorder is built here because the train step reports its phases to it; ``attach_measurement`` attaches it.
     """
     device, info = idist.device(), loaders.info
+    if config.cuda_memory_fraction is not None and device.type == "cuda":
+        # before the first allocation of the run: the allocator refuses anything above the cap from here on
+        torch.cuda.set_per_process_memory_fraction(config.cuda_memory_fraction, device)
     strategy = strategy_for(config.strategy, idist.get_world_size())
     net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+    if config.channels_last:
+        net = net.to(memory_format=torch.channels_last)  # 4-D weights only; other parameters stay as they are
     # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
@@ -202,8 +207,9 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
         recorder,
         accumulate=config.accumulate,
         no_sync=lambda: strategy.no_sync(model),
+        channels_last=config.channels_last,
     )
-    evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes)
+    evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)
     # A sharded model gathers its parameters for the evaluator (ranks hold different numbers of batches).
     evaluator.add_event_handler(Events.STARTED, lambda _: strategy.begin_evaluation(model))
     evaluator.add_event_handler(Events.COMPLETED, lambda _: strategy.end_evaluation(model))
@@ -546,6 +552,8 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
         )
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
+    if config.cuda_memory_fraction is not None and plan.cuda_devices == 0:
+        raise ConfigError("cuda_memory_fraction caps a GPU's memory: this run has no CUDA GPU")
     strategy = strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
     strategy.check_options(config)
     if plan.backend is not None and plan.world_size > 1 and not rules(plan.backend).ddp_bucket_cap:
