@@ -357,6 +357,14 @@ class Memory(TypedDict):
     max: Annotated[MemoryMax, "the largest figure of each over the ranks"]
 
 
+class GradScalerRecord(TypedDict):
+    initial_scale: Annotated[float | None, "the loss scale before the first step"]
+    final_scale: Annotated[float | None, "the loss scale after the last step"]
+    steps: Annotated[int, "optimizer steps recorded"]
+    backoffs: Annotated[int, "steps that lowered the scale: inf/NaN gradients found, the optimizer step skipped"]
+    growths: Annotated[int, "steps that raised the scale (after `growth_interval` clean steps)"]
+
+
 class Summary(TypedDict, total=False):
     schema_version: Annotated[int, "version of this schema"]
     status: Annotated[str, "`completed`"]
@@ -409,6 +417,7 @@ class Summary(TypedDict, total=False):
     profiler: Annotated[ProfilerResult | None, "with `--profiler`: every rank's profiler results"]
     flops: Annotated[Flops | None, "model FLOPs and utilisation (null with `--no-measure-flops` or on XLA)"]
     memory: Annotated[Memory | None, "memory on every rank (null with `--no-measure-memory`)"]
+    grad_scaler: Annotated[GradScalerRecord | None, "with `--amp fp16`: the GradScaler's loss scale (else null)"]
 
 
 class SlurmJobInfo(TypedDict):
@@ -532,6 +541,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (HeldBytes, "`memory.ranks[].held_bytes`"),
     (CudaMemory, "`memory.ranks[].cuda`"),
     (MemoryMax, "`memory.max`"),
+    (GradScalerRecord, "`grad_scaler`"),
     (RunRecord, "each line of a sweep's `results.jsonl`"),
     (SlurmJobInfo, "`slurm` of a record"),
     (SweepMeta, "a sweep's `sweep.json`"),

@@ -59,7 +59,7 @@ from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.data import DatasetInfo
 from ignite_ddl.trainer.strategies import unwrap
 
-__all__ = ["FlopsProbe", "Measuring", "attach_measurement"]
+__all__ = ["FlopsProbe", "GradScaleLog", "Measuring", "attach_measurement"]
 
 MATMUL_PROBE_S = 0.1  # the matmul-rate measurement before training: enough repetitions for a stable median
 
@@ -94,6 +94,45 @@ class FlopsProbe:
         rates = gather_objects(self.rate)
         per_rank = [r["samples_per_s"] for r in steps["ranks"]] if steps is not None else [math.nan] * world
         return utilisation_record(self.count, self.precision, self.peak, rates, per_rank)
+
+
+class GradScaleLog:
+    """The fp16 ``GradScaler``'s loss scale after every optimizer step, for the summary's ``grad_scaler``.
+
+    The scaler halves its scale and skips the step when it finds inf/NaN gradients (a *backoff*) and doubles it
+    after ``growth_interval`` clean steps (a *growth*); how often each happened says whether fp16 trained or kept
+    skipping. Each step keeps a copy of the scale tensor on the device (no ``.item()``: reading the value would
+    synchronise the device every step); the copies are read once, at the end.
+    """
+
+    def __init__(self, scaler: torch.amp.GradScaler):
+        self.scaler = scaler
+        self.initial = float(scaler.get_scale()) if scaler.is_enabled() else None
+        self._scales: list[torch.Tensor] = []
+
+    def attach(self, engine: Engine) -> GradScaleLog:
+        from ignite.engine import Events
+
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self._keep)
+        return self
+
+    def _keep(self) -> None:
+        scale = getattr(self.scaler, "_scale", None)  # the scale tensor itself: get_scale() would synchronise
+        if isinstance(scale, torch.Tensor):
+            self._scales.append(scale.detach().clone())
+
+    def record(self) -> dict[str, Any]:
+        """summary.json's ``grad_scaler``: the scale before training and after the last step, and how many steps
+        changed it (backoffs: steps skipped for inf/NaN gradients; growths)."""
+        scales = [self.initial, *torch.stack(self._scales).float().tolist()] if self._scales else [self.initial]
+        moves = [b - a for a, b in zip(scales, scales[1:]) if a is not None and b is not None]
+        return {
+            "initial_scale": self.initial,
+            "final_scale": scales[-1],
+            "steps": len(self._scales),
+            "backoffs": sum(m < 0 for m in moves),
+            "growths": sum(m > 0 for m in moves),
+        }
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ from ignite_ddl.trainer.engines import (
     seed_everything,
 )
 from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
-from ignite_ddl.trainer.measurement import FlopsProbe, attach_measurement
+from ignite_ddl.trainer.measurement import FlopsProbe, GradScaleLog, attach_measurement
 from ignite_ddl.trainer.models import build_model, check_model
 from ignite_ddl.trainer.strategies import Strategy, check_compile, strategy_for
 from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
@@ -129,6 +129,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     loaders = build_loaders(config)
     parts = initialize(config, loaders)
     measuring = attach_measurement(config, plan, parts.trainer, parts.evaluator, parts.recorder, parts.device, out)
+    scales = GradScaleLog(parts.scaler).attach(parts.trainer) if parts.scaler is not None else None
     handlers = attach_handlers(config, parts, loaders, measuring.recorder, out, log)
     if config.resume:
         resume(config, handlers, parts.trainer, log)
@@ -152,6 +153,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
     held = parts.strategy.held_bytes(parts.model, parts.optimizer)  # between steps, as the run left them
     figures = measuring.gather(parts.model, parts.comm, probe, out, log, held)
+    figures["grad_scaler"] = scales.record() if scales is not None else None
     if handlers.tb is not None:
         _log_run_scalars(handlers.tb, figures, parts.trainer.state.iteration)
         handlers.tb.close()
@@ -381,6 +383,7 @@ def _finish(
             "confusion_matrix": handlers.evaluation.confusion_matrix,
             "flops": flops,
             "memory": figures["memory"],
+            "grad_scaler": figures["grad_scaler"],
         }
     )
     if idist.get_rank() == 0:

@@ -1,5 +1,6 @@
-"""The GPU-facing run options on the CPU, where CI can run them: channels_last reaches the model's weights and every
-batch, and a run asking for a cap on CUDA memory without a GPU is refused before it starts."""
+"""The GPU-facing parts of the suite on the CPU, where CI can run them: channels_last reaches the model's weights and
+every batch, a run asking for a cap on CUDA memory without a GPU is refused before it starts, and the GradScaler's
+log counts the steps that changed the loss scale (a CPU GradScaler: the CUDA one needs a GPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from conftest import run_cli
 from ignite.engine import Events
 
 from ignite_ddl import TrainConfig, train
-from ignite_ddl.trainer.engines import to_device
+from ignite_ddl.trainer.engines import create_trainer, to_device
+from ignite_ddl.trainer.measurement import GradScaleLog
 from ignite_ddl.trainer.run import TrainingRun
 
 TINY = {
@@ -71,3 +73,26 @@ def test_a_cuda_memory_cap_without_a_gpu_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
     refused = run_cli("train", "--cuda-memory-fraction", "1.5", "--output-dir", str(tmp_path / "run2"))
     assert refused.returncode == 2 and "cuda_memory_fraction" in refused.stderr
+
+
+def test_the_grad_scale_log_counts_backoffs_without_reading_the_scale_each_step():
+    """Step 3's loss is infinite: its gradients are inf, the scaler skips that step and halves its scale."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    weights: list[torch.Tensor] = []
+
+    class Blowup(torch.nn.Module):
+        def forward(self, logits, targets):
+            loss = torch.nn.functional.cross_entropy(logits, targets)
+            return loss * float("inf") if len(weights) == 2 else loss
+
+    trainer = create_trainer(model, optimizer, Blowup(), torch.device("cpu"), scaler=scaler)
+    log = GradScaleLog(scaler).attach(trainer)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda: weights.append(model.weight.detach().clone()))
+    trainer.run([(torch.randn(8, 4), torch.randint(0, 3, (8,)))] * 5, max_epochs=1)
+    record = log.record()
+    assert record == {"initial_scale": 1024.0, "final_scale": 512.0, "steps": 5, "backoffs": 1, "growths": 0}
+    assert torch.equal(weights[2], weights[1])  # the inf step was skipped
+    assert not torch.equal(weights[3], weights[2])
