@@ -144,7 +144,8 @@ def test_identical_configurations_end_equivalent_and_the_report_says_so(tmp_path
     _, meta = simulate(tmp_path, [100.0, 100.0], cv=0.005, max_repeats=20)
     assert set(meta["sessions"][-1]["adaptive"]["outcome"].values()) == {"equivalent"}
     verdict = analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0]
-    assert verdict.best is None and verdict.equivalent and "within ±3 %" in verdict.reason
+    assert verdict.best is None and verdict.equivalent and verdict.margin == 0.03
+    assert "**Equivalent within ±3 %: cfg00" in write_report(tmp_path).read_text()
 
 
 def test_a_tie_too_noisy_to_settle_costs_only_the_minimum_and_the_report_says_why(tmp_path):

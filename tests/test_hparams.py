@@ -34,11 +34,12 @@ def _steps(**extra) -> dict:
     return {"ranks": ranks, "straggler": None, "global": figures | {"overlap": 0.4, "busbw_Bps": 2e8}, **extra}
 
 
-# What each configuration of the sweep below is flagged for.
+# What each configuration of the sweep below is flagged for (cfg002, unsettled, is not judged: its workload's
+# verdict is provisional).
 EXPECTED = {
-    "cfg000": {"contended"},
-    "cfg001": {"superlinear", "does-not-fit"},
-    "cfg002": {"high-variation", "recompiled", "unsettled"},
+    "cfg000": {"contended", "provisional"},
+    "cfg001": {"superlinear", "does-not-fit", "provisional"},
+    "cfg002": {"high-variation", "recompiled", "unsettled", "provisional"},
     "cfg003": {"provisional"},
 }
 

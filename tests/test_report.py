@@ -134,11 +134,15 @@ def test_overlapping_configurations_are_a_tie_naming_both(tmp_path):
     assert "<strong>Statistically tied: cfg001, cfg000</strong>" in (tmp_path / "report.html").read_text()
 
 
-def test_fewer_than_three_repeats_is_provisional():
+def test_fewer_than_min_repeats_is_not_judged():
     (verdict,) = analyze(configs([100.0, 101.0], [150.0, 151.0])).verdicts
-    assert verdict.provisional and verdict.best == "cfg001"
-    (single,) = analyze(configs([100.0], [150.0])).verdicts
-    assert single.provisional and single.best is None and single.tied == ["cfg001", "cfg000"]
+    assert verdict.provisional and verdict.best is None and verdict.recommended is None
+    assert set(verdict.not_judged) == {"cfg000", "cfg001"}
+    assert "2 usable runs of the 3 needed (min_repeats)" in verdict.not_judged["cfg001"]
+    (two,) = analyze(configs([100.0, 101.0], [150.0, 151.0]), {"spec": {"min_repeats": 2}}).verdicts
+    assert not two.provisional and two.best == two.recommended == "cfg001"
+    (single,) = analyze(configs([100.0], [150.0]), {"spec": {"min_repeats": 1}}).verdicts
+    assert single.best is None and single.tied == ["cfg001", "cfg000"]
 
 
 def test_speedup_and_efficiency_keep_their_baseline(tmp_path):
@@ -191,7 +195,9 @@ def test_contended_runs_are_left_out_of_the_verdict_unless_asked():
     assert analysis.verdicts[0].best == "cfg001"
     assert [f.detail for f in analysis.flags if f.kind == "contended"] == ["repeat 4: others used 45% of the CPUs"]
     included = analyze(records, include_contended=True)
-    assert included.configs[0].samples_per_s == [100.0, 101.0, 99.0, 300.0] and included.verdicts[0].best is None
+    assert included.configs[0].samples_per_s == [100.0, 101.0, 99.0, 300.0]
+    # Counted, its contended run makes it not judged: the other one is best only as the only one judged.
+    assert "contended" in included.verdicts[0].not_judged["cfg000"] and included.verdicts[0].provisional
 
 
 def test_a_rerun_replaces_its_contended_attempt():
@@ -381,7 +387,10 @@ def test_among_configurations_tied_on_speed_the_cheapest_is_recommended():
     two_procs = [r for r in tied if r["index"] != 0]
     verdict = analyze(two_procs, sweep["meta"]).verdicts[0]
     assert verdict.recommended == "cfg002"  # then the lowest peak memory: 300 MiB against 400
-    assert verdict.recommendation.endswith("cfg002 25 % less memory per rank")
+    assert verdict.recommendation.endswith(
+        "cfg002 needs 25 % less memory per rank (300 against 400 MiB), 25 % less in all (2 x 300 = 600 against "
+        "2 x 400 = 800 MiB)"
+    )
     config = analyze(two_procs, sweep["meta"]).config("cfg002")
     assert config.peak_memory.value == 300 * 2**20 and config.peak_memory.low == config.peak_memory.high  # sd 0
 

@@ -49,6 +49,8 @@ from ignite_ddl.report.model import (
     MEMORY_MATERIAL,
     MIB,
     MIN_REPEATS,
+    QUALITY_MARGIN,
+    QUALITY_MIN_EPOCHS,
     STRAGGLER_HIGH,
     SUPERLINEAR,
     TIED_LISTED,
@@ -69,11 +71,13 @@ from ignite_ddl.report.stats import (
     CONFIDENCE,
     EQUIVALENCE_MARGIN,
     Estimate,
+    difference_interval,
     equivalent,
     leads,
+    positive_range,
     ratio_interval,
     repeats_to_separate,
-    welch_p,
+    welch_greater_p,
 )
 
 __all__ = [
@@ -97,9 +101,15 @@ RULE = (
     "Welch-Satterthwaite degrees of freedom; efficiency = speed-up / processes. Verdict: within a workload, a "
     "configuration is named best only when its interval lies entirely above every other configuration's "
     "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about "
-    "0.5 % of sweeps, where a t-test at the same level would in 3-5 %). Otherwise the configurations whose "
-    "intervals overlap the fastest one's are reported as statistically tied. Welch's t-test p-value (fastest vs "
-    "runner-up) is shown beside it. "
+    "0.5 % of sweeps, where a t-test at the same level would in 3 to 5 %). Otherwise the configurations whose "
+    "intervals overlap the fastest one's are reported as statistically tied. The one-sided Welch's t-test p-value "
+    "(fastest vs runner-up) is shown beside the corrected threshold it is judged by. Only configurations judged "
+    "take part: one with fewer usable runs than min_repeats, a run that never settled, or a run counted that was "
+    "contended is listed as not judged, with why, and is never best nor recommended. Quality: each configuration's "
+    "validation accuracy after its last epoch is compared with its workload's reference configuration (the first "
+    "without gradient compression, comm_hook=none): the difference of the means over repeats with a Welch "
+    "interval; a configuration whose whole interval lies below -quality_margin learns worse and is never "
+    "recommended; runs of fewer than 2 epochs are not judged on quality. "
 )
 MULTIPLE_COMPARISONS = (
     "Multiple comparisons: with k configurations in a workload, the best must also be shown faster than each of the "
@@ -217,7 +227,15 @@ def _analysis(
     flags += _memory_flags(configs, limit)
     margin = spec.get("equivalence_margin")
     margin = float(margin) if is_number(margin) and 0 < margin < 1 else EQUIVALENCE_MARGIN
+    least = spec.get("min_repeats")
+    least = int(least) if is_number(least) and least >= 1 else MIN_REPEATS
+    quality_margin = spec.get("quality_margin")
+    quality_margin = float(quality_margin) if is_number(quality_margin) and quality_margin >= 0 else QUALITY_MARGIN
+    _judge(configs, least)
     groups = _by_workload(configs)
+    for rows in groups.values():
+        _quality(rows, quality_margin, confidence)
+    flags += [Flag("learns-worse", c.name, c.quality_note) for c in configs if c.learns_worse]
     verdicts = [_verdict(name, rows, confidence, margin) for name, rows in groups.items()]
     for verdict in verdicts:
         _recommend(verdict, groups[verdict.workload], limit, confidence)
@@ -342,35 +360,126 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
     return dict(groups)
 
 
+def _judge(configs: list[ConfigResult], least: int) -> None:
+    """Mark each configuration the verdict must pass over, and why: fewer usable runs than ``least``
+    (min_repeats), a run that never settled, a run counted that was measured under contention."""
+    for config in configs:
+        runs = len(config.samples_per_s)
+        if not runs:
+            continue  # no usable run: listed apart, as unmeasured
+        reasons = []
+        if runs < least:
+            reasons.append(f"{runs} usable run{'s' if runs != 1 else ''} of the {least} needed (min_repeats)")
+        if config.unsettled_runs:
+            reasons.append(f"unsettled ({config.unsettled_runs} run(s) never settled)")
+        contended = sum(r.used and r.contended for r in config.runs)
+        if contended:
+            reasons.append(f"contended ({contended} of its runs counted were measured under contention)")
+        config.not_judged = "; ".join(reasons) or None
+
+
+def _quality(configs: list[ConfigResult], margin: float, confidence: float) -> None:
+    """What each configuration of one workload learnt against the workload's reference configuration (the first
+    without gradient compression, comm_hook=none): the validation accuracy's difference over repeats, with its
+    interval. "learns worse" when the whole interval lies below ``-margin``, "diverged" when a run diverged; not
+    judged when the runs trained fewer than QUALITY_MIN_EPOCHS epochs or have too few accuracies to compare."""
+    plain = [c for c in configs if c.config.get("comm_hook", "none") == "none" and len(c.val_accuracies) >= 2]
+    reference = min(plain, key=lambda c: (c.index, c.suffix), default=None)
+    points = f"{100 * margin:g} points"
+    for config in configs:
+        if not config.used_runs:
+            continue
+        config.quality_reference = reference.name if reference is not None else None
+        diverged = [r for r in config.used_runs if r.diverged]
+        epochs = [r.epochs for r in config.used_runs if r.epochs is not None]
+        if diverged:
+            config.quality = "diverged"
+            config.quality_note = f"diverged in {len(diverged)} run(s): {diverged[0].diverged}"
+            continue
+        if epochs and min(epochs) < QUALITY_MIN_EPOCHS:
+            config.quality = "not judged"
+            config.quality_note = f"quality not judged: {min(epochs)} epoch{'s' if min(epochs) != 1 else ''}"
+            continue
+        if config is reference:
+            config.quality = "reference"
+            config.quality_note = "the reference of its workload's quality (the first without gradient compression)"
+            continue
+        accuracies = config.val_accuracies
+        if reference is None or len(accuracies) < 2:
+            config.quality = "not judged"
+            config.quality_note = (
+                "quality not judged: no reference configuration with 2 or more runs (comm_hook=none)"
+                if reference is None
+                else f"quality not judged: {len(accuracies)} run(s) with a validation accuracy (2 needed)"
+            )
+            continue
+        d = difference_interval(accuracies, reference.val_accuracies, confidence)
+        config.accuracy_difference = d
+        assert d.value is not None and d.low is not None and d.high is not None  # 2 or more runs of each
+        pct = round(100 * confidence)
+        shown = (
+            f"validation accuracy {100 * d.value:+.1f} points against {reference.name} "
+            f"({pct} % interval {100 * d.low:+.1f} to {100 * d.high:+.1f})"
+        )
+        if d.high < -margin:
+            config.quality = "learns worse"
+            config.quality_note = f"learns worse: {shown}, beyond the margin of {points}"
+        else:
+            config.quality = "no worse"
+            config.quality_note = f"not shown worse by more than {points}: {shown}"
+
+
+# The three verdicts on configurations that no rule separates, each with its one phrasing: tied (the intervals
+# overlap), equivalent (the equivalence test passed), not separable at any practical number of repeats.
+TIED_TEXT = "statistically tied"
+TIED_MEANS = "these runs cannot tell them apart"
+EQUIVALENT_TEXT = "equivalent within ±{margin:g} %"
+EQUIVALENT_MEANS = (
+    "the equivalence test passed (two one-sided tests at 5 %): none is slower than the fastest by more than the margin"
+)
+INSEPARABLE_TEXT = "not separable at any practical number of repeats"
+
+
+def relative(
+    name: str, value: float, base_name: str, base: float, faster: str = "faster", slower: str = "slower"
+) -> str:
+    """A relative difference that names its base: "cfg002 is 1.8 % slower than cfg003"."""
+    change = value / base - 1
+    return f"{name} is {100 * abs(change):.1f} % {faster if change >= 0 else slower} than {base_name}"
+
+
 def _verdict(
     workload: str, configs: list[ConfigResult], confidence: float, margin: float = EQUIVALENCE_MARGIN
 ) -> Verdict:
-    measured = sorted(
+    ranked = sorted(
         (c for c in configs if c.throughput.value is not None),
         key=lambda c: cast(float, c.throughput.value),  # not None: the filter keeps the configurations with a value
         reverse=True,
     )
-    names = [c.name for c in measured]
+    names = [c.name for c in ranked]
+    measured = [c for c in ranked if c.not_judged is None]  # only these can be best, tied or recommended
+    not_judged = {c.name: c.not_judged for c in ranked if c.not_judged is not None}
     unmeasured = [c.name for c in configs if c.throughput.value is None]
-    # A configuration without a usable run (failed, or every run contended) might have been the fastest.
-    provisional = bool(unmeasured) or any(len(c.samples_per_s) < MIN_REPEATS for c in configs)
+    # A configuration without a usable run (failed, or every run contended), or passed over, might have been the
+    # fastest.
+    provisional = bool(unmeasured) or bool(not_judged)
     if not measured:
-        return Verdict(
-            workload,
-            names,
-            None,
-            [],
-            True,
-            reason="no configuration of this workload has a usable run",
-            unmeasured=unmeasured,
+        reason = (
+            "no configuration of this workload can be judged (see Not judged)"
+            if ranked
+            else "no configuration of this workload has a usable run"
         )
+        return Verdict(workload, names, None, [], True, reason=reason, unmeasured=unmeasured, not_judged=not_judged)
     top = measured[0]
     if len(measured) == 1:
-        reason = "the only configuration of its workload" if not unmeasured else "the only one with a usable run"
-        return Verdict(workload, names, top.name, [], provisional, reason=reason, unmeasured=unmeasured)
+        reason = "the only configuration of its workload" if len(configs) == 1 else "the only one judged"
+        return Verdict(
+            workload, names, top.name, [], provisional, reason=reason, unmeasured=unmeasured, not_judged=not_judged
+        )
     runner = measured[1]
     assert top.throughput.value is not None and runner.throughput.value is not None
     difference = top.throughput.value / runner.throughput.value - 1
+    others = len(measured) - 1  # the leader is compared with each: the family the correction is over
     verdict = Verdict(
         workload,
         names,
@@ -379,23 +488,24 @@ def _verdict(
         provisional,
         runner.name,
         difference,
-        welch_p(top.samples_per_s, runner.samples_per_s),
+        welch_greater_p(top.samples_per_s, runner.samples_per_s),
         unmeasured=unmeasured,
+        welch_threshold=(1 - confidence) / others,
+        not_judged=not_judged,
     )
     if not top.throughput.has_interval:
-        verdict.tied = names
+        verdict.tied = [c.name for c in measured]
         verdict.reason = "the fastest configuration has a single usable run, so no interval: nothing can be told apart"
         return verdict
-    others = len(measured) - 1  # the leader is compared with each: the family the correction is over
     overlapping = [c for c in measured[1:] if not leads(top.throughput, c.throughput, others, confidence)]
     pct, alpha = round(100 * confidence), 100 - round(100 * confidence)
     test = f"a one-sided Welch t-test at {alpha:g} %" + (f" / {others} (Bonferroni)" if others > 1 else "")
     if not overlapping:
         verdict.best = top.name
-        each = "the other configuration" if others == 1 else f"each of the {others} others"
+        each = "the other configuration judged" if others == 1 else f"each of the {others} others judged"
         verdict.reason = (
             f"its {pct} % interval lies above every other configuration's and it is shown faster than {each} by "
-            f"{test}; {100 * difference:.1f} % faster than the runner-up {runner.name}"
+            f"{test}; {relative(top.name, top.throughput.value, runner.name, runner.throughput.value)}"
         )
         return verdict
     verdict.tied = [top.name] + [c.name for c in overlapping]
@@ -416,10 +526,6 @@ def _verdict(
             (f"{near} of their intervals overlap the fastest configuration's; " if near else "")
             + f"the fastest's interval lies above that of {listed}, but with {others + 1} configurations compared "
             f"{test} does not show it faster"
-        )
-    if verdict.equivalent:
-        verdict.reason += (
-            f"; each is shown within ±{100 * margin:g} % of it (two one-sided tests at 5 %): equivalent, any will do"
         )
     return verdict
 
@@ -458,41 +564,87 @@ def _less_memory(a: ConfigResult, b: ConfigResult) -> bool:
 
 
 def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
-    """What makes ``cheap`` cheaper than ``than``, in words."""
+    """What makes ``cheap`` cheaper than ``than``, in words: memory per rank and in all (every rank's peak)."""
     reasons = []
     if cheap.world_size < than.world_size:
         reasons.append(
             f"uses {cheap.world_size} process{'es' if cheap.world_size > 1 else ''} instead of {than.world_size}"
         )
-    if _less_memory(cheap, than):
-        share = 1 - cast(float, cheap.peak_memory.value) / cast(float, than.peak_memory.value)
-        reasons.append(f"{100 * share:.0f} % less memory per rank")
+    mine, theirs = cheap.peak_memory.value, than.peak_memory.value
+    if mine is not None and theirs:
+        all_mine, all_theirs = mine * cheap.world_size, theirs * than.world_size
+        per_rank = 1 - mine / theirs
+        if _less_memory(cheap, than) or all_mine < (1 - MEMORY_MATERIAL) * all_theirs:
+            ranks = f"{than.world_size} x {theirs / MIB:.0f} = " if than.world_size > 1 else ""
+            mine_all = f"{cheap.world_size} x {mine / MIB:.0f} = " if cheap.world_size > 1 else ""
+            more_or_less = "less" if per_rank >= 0 else "more"
+            rank_text = (
+                f"needs {100 * abs(per_rank):.0f} % {more_or_less} memory per rank ({mine / MIB:.0f} against "
+                f"{theirs / MIB:.0f} MiB)"
+            )
+            reasons.append(
+                f"{rank_text}, {100 * (1 - all_mine / all_theirs):.0f} % less in all ({mine_all}{all_mine / MIB:.0f} "
+                f"against {ranks}{all_theirs / MIB:.0f} MiB)"
+            )
     return " and ".join(reasons) or "is no more expensive"
+
+
+def _evidence(config: ConfigResult, confidence: float) -> str:
+    """A configuration's throughput as evidence: mean, interval, runs."""
+    t, runs = config.throughput, len(config.samples_per_s)
+    interval = f", {round(100 * confidence)} % interval {positive_range(t)}" if t.has_interval else ""
+    return f"{config.name}: {t.value:.0f} samples/s{interval}, {runs} run{'s' if runs != 1 else ''}"
+
+
+RECOMMEND_RULE = (
+    "the fastest configuration that is judged (at least min_repeats usable runs, settled, not contended), fits, "
+    "and does not learn worse than its workload's reference; among configurations tied on speed with it, the "
+    "cheapest (fewest processes, then the lowest peak memory per rank)"
+)
 
 
 def _recommend(
     verdict: Verdict, configs: list[ConfigResult], limit: float | None, confidence: float = CONFIDENCE
 ) -> None:
-    """The configuration to use: the best where one is named; among configurations tied on speed, the cheapest
-    (fewest processes, then the lowest peak memory per rank); never one that does not fit."""
+    """The configuration to use (:data:`RECOMMEND_RULE`); every faster configuration passed over says why."""
     measured = sorted(
         (c for c in configs if c.throughput.value is not None), key=lambda c: -cast(float, c.throughput.value)
     )
     verdict.does_not_fit = [c.name for c in configs if not c.fits]
-    fitting = [c for c in measured if c.fits]
-    if not fitting:
+    verdict.rule = RECOMMEND_RULE
+
+    def why_not(c: ConfigResult) -> str | None:
+        if c.not_judged is not None:
+            return f"not judged: {c.not_judged}"
+        if not c.fits:
+            return "does not fit" + (" (ran out of memory)" if c.out_of_memory else " (above memory_limit_mb)")
+        if c.learns_worse:
+            return c.quality_note
+        return None
+
+    candidates = [c for c in measured if why_not(c) is None]
+    if not candidates:
         if measured:
-            verdict.recommendation = "nothing measured fits within the memory limit (or every one ran out of memory)"
+            verdict.recommendation = "none: every configuration measured is not judged, does not fit or learns worse"
+            verdict.passed_over = {c.name: cast(str, why_not(c)) for c in measured}
         return
-    lead = fitting[0]
+    lead = candidates[0]
+    ahead = measured[: measured.index(lead)]  # faster than the lead, each passed over
+    verdict.passed_over = {c.name: cast(str, why_not(c)) for c in ahead}
+    passed = "; ".join(f"{name} faster but {why}" for name, why in verdict.passed_over.items())
+    passed = f" ({passed})" if passed else ""
+    quality = f"; {lead.quality_note}" if lead.quality == "not judged" else ""
+    judged = [c for c in measured if c.not_judged is None]
     if verdict.best is not None and verdict.best == lead.name:
         verdict.recommended = lead.name
-        verdict.recommendation = f"{lead.name}: the fastest, separated from every other configuration"
+        verdict.evidence = _evidence(lead, confidence)
+        separated = "separated from every other configuration judged" if len(judged) > 1 else "the only one judged"
+        verdict.recommendation = f"{lead.name}: the fastest, {separated}{passed}{quality}"
         return
     peers = [lead]
     if lead.throughput.has_interval:  # tied with the lead by the verdict's own rule
-        rivals = len(measured) - 1
-        peers += [c for c in fitting[1:] if not leads(lead.throughput, c.throughput, rivals, confidence)]
+        rivals = len(judged) - 1
+        peers += [c for c in candidates[1:] if not leads(lead.throughput, c.throughput, rivals, confidence)]
     infinite = float("inf")
     cheapest = min(
         peers, key=lambda c: (c.world_size, c.peak_memory.value or infinite, -cast(float, c.throughput.value))
@@ -500,17 +652,20 @@ def _recommend(
     if cheapest.world_size == lead.world_size and not _less_memory(cheapest, lead):
         cheapest = lead  # cheaper only inside the noise: the fastest is as cheap
     verdict.recommended = cheapest.name
-    ahead = measured[: next(i for i, c in enumerate(measured) if c is lead)]  # faster than the lead
-    slower = [c.name for c in ahead if not c.fits]
-    unfit = f" ({', '.join(slower)} faster but does not fit)" if slower else ""
+    verdict.evidence = _evidence(cheapest, confidence)
+    if cheapest.quality == "not judged":
+        quality = f"; {cheapest.quality_note}"
     if len(peers) == 1:
-        verdict.recommendation = f"{lead.name}: the fastest configuration that fits{unfit}"
+        verdict.recommendation = f"{lead.name}: the fastest configuration that can be recommended{passed}{quality}"
     elif cheapest is lead:
         others = ", ".join(c.name for c in peers if c is not lead)
-        verdict.recommendation = f"{lead.name}: tied on speed with {others}, and none of them is cheaper{unfit}"
+        verdict.recommendation = (
+            f"{lead.name}: tied on speed with {others}, and none of them is cheaper{passed}{quality}"
+        )
     else:
         verdict.recommendation = (
-            f"{cheapest.name}: tied on speed with {lead.name}; {cheapest.name} {_cheaper(cheapest, lead)}{unfit}"
+            f"{cheapest.name}: tied on speed with {lead.name}; {cheapest.name} {_cheaper(cheapest, lead)}"
+            f"{passed}{quality}"
         )
 
 
@@ -536,7 +691,7 @@ def _flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]:
             interval = config.efficiency
             detail = f"efficiency {interval.value:.2f}"
             if interval.has_interval:
-                detail += f" ({interval.low:.2f}-{interval.high:.2f})"
+                detail += f" ({interval.low:.2f} to {interval.high:.2f})"
             flags.append(Flag("superlinear", config.name, f"{detail} on {config.world_size} processes"))
         cv = config.throughput.cv
         if cv is not None and cv > CV_HIGH:

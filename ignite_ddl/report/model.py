@@ -16,7 +16,9 @@ from ignite_ddl.report.stats import EQUIVALENCE_MARGIN, Estimate
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict"]
 
 MIB = float(1 << 20)
-MIN_REPEATS = 3  # fewer repeats than this make a verdict provisional
+MIN_REPEATS = 3  # fewer usable runs than this (or the spec's min_repeats): a configuration is not judged
+QUALITY_MARGIN = 0.01  # validation accuracy (a share) below the reference's by more than this: "learns worse"
+QUALITY_MIN_EPOCHS = 2  # runs shorter than this have not learnt enough for their accuracy to be compared
 MEMORY_MATERIAL = 0.05  # without intervals, this much less peak memory makes a configuration cheaper
 SUPERLINEAR = 1.0  # efficiency above this is suspect: never printed without its flag
 CV_HIGH = 0.10  # repeats disagreeing by more than this (standard deviation / mean) make a wide interval
@@ -49,8 +51,12 @@ FLAG_MEANINGS = {
     "the configuration does not fit this machine and is never recommended",
     "does-not-fit": "the configuration's peak memory per rank is above the sweep's memory_limit_mb: it is never "
     "recommended, however fast it is",
-    "provisional": f"fewer than {MIN_REPEATS} usable repeats per configuration (completed, and not contended unless "
-    "contended runs are counted): intervals are very wide (or missing) and the verdict may change with more runs",
+    "provisional": "some configuration of the workload is not judged (fewer usable runs than min_repeats, "
+    "unsettled, contended) or has no usable run: it might have been the fastest, and the verdict may change with "
+    "more runs",
+    "learns-worse": "the configuration's validation accuracy is below its workload's reference configuration's by "
+    "more than quality_margin (the whole interval of the difference over repeats): it is never recommended, "
+    "however fast it is",
     "recompiled": "torch.compile compiled the model again during training (a guard failed: a new input shape, "
     "dtype, ...): each recompilation costs compilation time, which is counted in compile_s and left out of the "
     "throughput, and a run that recompiles often never reaches its compiled speed",
@@ -105,6 +111,8 @@ class RunResult:
     elapsed_s: float | None
     train_time_s: float | None = None  # training epochs, evaluation excluded
     engine_s: float | None = None  # the whole Engine.run: training, evaluation, end-of-epoch handlers
+    val_accuracy: float | None = None  # after the last epoch
+    epochs: int | None = None  # epochs trained
 
 
 @dataclass
@@ -162,6 +170,23 @@ class ConfigResult:
     unsettled_runs: int = 0  # runs whose step times never settled (MSER-5)
     ddp_crosscheck: dict[str, float] | None = None  # ours / DDP's own statistics: "comm" and "backward", mean ratios
     versus: list[dict[str, Any]] = field(default_factory=list)  # against the same configuration without compile/hook
+    # Why the verdict passes it over (fewer usable runs than min_repeats, unsettled, contended), or None: judged.
+    not_judged: str | None = None
+    # What it learnt against its workload's reference configuration: "reference", "no worse", "learns worse",
+    # "diverged" or "not judged"; quality_note says why in words.
+    quality: str | None = None
+    quality_note: str = ""
+    quality_reference: str | None = None
+    accuracy_difference: Estimate | None = None  # mean validation accuracy minus the reference's, over repeats
+
+    @property
+    def val_accuracies(self) -> list[float]:
+        """The validation accuracy of each run used."""
+        return [r.val_accuracy for r in self.used_runs if r.val_accuracy is not None]
+
+    @property
+    def learns_worse(self) -> bool:
+        return self.quality in ("learns worse", "diverged")
 
     @property
     def name(self) -> str:
@@ -191,7 +216,7 @@ class Verdict:
     provisional: bool
     runner_up: str | None = None
     difference: float | None = None  # fastest over runner-up, minus 1
-    welch_p: float | None = None  # Welch's t-test, fastest vs runner-up
+    welch_p: float | None = None  # one-sided Welch's t-test, fastest vs runner-up ("the fastest is no faster")
     repeats_needed: dict[str, int | None] = field(default_factory=dict)  # tied config -> repeats to separate it
     reason: str = ""
     unmeasured: list[str] = field(default_factory=list)  # configurations of the workload with no usable run
@@ -200,6 +225,11 @@ class Verdict:
     does_not_fit: list[str] = field(default_factory=list)  # above the memory limit, or ran out of memory
     equivalent: bool = False  # every tied configuration shown within ``margin`` of the fastest (two one-sided tests)
     margin: float = EQUIVALENCE_MARGIN
+    welch_threshold: float | None = None  # what welch_p (one-sided) is compared with: alpha / (k - 1), Bonferroni
+    not_judged: dict[str, str] = field(default_factory=dict)  # configuration -> why the verdict passes it over
+    rule: str = ""  # the rule that chose the recommended configuration, in words
+    evidence: str = ""  # the recommended configuration's figures: runs, mean, interval
+    passed_over: dict[str, str] = field(default_factory=dict)  # faster configurations not recommended -> why
 
     @property
     def tied_listed(self) -> list[str]:

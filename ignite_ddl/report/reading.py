@@ -342,6 +342,8 @@ class Reader:
             elapsed_s=_float(record.get("elapsed_s")),
             train_time_s=_float(summary.get("train_time_s")),
             engine_s=_float(summary.get("wall_time_s")),
+            val_accuracy=_float(summary.get("val_accuracy")),
+            epochs=_count(summary.get("epochs")),
         )
         seen = _Seen(run, None, None, None, None, None)
         if record["status"] == "completed" and record.get("summary"):

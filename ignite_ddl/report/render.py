@@ -9,11 +9,22 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
-from ignite_ddl.report.analysis import load, notes, superlinear, versus_text
+from ignite_ddl.report.analysis import (
+    EQUIVALENT_MEANS,
+    EQUIVALENT_TEXT,
+    INSEPARABLE_TEXT,
+    TIED_MEANS,
+    TIED_TEXT,
+    load,
+    notes,
+    relative,
+    superlinear,
+    versus_text,
+)
 from ignite_ddl.report.hparams import write_hparams
-from ignite_ddl.report.model import FLAG_MEANINGS, FLAGS_LISTED, MIB, MIN_REPEATS, Analysis, ConfigResult
+from ignite_ddl.report.model import FLAG_MEANINGS, FLAGS_LISTED, MIB, Analysis, ConfigResult, Verdict
 from ignite_ddl.report.plots import make_plots
-from ignite_ddl.report.stats import Estimate
+from ignite_ddl.report.stats import Estimate, positive_range
 
 __all__ = ["Document", "verdict_lines", "write_report"]
 
@@ -108,15 +119,18 @@ _STYLE = (
 )
 
 
+_RANGE = re.compile(r"\(?-?\d[\d.]* to -?\d[\d.]*\)?")
+
+
 def _ranges(cell: str) -> str:
-    """An escaped cell with each interval (``1.66-1.74``) kept on one line: a browser breaks after a hyphen."""
-    return re.sub(r"(\(?\d[\d.]*-\d[\d.]*\)?)", r"<span class='n'>\1</span>", cell)
+    """An escaped cell with each interval (``1.66 to 1.74``) kept on one line."""
+    return _RANGE.sub(lambda m: f"<span class='n'>{m.group(0)}</span>", cell)
 
 
 def _cell_class(text: str) -> str:
-    """A figure (no space: ``2817-2873``) stays on one line; a text is set left and smaller, and a long one (a
-    workload's options) gets room for a few words a line."""
-    if " " not in text:
+    """A figure (no space, or a range ``2817 to 2873``) stays on one line; a text is set left and smaller, and a
+    long one (a workload's options) gets room for a few words a line."""
+    if " " not in text or _RANGE.fullmatch(text):
         return " class='n'"
     return " class='t long'" if len(text) > 50 else " class='t'" if len(text) > 30 else ""
 
@@ -157,17 +171,13 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def _interval(e: Estimate | None, fmt: str = ".0f") -> str:
-    """``low-high`` of an estimate's interval, or ``-``."""
-    if e is None or not e.has_interval:
-        return "-"
-    return f"{format(e.low, fmt)}-{format(e.high, fmt)}"
+_interval = positive_range
 
 
 def _ratio(e: Estimate | None) -> str:
     if e is None or e.value is None:
         return "-"
-    return f"{e.value:.2f}" + (f" ({e.low:.2f}-{e.high:.2f})" if e.has_interval and e.low != e.high else "")
+    return f"{e.value:.2f}" + (f" ({_interval(e, '.2f')})" if e.has_interval and e.low != e.high else "")
 
 
 def _options(grid: dict[str, Any]) -> str:
@@ -186,6 +196,25 @@ def _figure(config: ConfigResult, pct: int) -> str:
     return f"{_rate(t.value)} samples/s{interval}, {runs} run{'s' if runs != 1 else ''}"
 
 
+def _welch_text(v: Verdict, pct: int) -> str:
+    """The runner-up's comparison: the relative difference naming its base, and the p-value beside the corrected
+    threshold it was judged by."""
+    assert v.runner_up is not None and v.difference is not None and v.tied is not None
+    top = v.best or v.tied[0]
+    text = f"{relative(top, 1 + v.difference, v.runner_up, 1.0)} (the runner-up)"
+    if v.welch_p is None:
+        return text + "; Welch's t-test needs 2 runs of each"
+    alpha = (100 - pct) / 100
+    threshold = v.welch_threshold if v.welch_threshold is not None else alpha
+    comparisons = round(alpha / threshold)
+    corrected = f" ({100 - pct:g} % / {comparisons}, Bonferroni)" if comparisons > 1 else ""
+    significant = "below it" if v.welch_p <= threshold else "not below it: not shown faster"
+    return (
+        f"{text}; one-sided Welch's t-test p = {v.welch_p:.3g} against the corrected threshold {threshold:.3g}"
+        f"{corrected}: {significant}"
+    )
+
+
 def verdict_lines(analysis: Analysis) -> list[str]:
     """One line per workload: what the data supports."""
     pct = round(100 * analysis.confidence)
@@ -199,13 +228,15 @@ def verdict_lines(analysis: Analysis) -> list[str]:
         if v.best is not None:
             lines.append(f"{where}best: {_named(analysis, v.best)}: {_figure(analysis.config(v.best), pct)}{tag}")
         elif v.tied and v.equivalent:
-            lines.append(f"{where}equivalent within ±{100 * v.margin:g} %: {v.tied_shown} (any will do){tag}")
+            lines.append(f"{where}{EQUIVALENT_TEXT.format(margin=100 * v.margin)}: {v.tied_shown}{tag}")
         elif v.tied:
-            lines.append(f"{where}statistically tied: {v.tied_shown} ({v.reason}){tag}")
+            lines.append(f"{where}{TIED_TEXT}: {v.tied_shown} ({v.reason}: {TIED_MEANS}){tag}")
         else:
             lines.append(f"{where}no verdict: {v.reason}")
         if v.recommendation and not (v.best is not None and v.recommended == v.best):
             lines.append(f"{where}recommended: {v.recommendation}")
+        for name, why in v.not_judged.items():
+            lines.append(f"{where}not judged: {name}: {why}" + (f" ({note})" if note else ""))
     return lines
 
 
@@ -232,46 +263,41 @@ def _verdict_section(doc: Document, analysis: Analysis) -> None:
             best = analysis.config(v.best)
             items.append(f"**Best: {_named(analysis, v.best)}** — {_figure(best, pct)}: {v.reason}.")
         elif v.tied and v.equivalent:
-            items.append(
-                f"**Equivalent within ±{100 * v.margin:g} %: {v.tied_shown}** — {v.reason}. None is faster by "
-                "more than the margin; choose on cost."
-            )
+            equivalent = EQUIVALENT_TEXT.format(margin=100 * v.margin)
+            items.append(f"**{equivalent[0].upper()}{equivalent[1:]}: {v.tied_shown}** — {EQUIVALENT_MEANS}.")
         elif v.tied:
-            items.append(
-                f"**Statistically tied: {v.tied_shown}** — {v.reason}: the data does not say which is fastest."
-            )
+            items.append(f"**{TIED_TEXT[0].upper()}{TIED_TEXT[1:]}: {v.tied_shown}** — {v.reason}: {TIED_MEANS}.")
+        else:
+            items.append(f"No verdict: {v.reason}.")
+        if v.tied and v.best is None:
             for name in v.tied_listed:
                 items.append(f"{_named(analysis, name)}: {_figure(analysis.config(name), pct)}")
             for name, n in ((name, v.repeats_needed[name]) for name in v.tied_listed if name in v.repeats_needed):
                 config, top = analysis.config(name), analysis.config(v.tied[0])
-                gap = 100 * (1 - (config.throughput.value or 0) / (top.throughput.value or 1))
-                if not config.throughput.has_interval:
-                    items.append(f"{name} has a single usable run: no interval to compare with")
-                elif n is None:
+                gap = relative(name, config.throughput.value or 0.0, top.name, top.throughput.value or 1.0)
+                if n is None:
+                    items.append(f"{gap}: {INSEPARABLE_TEXT} at this spread (more than 100 of each)")
+                elif not v.equivalent:
                     items.append(
-                        f"{name} is {gap:.1f} % slower than {top.name}: no practical number of repeats "
-                        "would separate them at this spread; treat them as equal"
+                        f"{gap}: about {n} repeats of each would separate them if the means and spreads stay as "
+                        "measured"
                     )
-                else:
-                    items.append(
-                        f"{name} is {gap:.1f} % slower than {top.name}: about {n} repeats of each would "
-                        "separate them if the means and spreads stay as measured"
-                    )
-        else:
-            items.append(f"No verdict: {v.reason}.")
         if v.recommendation:
             items.append(f"**Recommended: {v.recommendation}.**")
+            if v.evidence:
+                items.append(f"Evidence: {v.evidence}. Rule: {v.rule}.")
+        for name, why in v.not_judged.items():
+            items.append(f"Not judged (never best nor recommended): {name}: {why}.")
         if v.does_not_fit:
             items.append(f"Does not fit (never recommended): {', '.join(v.does_not_fit)}.")
         if v.runner_up is not None and v.difference is not None:
-            p = "needs 2 runs of each" if v.welch_p is None else f"p = {v.welch_p:.3g}"
-            items.append(f"fastest vs runner-up ({v.runner_up}): {100 * v.difference:+.1f} %, Welch's t-test {p}")
+            items.append(_welch_text(v, pct) + ".")
         if v.unmeasured:
             items.append(f"Not compared, no usable run (failed, or every run contended): {', '.join(v.unmeasured)}.")
         if v.provisional:
             items.append(
-                f"Provisional: fewer than {MIN_REPEATS} usable repeats in some configuration, or a configuration "
-                "without a usable run; run more repeats before relying on it."
+                "Provisional: some configuration is not judged or has no usable run; it might have been the "
+                "fastest. Run more repeats (or on a quieter machine) before relying on it."
             )
         doc.bullets(items)
     # The plot exists only where some configuration has a throughput figure (not when every run was left out).

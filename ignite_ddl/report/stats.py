@@ -40,6 +40,8 @@ __all__ = [
     "EQUIVALENCE_CONFIDENCE",
     "EQUIVALENCE_MARGIN",
     "Estimate",
+    "difference_interval",
+    "positive_range",
     "equivalent",
     "leads",
     "mean_interval",
@@ -103,6 +105,21 @@ def _t(confidence: float, df: float) -> float:
     return float(_scipy().t.ppf((1 + confidence) / 2, df))
 
 
+def positive_range(e: Estimate | None, fmt: str = ".0f") -> str:
+    """The interval of a positive quantity (a throughput, a speed-up, memory) as text, ``low to high`` (a hyphen
+    could read as a minus sign), or ``-``; a low end below zero (a t-interval over a few noisy runs) is clipped at 0
+    and says so.
+
+    >>> positive_range(Estimate(660.0, -286.0, 1553.0)), positive_range(Estimate(1424.0, 1236.4, 1613.2))
+    ('0 to 1553 (clipped at 0)', '1236 to 1613')
+    """
+    if e is None or e.low is None or e.high is None:
+        return "-"
+    if e.low < 0:
+        return f"0 to {format(e.high, fmt)} (clipped at 0)"
+    return f"{format(e.low, fmt)} to {format(e.high, fmt)}"
+
+
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
     """Mean of ``values`` with its Student-t confidence interval (no interval from fewer than 2 values)."""
     n = len(values)
@@ -141,6 +158,29 @@ def ratio_interval(
     df = (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
     q = _t(confidence, df)
     return Estimate(ratio, ratio * math.exp(-q * se), ratio * math.exp(q * se), min(n_a, n_b), ratio * se)
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
+    """mean(a) - mean(b) with a Welch confidence interval (the two sets of runs are independent and may have
+    unequal spreads); no interval with fewer than 2 values in either.
+
+    Example:
+        >>> d = difference_interval([0.80, 0.82, 0.81], [0.70, 0.71, 0.72])
+        >>> round(d.value, 3), round(d.low, 3), round(d.high, 3)
+        (0.1, 0.077, 0.123)
+    """
+    if not a or not b:
+        return Estimate(None)
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    n_a, n_b = len(a), len(b)
+    if n_a < 2 or n_b < 2:
+        return Estimate(diff, n=min(n_a, n_b))
+    va, vb = statistics.variance(a) / n_a, statistics.variance(b) / n_b
+    if va + vb == 0:
+        return Estimate(diff, diff, diff, min(n_a, n_b), 0.0)
+    df = (va + vb) ** 2 / (va * va / (n_a - 1) + vb * vb / (n_b - 1))
+    half = _t(confidence, df) * math.sqrt(va + vb)
+    return Estimate(diff, diff - half, diff + half, min(n_a, n_b), math.sqrt(va + vb))
 
 
 def separated(a: Estimate, b: Estimate) -> bool | None:

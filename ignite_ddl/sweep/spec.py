@@ -43,6 +43,7 @@ from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, option, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
+from ignite_ddl.report.model import QUALITY_MARGIN
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
 
@@ -155,7 +156,12 @@ class Spec(Options):
         role=Role.SWEEP,
     )
     min_repeats: int = option(
-        3, "adaptive repeats: rounds every configuration gets", role=Role.SWEEP, low=2, high=MAX_REPEATS
+        3,
+        "the fewest usable runs (completed, settled, not contended) a configuration needs to be judged (named best "
+        "or recommended); with adaptive repeats, the rounds every configuration gets",
+        role=Role.SWEEP,
+        low=2,
+        high=MAX_REPEATS,
     )
     max_repeats: int = option(
         15, "adaptive repeats: the most rounds a configuration gets", role=Role.SWEEP, low=2, high=MAX_REPEATS
@@ -176,6 +182,15 @@ class Spec(Options):
         low=0,
         low_open=True,
         high=0.5,
+    )
+    quality_margin: float = option(
+        QUALITY_MARGIN,
+        "the verdict: a configuration whose validation accuracy is below its workload's reference configuration's "
+        "(the first without gradient compression) by more than this (a share: 0.01 is one point), the whole interval "
+        "of the difference over repeats, learns worse and is never recommended",
+        role=Role.SWEEP,
+        low=0,
+        high=1,
     )
     timeout_s: float = option(
         600.0, "wall-time limit of one run, seconds", role=Role.SWEEP, low=0, low_open=True, high=MAX_TIMEOUT_S

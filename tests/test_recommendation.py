@@ -1,0 +1,168 @@
+"""The recommendation on hand-made results: a faster configuration that learns worse is never recommended, one with
+its accuracy tied is; a configuration with too few usable runs, an unsettled one and a contended one are never best
+nor recommended; every verdict's phrase appears only under its condition; relative differences name their base and
+no interval of a positive quantity goes below zero."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_report import record
+
+from ignite_ddl.core.results import append_record
+from ignite_ddl.report import analyze, write_report
+from ignite_ddl.report.analysis import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
+from ignite_ddl.report.render import verdict_lines
+
+PLAIN = [100.0, 101.0, 99.0]
+FAST = [130.0, 131.0, 129.0]
+
+
+def _runs(index: int, rates: list[float], accuracies: list[float], hook: str = "none", **summary) -> list[dict]:
+    """A configuration's runs of 2 epochs each (2 processes, a comm_hook), with these rates and accuracies."""
+    return [
+        record(
+            index,
+            repeat,
+            rate,
+            procs=2,
+            config={"comm_hook": hook},
+            grid={"comm_hook": hook},
+            summary={"val_accuracy": accuracy, "epochs": 2, **summary},
+        )
+        for repeat, (rate, accuracy) in enumerate(zip(rates, accuracies))
+    ]
+
+
+def test_a_faster_configuration_that_learns_worse_is_not_recommended():
+    records = _runs(0, PLAIN, [0.225, 0.230, 0.220]) + _runs(1, FAST, [0.168, 0.170, 0.166], hook="powersgd")
+    analysis = analyze(records)
+    (verdict,) = analysis.verdicts
+    hooked = analysis.config("cfg001")
+    assert verdict.best == "cfg001"  # the fastest on speed alone ...
+    assert hooked.quality == "learns worse" and hooked.quality_reference == "cfg000"
+    assert hooked.accuracy_difference.high < -0.01  # ... whose whole interval is below the reference's by the margin
+    assert verdict.recommended == "cfg000" and "cfg001 faster but learns worse" in verdict.recommendation
+    assert any(f.kind == "learns-worse" and f.config == "cfg001" for f in analysis.flags)
+    assert analysis.config("cfg000").quality == "reference"
+
+
+def test_a_faster_configuration_with_tied_accuracy_is_recommended():
+    records = _runs(0, PLAIN, [0.225, 0.230, 0.220]) + _runs(1, FAST, [0.221, 0.229, 0.226], hook="powersgd")
+    analysis = analyze(records)
+    (verdict,) = analysis.verdicts
+    assert analysis.config("cfg001").quality == "no worse"
+    assert verdict.best == verdict.recommended == "cfg001"
+    # A margin wider than the gap changes nothing; one narrower than the whole interval's distance would.
+    worse = _runs(0, PLAIN, [0.225, 0.230, 0.220]) + _runs(1, FAST, [0.205, 0.207, 0.206], hook="powersgd")
+    assert analyze(worse, {"spec": {"quality_margin": 0.05}}).verdicts[0].recommended == "cfg001"
+    assert analyze(worse, {"spec": {"quality_margin": 0.005}}).verdicts[0].recommended == "cfg000"
+
+
+def test_runs_of_one_epoch_say_their_quality_is_not_judged():
+    records = _runs(0, PLAIN, [0.2] * 3, epochs=1) + _runs(1, FAST, [0.1] * 3, hook="powersgd", epochs=1)
+    analysis = analyze(records)
+    assert analysis.config("cfg001").quality_note == "quality not judged: 1 epoch"
+    assert analysis.verdicts[0].recommended == "cfg001"
+    assert "quality not judged: 1 epoch" in analysis.verdicts[0].recommendation
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("one usable run", lambda rs: [r for r in rs if r["repeat"] == 0]),
+        ("unsettled", lambda rs: [_unsettled(r) for r in rs]),
+        ("contended", lambda rs: [_contended(r) for r in rs]),
+    ],
+)
+def test_a_configuration_not_judged_is_never_best_nor_recommended(kind, change):
+    fastest = change(_runs(1, [200.0, 202.0, 198.0], [0.2] * 3))
+    analysis = analyze(_runs(0, PLAIN, [0.2] * 3) + fastest, include_contended=True)
+    (verdict,) = analysis.verdicts
+    assert verdict.best == verdict.recommended == "cfg000", verdict
+    assert "cfg001" in verdict.not_judged and verdict.provisional
+    assert kind.split()[-1] in verdict.not_judged["cfg001"]  # says why it was passed over
+    assert "cfg001 faster but not judged" in verdict.recommendation
+    assert any("not judged: cfg001" in line for line in verdict_lines(analysis))
+
+
+def _unsettled(rec: dict) -> dict:
+    rec["summary"]["steps"] = {"global": {}, "ranks": [], "steady": {"settled": False}}
+    return rec
+
+
+def _contended(rec: dict) -> dict:
+    rec["contended"] = True
+    return rec
+
+
+# -- every phrase only under its condition, on hand-made analyses
+
+PHRASES = {
+    "best": "**Best:",
+    "tied": f"**{TIED_TEXT.capitalize()}:",
+    "equivalent": f"**{EQUIVALENT_TEXT.format(margin=3).capitalize()}:",
+    "inseparable": INSEPARABLE_TEXT,
+}
+CASES = {
+    "best": ([100.0, 101.0, 99.0], [130.0, 131.0, 129.0]),
+    # Far apart in mean but so noisy that they overlap: tied, a few more repeats would separate them.
+    "tied": ([100.0, 110.0, 90.0], [112.0, 122.0, 102.0]),
+    # Within 0.3 % of each other at a 0.1 % spread: the equivalence test passes.
+    "equivalent": ([100.0, 100.1, 99.9], [100.3, 100.4, 100.2]),
+    # 0.2 % apart at a 10 % spread: more than 100 repeats of each would be needed.
+    "inseparable": ([100.0, 110.0, 90.0], [100.2, 110.2, 90.2]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_verdict_phrase_appears_only_under_its_condition(case, tmp_path):
+    slow, fast = CASES[case]
+    records = _runs(0, slow, [0.2] * 3) + _runs(1, fast, [0.2] * 3)
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    (verdict,) = analyze(records).verdicts
+    report = write_report(tmp_path).read_text()
+    verdict_section = report.split("## Can I trust")[0]
+    expected = {
+        "best": verdict.best is not None,
+        "tied": bool(verdict.tied) and not verdict.equivalent,
+        "equivalent": verdict.equivalent,
+        "inseparable": any(n is None for n in verdict.repeats_needed.values()),
+    }
+    assert expected[case], (case, verdict)  # the hand-made analysis is the case it is meant to be
+    for name, phrase in PHRASES.items():
+        assert (phrase in verdict_section) == expected[name], (case, name, verdict_section)
+    assert "treat them as equal" not in report
+    _relative_differences_name_their_base(report)
+    _no_positive_interval_below_zero(report)
+
+
+def _relative_differences_name_their_base(report: str) -> None:
+    """Every "x % faster/slower/more/less" says than what."""
+    for match in re.finditer(r"\d % (faster|slower)\b(.{0,40})", report):
+        assert match.group(2).startswith(" than "), match.group(0)
+    assert not re.search(r"[-+]\d+(\.\d+)? %,? Welch", report)  # a bare signed difference beside a p-value
+
+
+def _no_positive_interval_below_zero(report: str) -> None:
+    """Throughputs, speed-ups and memory are positive and printed unsigned (differences carry a sign on both ends:
+    "-3 to +5 %"): no unsigned range ("a to b") may start below zero, and no range is written with a hyphen that
+    could be a minus sign ("-286-1553")."""
+    for low, high in re.findall(r"(?<![\w.+])(-?\d[\d.]*) to (\d[\d.]*)", report):
+        assert not low.startswith("-"), f"{low} to {high}"
+    assert not re.search(r"\d-\d", report.replace("repeats-", ""))
+
+
+def test_a_noisy_throughput_interval_is_clipped_at_zero_and_says_so(tmp_path):
+    records = _runs(0, [100.0, 1500.0, 20.0], [0.2] * 3) + _runs(1, [120.0, 130.0, 125.0], [0.2] * 3)
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    analysis = analyze(records)
+    assert analysis.config("cfg000").throughput.low < 0  # the t-interval itself reaches below zero ...
+    report = write_report(tmp_path).read_text()
+    _no_positive_interval_below_zero(report)  # ... the report never prints it so
+    assert "clipped at 0" in report
+    lines = [line for line in report.splitlines() if line.startswith("| cfg000 |")]
+    assert lines and "0 to " in lines[0]
