@@ -81,6 +81,7 @@ def test_a_run_stopped_while_recording_still_writes_its_trace(tmp_path):
     result = profiler.results()
     assert result["trace"] == "profile/rank0_torch.json" and result["active_iterations"] == 3
     assert {"ProfilerStep#6", "ProfilerStep#7", "ProfilerStep#8"} <= profiler_steps(tmp_path / result["trace"])
+    assert result["step_iterations"] == {"6": 7, "7": 8, "8": 9}  # ProfilerStep#N is iteration N + 1
     assert result["top_ops"]
 
 

@@ -264,8 +264,9 @@ class ProfilerResult(TypedDict):
     kind: Annotated[
         str,
         "`timer`, `basic` or `handlers` (Ignite's) or `torch` (`torch.profiler`: each rank's `trace`, a Chrome trace "
-        "relative to the run folder, `active_iterations`, `top_ops` and `trace_comm`: the trace's gradient "
-        "communication beside ours on the traced iterations, a TraceCommCheck, null without timed communication)",
+        "relative to the run folder, `active_iterations`, `step_iterations` (the trace's `ProfilerStep#N` -> the "
+        "iteration it recorded), `top_ops` and `trace_comm`: the trace's gradient communication beside ours on the "
+        "traced iterations, a TraceCommCheck, null without timed communication)",
     ]
     ranks: Annotated[list[Any], "each rank's results, in rank order"]
 

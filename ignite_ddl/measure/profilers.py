@@ -264,6 +264,8 @@ class TorchProfiler:
         return {
             "trace": self._trace,
             "active_iterations": self._active_iterations,
+            # the trace's ProfilerStep#N -> the engine iteration it recorded (JSON keys are text)
+            "step_iterations": {str(n): i for n, i in sorted(self._iterations.items())},
             "top_ops": self._top_ops,
             "trace_comm": self._trace_comm,
         }
