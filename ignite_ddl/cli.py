@@ -274,22 +274,23 @@ def _print_verdicts(results_dir: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(command=next((a for a in argv if not a.startswith("-")), None))
-    args: Any = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
-    return run_command(_in_scratch_folder, args)
+    return run_command(_in_scratch_folder, argv)
 
 
-def _in_scratch_folder(args: Any) -> int:
+def _in_scratch_folder(argv: list[str]) -> int:
     """The command, with every temporary file of it and of the processes it starts (ranks, workers, a sweep's runs,
-    its fork server), Inductor's cache included, in one private folder removed when it ends. SIGTERM and SIGHUP end
-    it as SIGINT does, wherever they arrive (a sweep waiting for a quiet machine or writing its report, ``report``):
-    one line, exit 128 + signal, the folder removed; launches inside install their own handlers, which also stop
-    their processes."""
+    its fork server), Inductor's cache included, in one private folder removed when it ends: the folder exists
+    before the parser imports a lab's module (some of torch's imports there create Inductor's cache folder, even
+    for ``--help``). SIGTERM and SIGHUP end the command as SIGINT does, wherever they arrive (a sweep waiting for a
+    quiet machine or writing its report, ``report``): one line, exit 128 + signal, the folder removed; launches
+    inside install their own handlers, which also stop their processes."""
     from ignite_ddl.launcher.scratch import scratch_folder
     from ignite_ddl.launcher.signals import interruptible
 
     with interruptible(), scratch_folder():
+        parser = build_parser(command=next((a for a in argv if not a.startswith("-")), None))
+        args: Any = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 0
         return cast(int, args.handler(args))

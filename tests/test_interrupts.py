@@ -1,5 +1,5 @@
 """SIGTERM and SIGHUP outside a run end a command as SIGINT does: one line, exit 128 + signal, and its scratch
-folder (and this process's multiprocessing folder) removed."""
+folder (and this process's multiprocessing folder) removed; commands leave nothing in $TMPDIR, --help included."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from conftest import run
 from test_report import configs
 
 from ignite_ddl.core.results import append_record
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -45,3 +49,18 @@ def test_a_signal_while_writing_a_report_ends_it_cleanly(tmp_path, signum):
     assert stderr.strip().splitlines()[-1] == f"ignite-ddl: interrupted by {signal.Signals(signum).name}: stopped"
     assert "Traceback" not in stderr
     assert list(scratch.iterdir()) == []  # neither ignite-ddl-* nor pymp-*
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["-m", "ignite_ddl", "fsdp", "--help"], ["benchmarks/trace_crosscheck.py", "--help"]],
+    ids=["lab", "trace_crosscheck"],
+)
+def test_help_leaves_nothing_in_the_temporary_folder(tmp_path, command):
+    """Importing torch._dynamo (a lab's module, the trainer) creates $TMPDIR/torchinductor_<user> unless
+    TORCHINDUCTOR_CACHE_DIR already points elsewhere: the scratch folder must exist before those imports."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = run([sys.executable, *command], env={"TMPDIR": str(scratch)}, cwd=ROOT, timeout=120)
+    assert result.returncode == 0 and "usage" in result.stdout, result.stderr
+    assert list(scratch.iterdir()) == []
