@@ -196,3 +196,27 @@ def test_fsdp_runs_with_bf16_a_profiler_and_every_handler(tmp_path):
     assert len(list((tmp_path / "checkpoints").glob("*.pt"))) == 2 and list((tmp_path / "best").glob("*.pt"))
     best = torch.load(next((tmp_path / "best").glob("*.pt")), weights_only=True)
     assert set(best) == set(_final_weights(summary))  # the best model is the full model too
+
+
+def test_a_one_process_checkpoint_resumes_with_fsdp_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    """A plain checkpoint keys Adam's state by parameter index, FSDP's full state by parameter name: resuming with
+    another strategy once failed on rank 0 with KeyError '0'."""
+    adam = {**COMMON, "optimizer": "adam", "lr": 0.001}
+    whole = train(TrainConfig(output_dir=str(tmp_path / "whole"), **adam))
+    first = train(TrainConfig(output_dir=str(tmp_path / "part"), **{**adam, "epochs": 1}))
+    resumed = train(
+        TrainConfig(
+            nproc_per_node=2,
+            strategy="fsdp",
+            output_dir=str(tmp_path / "resumed"),
+            resume=first["last_checkpoint"],
+            **adam,
+        )
+    )
+    assert resumed["strategy"] == "fsdp" and resumed["iterations"] == whole["iterations"]
+    assert _max_diff(_final_weights(resumed), _final_weights(whole)) < TOLERANCE
+    # and back: the sharded run's checkpoint (keyed by name) resumes in one process
+    again = train(
+        TrainConfig(output_dir=str(tmp_path / "again"), resume=resumed["last_checkpoint"], **{**adam, "epochs": 3})
+    )
+    assert again["iterations"] == whole["iterations"] // 2 * 3

@@ -304,7 +304,25 @@ class _FullOptimizerState(_FullModelState):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+        state = _keyed_by_name(self.model, self.optimizer, state)
         set_optimizer_state_dict(self.model, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def _keyed_by_name(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state saved by a DDP or one-process run (``Optimizer.state_dict()``: parameters keyed by their
+    index in the optimizer's groups) keyed by parameter name, as torch.distributed.checkpoint's full state is and as
+    ``set_optimizer_state_dict`` needs; a state keyed by name already is returned as it is. The index is the
+    parameter's position in the optimizer's groups, the same on every strategy (the optimizer is built from the
+    model's parameters in order), and FSDP2 keeps the model's parameter names."""
+    groups = state.get("param_groups", [])
+    if not all(isinstance(i, int) for group in groups for i in group.get("params", [])):
+        return state
+    names = {id(p): name.replace("_orig_mod.", "") for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {
+        "state": {order[i]: value for i, value in state.get("state", {}).items()},
+        "param_groups": [{**group, "params": [order[i] for i in group["params"]]} for group in groups],
+    }
 
 
 def check_compile(backend: str | None, cuda_devices: int) -> None:
