@@ -5,11 +5,13 @@ no interval of a positive quantity goes below zero."""
 
 from __future__ import annotations
 
+import csv
 import re
 
 import pytest
 from test_report import record
 
+from ignite_ddl import TrainConfig, train
 from ignite_ddl.core.results import append_record
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.report.analysis import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
@@ -166,3 +168,59 @@ def test_a_noisy_throughput_interval_is_clipped_at_zero_and_says_so(tmp_path):
     assert "clipped at 0" in report
     lines = [line for line in report.splitlines() if line.startswith("| cfg000 |")]
     assert lines and "0 to " in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_powersgd_run_is_measured_after_its_start_and_its_bytes_are_the_compressed_ones(tmp_path):
+    """PowerSGD's start (iteration 10) inside the default window (warm-up 5): the measured window starts 5 iterations
+    after it, and the bytes per step are the compressed phase's alone, not a blend with the plain all-reduces."""
+    config = TrainConfig(
+        model="mlp",
+        nproc_per_node=2,
+        comm_hook="powersgd",
+        powersgd_start_iter=10,
+        train_size=512,
+        val_size=64,
+        batch_size=32,
+        epochs=2,  # 16 iterations an epoch
+        output_dir=str(tmp_path),
+        progress=False,
+        measure_flops=False,
+        checkpoints=False,
+        best_model=False,
+    )
+    assert config.warmup_iters == 5 < config.powersgd_start_iter
+    summary = train(config)
+    with open(tmp_path / "steps_rank0.csv") as f:
+        rows = list(csv.DictReader(f))
+    plain = [int(r["comm_bytes"]) for r in rows if int(r["iteration"]) <= 10]
+    compressed = [int(r["comm_bytes"]) for r in rows if int(r["iteration"]) > 10]
+    assert min(plain) > 20 * max(compressed)  # two phases, far apart
+    measured = [r for r in rows if r["warmup"] == "0"]
+    assert measured and min(int(r["iteration"]) for r in measured) > 10 + config.warmup_iters
+    steps = summary["steps"]
+    assert steps["steady"]["first_measured_iteration"] > 10 + config.warmup_iters
+    expected = sum(int(r["comm_bytes"]) for r in measured) / len(measured)
+    rank0 = next(r for r in steps["ranks"] if r["rank"] == 0)
+    assert rank0["comm_bytes_per_step"] == pytest.approx(expected) and rank0["comm_bytes_per_step"] <= max(compressed)
+
+
+def test_compilation_pays_back_only_from_a_separated_difference():
+    """+1 % inside the noise gives no payback figure (it once read "pays its 25 s back after 13141 iterations");
+    +25 % well outside it does."""
+    steps = {"global": {}, "ranks": [], "compile": {"compile_s": 25.0}}
+
+    def sweep(eager_rates: list[float], compiled_rates: list[float]) -> dict:
+        records = _runs(0, eager_rates, [0.2] * 3)
+        records += [
+            record(1, r, v, procs=2, grid={"compile": True}, config={"compile": True}, summary={"steps": steps})
+            for r, v in enumerate(compiled_rates)
+        ]
+        (versus,) = analyze(records).config("cfg001").versus
+        return versus
+
+    noisy = sweep([100.0, 110.0, 90.0], [101.0, 111.0, 91.0])
+    assert noisy["payback_iterations"] is None and not noisy["separated"]
+    clear = sweep([100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
+    assert clear["separated"] and clear["payback_iterations"] > 0

@@ -29,6 +29,12 @@ REFUSED = {
     "wrong type": (["--epochs", "two"], "invalid int value"),
     "unknown option": (["--bogus", "1"], "unrecognized arguments"),
     "node rank out of range": (["--nnodes", "2", "--node-rank", "2"], "node_rank must be in [0, 1]"),
+    # 16 iterations, PowerSGD compressing from the 15th: the measured window (5 later) would hold no compressed step.
+    "window straddling PowerSGD's start": (
+        ["--nproc-per-node", "2", "--comm-hook", "powersgd", "--powersgd-start-iter", "14", "--train-size", "512"]
+        + ["--batch-size", "32", "--epochs", "1"],
+        "it would measure no compressed step",
+    ),
 }
 
 

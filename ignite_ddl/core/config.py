@@ -355,6 +355,19 @@ class TrainConfig(LaunchOptions):
         choices=PROFILERS,
     )
 
+    def behaviour_changes_at(self, world_size: int, iterations: int | None = None) -> int:
+        """The iteration up to which the run behaves otherwise than in its steady phase because of an option
+        (PowerSGD's plain all-reduces up to ``powersgd_start_iter``); 0 when no option does, or when the run of
+        ``iterations`` (where known) ends before the change."""
+        start = self.powersgd_start_iter if self.comm_hook == "powersgd" and world_size > 1 else 0
+        return start if iterations is None or start < iterations else 0
+
+    def measured_warmup(self, world_size: int, iterations: int | None = None) -> int:
+        """Iterations left out before the measured window: ``warmup_iters``, counted from the iteration at which an
+        option changes the run's behaviour (:meth:`behaviour_changes_at`), so that bytes per step, speed-ups and
+        compilation's payback come from the steady phase, never a blend of both phases."""
+        return self.behaviour_changes_at(world_size, iterations) + self.warmup_iters
+
     def check(self) -> None:
         super().check()
         if self.early_stopping and not self.eval_every:

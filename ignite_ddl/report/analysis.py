@@ -331,7 +331,10 @@ def _versus(configs: list[ConfigResult], confidence: float) -> None:
                 saved = config.global_batch / slow - config.global_batch / fast if fast and slow else 0.0
                 cost = config.compile_s.value or 0.0
                 found["compile_s"] = cost
-                found["payback_iterations"] = cost / saved if saved > 0 else None
+                # A payback only from a separated difference: the speed-up's whole interval above 1.
+                low = found["speedup"].low
+                found["separated"] = low is not None and low > 1
+                found["payback_iterations"] = cost / saved if saved > 0 and found["separated"] else None
             if option == "comm_hook":
                 found["bytes"] = (twin.comm_bytes_per_step, config.comm_bytes_per_step)
                 exposed = [1e3 * c.phases["exposed_comm"] if c.comm_timed else None for c in (twin, config)]
@@ -738,6 +741,11 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
     head = f"{config.name} ({found['option']}={found['value']}) vs {found['plain']}: {change}"
     if found["option"] == "compile" and "compile_s" in found:
         payback = found["payback_iterations"]
+        if payback is None and speedup.value is not None and speedup.value > 1 and not found.get("separated"):
+            return (
+                f"{head}; its {found['compile_s']:.0f} s of compilation: no payback figure, the compiled speed is not "
+                f"separated from {found['plain']}'s (the speed-up's interval reaches 1 or below, or is missing)"
+            )
         if payback is None:
             return f"{head}; its {found['compile_s']:.0f} s of compilation never pay back (not faster per step)"
         return f"{head}; pays its {found['compile_s']:.0f} s of compilation back after {payback:.0f} iterations"
@@ -745,7 +753,14 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
         parts = []
         before, after = found["bytes"]
         if before and after:
-            parts.append(f"bytes per step {before / 1e6:.3g} -> {after / 1e6:.3g} MB")
+            phase = ""
+            if found["value"] == "powersgd":
+                start = config.config.get("powersgd_start_iter", 10)
+                phase = (
+                    f" (its steady phase, measured after iteration {start} (powersgd_start_iter): its first {start} "
+                    f"iterations send the uncompressed {before / 1e6:.3g} MB)"
+                )
+            parts.append(f"bytes per step {before / 1e6:.3g} -> {after / 1e6:.3g} MB{phase}")
         before, after = found["exposed_ms"]
         if before is not None and after is not None:
             parts.append(f"exposed communication {before:.1f} -> {after:.1f} ms")

@@ -617,7 +617,13 @@ def _faster_step_table(analysis: Analysis) -> Table:
                     found["plain"],
                     _ratio(found["speedup"]),
                     found.get("compile_s"),
-                    None if "compile_s" not in found else ("never" if payback is None else f"{payback:.0f} it."),
+                    None
+                    if "compile_s" not in found
+                    else f"{payback:.0f} it."
+                    if payback is not None
+                    else "never"
+                    if (found["speedup"].value or 0) <= 1
+                    else "not separated",
                     None
                     if bytes_[1] is None
                     else f"{(bytes_[0] or 0) / 1e6:.3g} -> {bytes_[1] / 1e6:.3g}"

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import pickle
 import sys
 from collections.abc import Iterator, Sized
@@ -290,7 +291,7 @@ def build_datasets(config: TrainConfig) -> tuple[Dataset, Dataset, DatasetInfo]:
     val: Dataset
     if config.dataset == "synthetic":
         shape = (info.in_channels, info.image_size, info.image_size)
-        train = synthetic_images(train_size or 4096, info.num_classes, shape, config.seed, split=0)
+        train = synthetic_images(train_size or SYNTHETIC_TRAIN_SIZE, info.num_classes, shape, config.seed, split=0)
         val = synthetic_images(val_size or 1024, info.num_classes, shape, config.seed, split=1)
     elif config.dataset == "digits":
         train, val = _digits()
@@ -320,6 +321,26 @@ class Loaders:
     info: DatasetInfo
     per_rank_batch: int
     global_batch: int
+
+
+SYNTHETIC_TRAIN_SIZE = 4096  # training samples of the synthetic dataset when train_size does not say
+
+
+def planned_iterations(config: TrainConfig, world_size: int) -> int | None:
+    """The iterations a run will train, known before it starts where the training set's size is (``train_size``,
+    or the synthetic dataset's): each rank's padded shard in whole batches (the loader drops the last partial
+    one), times the epochs, at most ``max_iters``; None where the size is only known once the data is read.
+
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> planned_iterations(TrainConfig(train_size=1000, batch_size=64, epochs=2), 2)  # 500 a rank, 32 a batch
+    30
+    """
+    size = config.train_size or (SYNTHETIC_TRAIN_SIZE if config.dataset == "synthetic" else None)
+    per_rank = config.batch_size // max(world_size, 1)
+    if size is None or per_rank < 1:
+        return None
+    iterations = config.epochs * (math.ceil(size / world_size) // per_rank)
+    return min(iterations, config.max_iters) if config.max_iters else iterations
 
 
 def build_loaders(config: TrainConfig) -> Loaders:

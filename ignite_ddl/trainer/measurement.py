@@ -186,11 +186,13 @@ def attach_measurement(
     out = Path(out)
     if recorder is not None:
         recorder.attach(trainer)
-    contention = ContentionMonitor(config.warmup_iters, device).attach(trainer)
+    # The recorder's warm-up (past PowerSGD's start where the run gets there): the same window for every figure.
+    warmup = recorder.warmup if recorder is not None else config.measured_warmup(idist.get_world_size())
+    contention = ContentionMonitor(warmup, device).attach(trainer)
     memory = None
     if config.measure_memory:
         log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
-        memory = MemoryMonitor(config.warmup_iters, device, log_dir, idist.get_rank()).attach(trainer)
+        memory = MemoryMonitor(warmup, device, log_dir, idist.get_rank()).attach(trainer)
         if recorder is not None:
             recorder.memory = memory.sample
     profiler = attach_profiler(
@@ -198,7 +200,7 @@ def attach_measurement(
         trainer,
         output_dir=out,
         rank=idist.get_rank(),
-        warmup=config.warmup_iters,
+        warmup=warmup,
         max_iters=config.max_iters,
     )
     watchdog = None

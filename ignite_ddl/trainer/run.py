@@ -63,7 +63,7 @@ from ignite_ddl.trainer.checkpoint import (
     finished_problem,
     load_checkpoint,
 )
-from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset
+from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset, planned_iterations
 from ignite_ddl.trainer.engines import (
     attach_early_stopping,
     build_optimizer,
@@ -196,9 +196,10 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
     comm = strategy.communication(model, config, device)  # the communication hook, timed where it can be
     watch = CompileWatch() if config.compile else None
-    recorder = (
-        StepRecorder(config.warmup_iters, device, comm=comm, compile_watch=watch) if config.record_steps else None
-    )
+    iterations = config.epochs * len(loaders.train)
+    iterations = min(iterations, config.max_iters) if config.max_iters else iterations
+    warmup = config.measured_warmup(idist.get_world_size(), iterations)  # past PowerSGD's start: steady phase only
+    recorder = StepRecorder(warmup, device, comm=comm, compile_watch=watch) if config.record_steps else None
     trainer = create_trainer(
         model,
         optimizer,
@@ -541,6 +542,21 @@ def _summary(
     }
 
 
+def _check_steady_window(config: TrainConfig, world_size: int) -> None:
+    """Refuse a run whose measured window would straddle an option's change of behaviour (PowerSGD compressing
+    from ``powersgd_start_iter`` on), where its length is known before it starts: it would measure a blend of
+    both phases, or nothing."""
+    iterations = planned_iterations(config, world_size)
+    start = config.behaviour_changes_at(world_size, iterations)
+    if iterations is None or not start or iterations > start + config.warmup_iters:
+        return
+    raise ConfigError(
+        f"comm_hook powersgd compresses only after iteration {start} (powersgd_start_iter) and the measured window "
+        f"starts {config.warmup_iters} iterations later (warmup_iters), but this run has {iterations} iterations: "
+        "it would measure no compressed step; raise epochs or train_size, or lower powersgd_start_iter"
+    )
+
+
 def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     """Every check of a training run that can be made before its processes start (:class:`ConfigError`);
     creates the output directory last."""
@@ -564,6 +580,7 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
             raise ConfigError(f"DDP's communication options need torch's DistributedDataParallel, not {plan.backend}")
     if config.compile:
         check_compile(plan.backend, plan.cuda_devices)
+    _check_steady_window(config, plan.world_size)
     micro = plan.world_size * config.accumulate
     if config.accumulate > 1 and config.batch_size % micro:
         raise ConfigError(
