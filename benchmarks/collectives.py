@@ -43,7 +43,7 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from ignite_ddl import TrainConfig, plan_launch
-from ignite_ddl.core.results import write_json
+from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.labs import collectives
 from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.measure.contention import ForeignLoad

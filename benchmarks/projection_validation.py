@@ -33,7 +33,7 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.results import write_json
+from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.text import format_table, milliseconds
 from ignite_ddl.launcher import plan_launch
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD, ForeignLoad

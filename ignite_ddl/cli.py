@@ -17,8 +17,8 @@ from typing import Any, NoReturn, cast
 from ignite_ddl.core.commands import PROG, VERSION, run_command
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError, MachineBusy
+from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.options import add_to_parser, option_flag, option_specs
-from ignite_ddl.core.results import write_json
 from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
 from ignite_ddl.projection.model import LINKS, ProjectOptions
 from ignite_ddl.sweep.spec import SlurmOptions, Spec

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import SMALL_SWEEP, run_cli
 
-from ignite_ddl.core.results import read_json, read_results
+from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.results import read_results
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.plan import Run, expand

@@ -20,7 +20,8 @@ from test_plots import drawn
 from test_report import configs, record
 
 from ignite_ddl.core.errors import MachineBusy, exit_status
-from ignite_ddl.core.results import append_record, read_json, read_results
+from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.results import append_record, read_results
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.report.plots import figures
 from ignite_ddl.sweep.busy import BusyStreak, machine_share, wait_until_quiet

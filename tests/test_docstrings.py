@@ -35,10 +35,10 @@ def test_the_headline_examples_are_collected():
 
 
 def test_results_doc_follows_the_schema():
-    from ignite_ddl.core.results import schema_markdown
+    from ignite_ddl.core.schema_doc import schema_markdown
 
     doc = (PACKAGE.parent / "docs" / "results.md").read_text()
     assert schema_markdown() in doc, (
-        'docs/results.md is out of date: python -c "from ignite_ddl.core.results import write_schema_doc; '
+        'docs/results.md is out of date: python -c "from ignite_ddl.core.schema_doc import write_schema_doc; '
         "write_schema_doc('docs/results.md')\""
     )

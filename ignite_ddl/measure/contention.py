@@ -188,7 +188,7 @@ class ContentionMonitor:
     """Ignite handler measuring, on every rank, what other processes used during the measured iterations.
 
     Attach it to the trainer; after the run, :meth:`gather` (a collective) returns the combined figures
-    (schema: :class:`ignite_ddl.core.results.Contention`), or None if the window never opened.
+    (schema: :class:`ignite_ddl.core.schema.Contention`), or None if the window never opened.
     """
 
     def __init__(self, warmup: int, device: Any = None):

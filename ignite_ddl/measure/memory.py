@@ -183,7 +183,7 @@ class MemoryMonitor:
         return current_rss_bytes()
 
     def part(self, held: dict[str, int] | None) -> dict[str, Any]:
-        """This rank's figures (schema: :class:`~ignite_ddl.core.results.RankMemory`)."""
+        """This rank's figures (schema: :class:`~ignite_ddl.core.schema.RankMemory`)."""
         workers = _workers()
         record: dict[str, Any] = {
             "rank": self.rank,
@@ -208,7 +208,7 @@ class MemoryMonitor:
 
     def gather(self, held: dict[str, int] | None = None) -> dict[str, Any]:
         """Collective: every rank's memory and the largest figure of each over the ranks (schema:
-        :class:`~ignite_ddl.core.results.Memory`)."""
+        :class:`~ignite_ddl.core.schema.Memory`)."""
         from ignite_ddl.measure.gather import gather_objects
 
         ranks = gather_objects(self.part(held))

@@ -26,7 +26,7 @@ from typing import Any
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.results import read_json
+from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
 
 __all__ = [

@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import write_csv
-from ignite_ddl.core.results import write_json
 from ignite_ddl.core.text import format_table, milliseconds
 from ignite_ddl.projection.model import MIB, SATURATION_EFFICIENCY, Projection, bucket_sizes
 

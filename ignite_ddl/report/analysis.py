@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS, TrainConfig
+from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.options import Role, names_with_role
-from ignite_ddl.core.results import RejectedLine, iter_results, read_json
+from ignite_ddl.core.results import RejectedLine, iter_results
 from ignite_ddl.core.text import all_reduce_wait
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import (

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
-from ignite_ddl.core.results import read_json
+from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.report.model import MIB, STEP_PARTS, Analysis, ConfigResult, RunResult
 from ignite_ddl.report.stats import Estimate
 

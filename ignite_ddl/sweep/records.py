@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.results import RunRecord, read_json
+from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.schema import RunRecord
 from ignite_ddl.launcher.processes import out_of_memory
 from ignite_ddl.sweep.plan import Run
 

@@ -31,17 +31,9 @@ from typing import Any, Protocol
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.folders import claim_sweep_folder, lock
-from ignite_ddl.core.results import (
-    RunRecord,
-    SweepMeta,
-    SweepSession,
-    append_record,
-    read_json,
-    read_results,
-    rejected_path,
-    repair_results,
-    write_json,
-)
+from ignite_ddl.core.jsonfiles import read_json, write_json
+from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
+from ignite_ddl.core.schema import RunRecord, SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.report.analysis import analyze

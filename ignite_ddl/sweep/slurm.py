@@ -43,8 +43,9 @@ from typing import Any
 from ignite_ddl.core.commands import run_command
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.outputs import write_bytes
-from ignite_ddl.core.results import RunRecord, read_json, write_json
+from ignite_ddl.core.schema import RunRecord
 from ignite_ddl.sweep.plan import Run
 from ignite_ddl.sweep.records import finish_record, last_error, new_record
 from ignite_ddl.sweep.spec import SlurmOptions

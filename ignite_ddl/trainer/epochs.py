@@ -23,7 +23,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers.tensorboard_logger import TensorboardLogger
 
-from ignite_ddl.core.results import EpochRecord
+from ignite_ddl.core.schema import EpochRecord
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder
 

@@ -36,15 +36,9 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import cpu_cores, device_info, host, versions
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.folders import claim_run_folder, lock
+from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
-from ignite_ddl.core.results import (
-    SCHEMA_VERSION,
-    Contention,
-    ProfilerResult,
-    StepStats,
-    Summary,
-    write_json,
-)
+from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
