@@ -31,7 +31,7 @@ from ignite_ddl.core.outputs import OutputFileHandler, output_errors, write_byte
 from ignite_ddl.core.results import append_record, load_results, read_results, repair_results
 from ignite_ddl.launcher.settings import LaunchSettings, plan_launch
 from ignite_ddl.projection.model import ProjectOptions
-from ignite_ddl.report.render import Document
+from ignite_ddl.report.document import Document
 from ignite_ddl.sweep.plan import expand
 from ignite_ddl.sweep.runner import executor_for
 from ignite_ddl.sweep.spec import MAX_CONFIGURATIONS, MAX_RUNS, SlurmOptions, Spec, load_spec, parse_spec

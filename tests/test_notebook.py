@@ -14,7 +14,7 @@ import pytest
 from conftest import load_summary
 
 from ignite_ddl.colab import COLAB_URL, INSTALL_CELL
-from ignite_ddl.report.plots import ddp_step
+from ignite_ddl.report.diagram import ddp_step
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 

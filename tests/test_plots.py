@@ -408,7 +408,7 @@ def test_the_ddp_diagram_draws_the_recorded_step(tmp_path):
     from matplotlib.colors import to_rgb
     from matplotlib.patches import Rectangle
 
-    from ignite_ddl.report.plots import ddp_diagram, ddp_step
+    from ignite_ddl.report.diagram import ddp_diagram, ddp_step
 
     steps = [(0.09, 0.001, 0.03, 0.05, 0.001, 0.01)]  # warm-up
     steps += [(s, 0.001, 0.02, s - 0.022, 0.001, 0.004) for s in (0.030, 0.050, 0.040)]  # median: iteration 4

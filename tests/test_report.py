@@ -485,17 +485,17 @@ def test_a_sweep_resumed_with_another_torch_is_split_and_flagged(tmp_path):
 def test_the_decision_table_shows_the_workload_only_where_its_columns_do_not():
     """Two models in the grid: the model column already says which workload a row is, so no workload column (the
     longest cell of the table); runs from two environments: the environment is in no column, so it is shown."""
-    from ignite_ddl.report.render import _decision_table
+    from ignite_ddl.report.tables import decision_table
 
     two_models = [record(i, r, v, model=m) for i, m in enumerate(["cnn", "mlp"]) for r, v in enumerate([99, 100, 101])]
     analysis = analyze(two_models)
     assert len(analysis.verdicts) == 2
-    header, rows = _decision_table(analysis)
+    header, rows = decision_table(analysis)
     assert "workload" not in header and "model" in header and len(rows[0]) == len(header)
     records = configs([100.0, 101.0, 99.0, 130.0, 131.0, 129.0])
     _environment(records, {0, 1, 2}, TORCH_A)
     _environment(records, {3, 4, 5}, TORCH_B)
-    header, rows = _decision_table(analyze(records))
+    header, rows = decision_table(analyze(records))
     assert "workload" in header and "env 2 (torch 2.15.0)" in rows[1][header.index("workload")]
 
 

@@ -5,8 +5,11 @@
 - :mod:`~ignite_ddl.report.reading` — a sweep's records read into configurations, a few figures kept per run;
 - :mod:`~ignite_ddl.report.analysis` — per configuration, workload and sweep, as plain data (:func:`load`,
   :func:`analyze`), for the report and for notebooks;
-- :mod:`~ignite_ddl.report.render` — ``report.md`` / ``report.html`` / ``verdict.txt`` (:func:`write_report`);
-- :mod:`~ignite_ddl.report.plots` — the PNG plots; :mod:`~ignite_ddl.report.hparams` — TensorBoard HParams.
+- :mod:`~ignite_ddl.report.render` — ``report.md`` / ``report.html`` / ``verdict.txt`` (:func:`write_report`),
+  written with :mod:`~ignite_ddl.report.document` (Markdown and HTML), :mod:`~ignite_ddl.report.sections` (what
+  the report says) and :mod:`~ignite_ddl.report.tables` (its tables of configurations);
+- :mod:`~ignite_ddl.report.plots` — the PNG plots; :mod:`~ignite_ddl.report.hparams` — TensorBoard HParams;
+- :mod:`~ignite_ddl.report.diagram` — a notebook's picture of one DDP step, from a run's own numbers.
 
 Example:
     >>> from ignite_ddl.report import analyze
