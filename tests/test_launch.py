@@ -129,7 +129,7 @@ def test_launch_returns_rank0_result(tmp_path):
 
 def _note_workers(run) -> None:
     """On every rank, at the end of each epoch: the pids of its child processes (its DataLoader workers)."""
-    from ignite_ddl.launcher.processes import children_map
+    from ignite_ddl.core.procfs import children_map
 
     path = Path(run.config.output_dir) / f"workers_rank{idist.get_rank()}.txt"
 

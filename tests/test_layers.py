@@ -5,6 +5,8 @@ two modules import each other, directly or in a circle."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,99 @@ def test_no_import_circles():
     for module in sorted(MODULES):
         if module not in state and (cycle := visit(module)):
             pytest.fail("import circle: " + " -> ".join(cycle))
+
+
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """The nodes a module runs when it is imported: everything outside function bodies (and TYPE_CHECKING blocks)."""
+    skip = _type_checking_lines(tree)
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or node.lineno in skip:
+            continue
+        found.append(node)
+        todo += [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+    return found
+
+
+def _third_party(module: str, imported_only: bool = False) -> set[str]:
+    """The top-level names of the packages outside ignite_ddl that ``module`` imports: anywhere in it (function-level
+    imports included), or with ``imported_only`` only those importing it runs; ``TYPE_CHECKING`` blocks excluded."""
+    tree = ast.parse(MODULES[module].read_text())
+    skip = _type_checking_lines(tree)
+    nodes = _module_level(tree) if imported_only else [n for n in ast.walk(tree) if getattr(n, "lineno", 0) not in skip]
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found - {"ignite_ddl"}
+
+
+def _imported_with(module: str) -> set[str]:
+    """Every ignite_ddl module importing ``module`` imports, itself and the packages on the way included: module-level
+    imports, followed as far as they go."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in MODULES:
+            continue
+        seen.add(current)
+        parts = current.split(".")
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]  # importing a.b.c runs a.b's __init__ first
+        tree = ast.parse(MODULES[current].read_text())
+        for node in _module_level(tree):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("ignite_ddl")]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ignite_ddl"):
+                todo += [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                    for a in node.names
+                ]
+    return seen
+
+
+TORCH = {"torch", "torchvision", "ignite"}  # pytorch-ignite imports torch
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _package(m) == "report"))
+def test_the_report_imports_no_torch(module):
+    """Reading results and writing a report needs no torch: a report module imports neither torch nor a package
+    built on it, not even inside a function, and no module it imports (from the report or, however late, from a
+    report function) does when it is imported."""
+    assert not _third_party(module) & TORCH, f"{module} imports {sorted(_third_party(module) & TORCH)}"
+    reached = set().union(*(_imported_with(m) for m in {module} | _imports(module)))
+    found = {m: sorted(_third_party(m, imported_only=True) & TORCH) for m in sorted(reached)}
+    found = {m: names for m, names in found.items() if names}
+    assert not found, f"{module} reaches torch through {found}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _package(m) == "measure"))
+def test_measurements_do_not_import_the_launcher(module):
+    """What a rank measures stands on core alone: a process helper or a device wait it shares with the launcher
+    lives in core."""
+    launcher = sorted(m for m in _imports(module) if _package(m) == "launcher")
+    assert not launcher, f"{module} imports the launcher: {launcher}"
+
+
+def test_a_report_is_written_without_torch(tmp_path):
+    """The static rule above, seen running: a fresh interpreter imports every report module and writes the report
+    of a results file an earlier release wrote, and torch was never imported."""
+    (tmp_path / "results.jsonl").write_bytes(
+        (Path(__file__).parent / "data" / "results_first_sweeps.jsonl").read_bytes()
+    )
+    modules = sorted(m for m in MODULES if _package(m) == "report")
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "from ignite_ddl.report import write_report\n"
+        f"write_report({str(tmp_path)!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'torchvision', 'ignite'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "report.md").read_text().count("cfg00") >= 2

@@ -13,7 +13,8 @@ import torch
 from conftest import QUICK, check_ok, run_cli
 from ignite.engine import Engine, Events
 
-from ignite_ddl.measure.profilers import TOP_OPS_COLUMNS, attach_profiler, format_profile
+from ignite_ddl.measure.profile_text import format_profile
+from ignite_ddl.measure.profilers import TOP_OPS_COLUMNS, attach_profiler
 
 ITERATIONS = 20
 

@@ -1,10 +1,4 @@
-"""The processes a launch started, and their descendants: found through /proc, stopped together.
-
-Example:
-    >>> import os
-    >>> os.getpid() in process_tree_pids(os.getpid())
-    True
-"""
+"""The processes a launch started, and their descendants, stopped together; why a rank died of memory."""
 
 from __future__ import annotations
 
@@ -12,7 +6,6 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import os
-import resource
 import signal
 import sys
 import threading
@@ -20,48 +13,17 @@ import time
 from pathlib import Path
 from typing import cast
 
+from ignite_ddl.core.procfs import process_tree_pids, reading_file
+
 __all__ = [
     "STOP_GRACE_S",
-    "children_map",
-    "current_rss_bytes",
     "die_with_parent",
-    "memory_limit_bytes",
     "out_of_memory",
-    "process_tree_pids",
-    "reading_file",
     "stop_children",
     "wait_children",
 ]
 
 STOP_GRACE_S = 3.0  # after SIGTERM, what is left of a stopped rank gets SIGKILL
-
-
-def children_map() -> dict[int, list[int]]:
-    """Every live process's children, by parent pid (empty where there is no /proc)."""
-    if not os.path.isdir("/proc"):
-        return {}
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while we looked
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
-
-
-def process_tree_pids(pid: int) -> list[int]:
-    """``pid`` and its live descendants."""
-    children = children_map()
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
 
 
 def die_with_parent(signum: int = signal.SIGKILL) -> None:
@@ -112,50 +74,16 @@ def wait_children(seconds: float) -> None:
 
 # -- memory: what a rank leaves behind for the launcher to name an out-of-memory death
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Words of the errors an allocation past the memory there is ends with (CPU allocator, CUDA caching allocator,
 # Python's own MemoryError).
 _OOM_WORDS = ("can't allocate memory", "out of memory", "memoryerror", "outofmemoryerror", "cannot allocate memory")
 NEAR_LIMIT = 0.9  # a rank killed by SIGKILL whose last reading was above this share of its limit ran out of memory
 
 
-def current_rss_bytes(pid: int | str = "self") -> int:
-    """Resident memory of a process now (0 if it is gone or there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def memory_limit_bytes() -> int | None:
-    """The memory this process may use: the smallest of the machine's RAM, its cgroup's ``memory.max`` and its
-    RLIMIT_AS / RLIMIT_DATA (None if none is known)."""
-    limits = []
-    try:
-        with open("/proc/meminfo") as f:
-            limits += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:")]
-    except (OSError, ValueError, IndexError):
-        pass
-    with contextlib.suppress(OSError, ValueError):
-        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if text != "max":
-            limits.append(int(text))
-    for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
-        soft = resource.getrlimit(which)[0]
-        if soft != resource.RLIM_INFINITY:
-            limits.append(soft)
-    return min(limits) if limits else None
-
-
 def _out_of_memory_error(message: str) -> bool:
     """Whether an error message says an allocation failed for lack of memory."""
     text = message.lower()
     return any(word in text for word in _OOM_WORDS)
-
-
-def reading_file(log_dir: str | Path, rank: int) -> Path:
-    return Path(log_dir) / f"memory_rank{rank}.txt"
 
 
 def _last_reading(log_dir: str | Path | None, rank: int) -> tuple[int, int | None] | None:

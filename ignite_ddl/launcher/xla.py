@@ -41,7 +41,6 @@ import functools
 import os
 import pickle
 import tempfile
-import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -55,6 +54,7 @@ from ignite.distributed.comp_models import xla as ignite_xla
 from ignite.handlers.checkpoint import DiskSaver
 
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.xla_sync import compile_lock, sync, threaded_cpu, wait
 
 __all__ = [
     "auto_dataloader",
@@ -83,38 +83,6 @@ if available:
         import torch_xla.runtime as xr
     except ImportError:  # torch_xla < 2.1: ranks from xla_model
         xr = None
-
-_compile_lock = threading.Lock()
-
-
-def _threaded_cpu() -> bool:
-    """Whether replicas are threads of one process on XLA:CPU (see the module docstring)."""
-    return os.environ.get("PJRT_DEVICE") == "CPU" and int(os.environ.get("CPU_NUM_DEVICES", "1")) > 1
-
-
-def _launch_graph() -> None:
-    if hasattr(torch_xla, "sync"):
-        torch_xla.sync()
-    else:  # torch_xla < 2.6
-        xm.mark_step()
-
-
-def sync() -> None:
-    """Launch this replica's pending lazy graph (``torch_xla.sync``): its collectives reach the other replicas."""
-    if not _threaded_cpu():
-        _launch_graph()
-        return
-    with _compile_lock:
-        _launch_graph()
-    wait()
-
-
-def wait(device: torch.device | None = None, launch: bool = False) -> None:
-    """Block until the XLA work launched on ``device`` (default: this replica's) has run; ``launch`` launches the
-    pending graph first, so that a clock read afterwards includes the whole step."""
-    if launch:
-        sync()
-    xm.wait_device_ops(xm.xla_real_devices([device if device is not None else idist.device()]))
 
 
 def local_device_count(environ: Mapping[str, str] = os.environ) -> int | None:
@@ -203,12 +171,12 @@ def _device_limit(one_device: bool) -> Iterator[None]:
 def _replica(_ordinal: int, backend: str, fn: Callable, args: tuple, kwargs: Mapping, failures: str) -> None:
     install()  # a replica started with "spawn" imports this module afresh
     try:
-        if _threaded_cpu():  # both variables are read when first needed, after this
+        if threaded_cpu():  # both variables are read when first needed, after this
             os.environ["XLA_ENABLE_PARAM_ALIASING"] = "0"
             # Each replica's execution holds a pool thread while it waits for the others in a collective.
             threads = max(os.cpu_count() or 1, int(os.environ["CPU_NUM_DEVICES"]) + 1)
             os.environ.setdefault("XLA_THREAD_POOL_SIZE", str(threads))
-            with _compile_lock:  # the first .item() of two threads at once can crash torch_xla (its op counters)
+            with compile_lock:  # the first .item() of two threads at once can crash torch_xla (its op counters)
                 torch.zeros(1, device=torch_xla.device()).item()
         idist_utils._set_model(PjrtModel.create_from_backend(backend))
         fn(_ordinals()[1], *args, **kwargs)  # Ignite passes the local rank; PJRT gives the global one
@@ -271,7 +239,7 @@ if available:
         spawn = staticmethod(spawn)
 
         def _do_all_reduce(self, tensor: torch.Tensor, op: str = "SUM", group: Any | None = None) -> torch.Tensor:
-            if _threaded_cpu():
+            if threaded_cpu():
                 sync()  # the collective's graph is then the same on every replica: its input is data
             tensor = super()._do_all_reduce(tensor, op, group)
             sync()

@@ -29,9 +29,9 @@ def device_synchronizer(device: torch.device, launch: bool = False) -> Callable[
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     if device.type == "xla":
-        from ignite_ddl.launcher import xla
+        from ignite_ddl.core.xla_sync import wait
 
-        return lambda: xla.wait(device, launch=launch)
+        return lambda: wait(device, launch=launch)
     return None
 
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ignite_ddl.launcher.processes import children_map, process_tree_pids
+from ignite_ddl.core.procfs import children_map, process_tree_pids
 
 __all__ = [
     "ContentionMonitor",

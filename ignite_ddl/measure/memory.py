@@ -45,8 +45,8 @@ from torch.distributed.tensor import DTensor
 
 from ignite_ddl.core.errors import OutputError
 from ignite_ddl.core.outputs import write_bytes
+from ignite_ddl.core.procfs import children_map, current_rss_bytes, memory_limit_bytes, reading_file
 from ignite_ddl.core.text import format_bytes
-from ignite_ddl.launcher.processes import children_map, current_rss_bytes, memory_limit_bytes, reading_file
 
 __all__ = [
     "HELD_PARTS",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ignite_ddl.measure.profile_text import format_profile
+from ignite_ddl.measure.traces import TRACE_COMM_HEADER, trace_comm_rows
 from ignite_ddl.report.analysis import (
     EQUIVALENT_MEANS,
     EQUIVALENT_TEXT,
@@ -275,9 +277,6 @@ def profiler_section(doc: Document, analysis: Analysis) -> None:
     profiled = [c for c in analysis.configs if c.profiler]
     if not profiled:
         return
-    from ignite_ddl.measure.profilers import format_profile  # imports torch: only for a sweep that profiled
-    from ignite_ddl.measure.traces import TRACE_COMM_HEADER, trace_comm_rows
-
     doc.heading("Profilers")
     for config in profiled:
         profile = config.profiler

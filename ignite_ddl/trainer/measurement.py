@@ -54,7 +54,8 @@ from ignite_ddl.measure.flops import (
 )
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.memory import MemoryMonitor
-from ignite_ddl.measure.profilers import Profiler, TorchProfiler, attach_profiler, format_profile
+from ignite_ddl.measure.profile_text import format_profile
+from ignite_ddl.measure.profilers import Profiler, TorchProfiler, attach_profiler
 from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.data import DatasetInfo
 from ignite_ddl.trainer.strategies import unwrap
