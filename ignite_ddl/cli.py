@@ -128,7 +128,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     train.set_defaults(handler=_train)
 
     sweep = commands.add_parser("sweep", help="run a grid of configurations and write a profiling report")
-    sweep.add_argument("spec", nargs="?", help="YAML spec (see experiments/); or give the grid with --grid")
+    sweep.add_argument(
+        "spec",
+        nargs="?",
+        help="a YAML spec file, or the name of a shipped experiment (ignite-ddl experiments lists them); "
+        "or give the grid with --grid",
+    )
     sweep.add_argument(
         "--grid",
         action="append",
@@ -149,6 +154,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
     sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
     sweep.set_defaults(handler=_sweep)
+
+    listing = commands.add_parser("experiments", help="list the shipped experiments, each with the question it answers")
+    listing.set_defaults(handler=_experiments)
 
     report = commands.add_parser("report", help="write report.md/.html, plots and HParams for a sweep's results")
     report.add_argument("results_dir", help="a sweep's output directory (holding results.jsonl)")
@@ -185,6 +193,19 @@ def _lab(lab: Lab) -> Callable[[argparse.Namespace], int]:
     return handler
 
 
+def _experiments(args: argparse.Namespace) -> int:
+    from ignite_ddl.sweep.experiments import experiments, experiments_folder
+
+    shipped = experiments()
+    if not shipped:
+        raise ConfigError(f"no shipped experiments found (looked in {experiments_folder()})")
+    width = max(map(len, shipped))
+    for name, experiment in shipped.items():
+        print(f"{name:<{width}}  {experiment.question}")
+    print(f"run one: {PROG} sweep NAME (specs and READMEs in {experiments_folder()})")
+    return 0
+
+
 def _train(args: argparse.Namespace) -> int:
     from ignite_ddl.trainer.run import train_command  # imported here so `--help` stays fast
 
@@ -197,13 +218,14 @@ def _sweep(args: argparse.Namespace) -> int:
     load = ForeignLoad().start()  # whether the machine is busy, counted while the imports below run
     from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
+    from ignite_ddl.sweep.experiments import spec_path
     from ignite_ddl.sweep.plan import sweep_dir
     from ignite_ddl.sweep.runner import sweep
     from ignite_ddl.sweep.spec import load_spec, parse_spec
 
     if not args.spec and not args.grid:
         raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")
-    spec: dict[str, Any] = load_spec(args.spec).to_dict() if args.spec else {"name": "sweep", "grid": {}}
+    spec: dict[str, Any] = load_spec(spec_path(args.spec)).to_dict() if args.spec else {"name": "sweep", "grid": {}}
     spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
     spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
     for key, declared in option_specs(Spec).items():
