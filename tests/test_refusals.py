@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import run_cli
+from conftest import SMALL_SWEEP, run_cli
 
 from ignite_ddl import ConfigError, LaunchSettings, TrainConfig, plan_launch
 
@@ -34,6 +34,10 @@ REFUSED = {
         ["--nproc-per-node", "2", "--comm-hook", "powersgd", "--powersgd-start-iter", "14", "--train-size", "512"]
         + ["--batch-size", "32", "--epochs", "1"],
         "it would measure no compressed step",
+    ),
+    "static graph with accumulation": (
+        ["--nproc-per-node", "2", "--static-graph", "--accumulate", "2"],
+        "--static-graph cannot be combined with --accumulate 2",
     ),
 }
 
@@ -109,3 +113,22 @@ def test_config_from_dict_refuses_unknown_keys_and_types():
     with pytest.raises(ConfigError, match="expects int"):
         TrainConfig.from_dict({"epochs": True})
     assert TrainConfig.from_dict({"lr": 1, "resume": None}).lr == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "grid, said",
+    [
+        (["--grid", "nproc_per_node=2,1", "--set", "strategy=fsdp"], "strategy fsdp needs 2 or more processes"),
+        (["--grid", "accumulate=1,2", "--set", "static_graph=true"], "--static-graph cannot be combined"),
+        (["--grid", "batch_size=64,30", "--set", "nproc_per_node=2", "--set", "accumulate=2"], "make it a multiple"),
+    ],
+    ids=["fsdp-one-process", "static-graph-accumulate", "batch-split"],
+)
+def test_a_sweep_refuses_a_configuration_invalid_on_any_machine_before_its_first_run(tmp_path, grid, said):
+    out = tmp_path / "sweep"
+    result = run_cli("sweep", *grid, *SMALL_SWEEP, "--output-dir", str(out), timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and lines[0].startswith("ignite-ddl: error: configuration"), lines
+    assert not (out / "runs").exists(), "no run may start before every configuration is checked"

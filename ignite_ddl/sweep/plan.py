@@ -113,12 +113,14 @@ def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
 
 def check_configurations(spec: Spec, files: bool = True) -> None:
     """Refuse (:class:`ConfigError`, naming the configuration) a sweep with a configuration whose run would be
-    refused before it starts, as ``ignite-ddl train`` checks it (``trainer.run.check_training``): an unknown model,
+    refused before it starts, as ``ignite-ddl train`` checks it (``trainer.run.check_training``): whatever the
+    machine (``trainer.run.check_arrangement``: a batch that does not divide, FSDP with one process), an unknown model,
     a dataset whose files are missing (``files``: where the runs are local; a SLURM node may see other files), an
     unreachable tracker. Each distinct model, dataset and tracker is checked once. The trainer's modules (torch) are
     imported here, when a sweep is about to run, not when a spec is read."""
     from ignite_ddl.trainer.data import check_dataset
     from ignite_ddl.trainer.models import check_model
+    from ignite_ddl.trainer.run import check_arrangement
     from ignite_ddl.trainer.tracking import check_tracker
 
     seen: set[tuple[Any, ...]] = set()
@@ -132,6 +134,10 @@ def check_configurations(spec: Spec, files: bool = True) -> None:
             checks.append((dataset, functools.partial(check_dataset, config)))
         if config.tracker != "none":
             checks.append((("tracker", config.tracker, config.tracking_uri), functools.partial(check_tracker, config)))
+        # Whatever the machine: the batch split, the strategy for this many processes, options that exclude each
+        # other. Every configuration, before the first run: not one refused per run after others ran.
+        world = (config.nproc_per_node or 1) * config.nnodes
+        checks.append((("arrangement", shown_grid(grid)), functools.partial(check_arrangement, config, world)))
         for key, check in checks:
             if key in seen:
                 continue

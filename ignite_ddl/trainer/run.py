@@ -77,6 +77,7 @@ __all__ = [
     "TrainingRun",
     "attach_handlers",
     "attach_schedule",
+    "check_arrangement",
     "check_training",
     "initialize",
     "rank_logger",
@@ -559,29 +560,43 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     check_tracker(config)
     if config.resume is not None:
         check_checkpoint(config.resume, config)
-    if config.batch_size < plan.world_size:
-        raise ConfigError(
-            f"batch_size is the global batch: {config.batch_size} cannot be split over {plan.world_size} processes"
-        )
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
     if config.cuda_memory_fraction is not None and plan.cuda_devices == 0:
         raise ConfigError("cuda_memory_fraction caps a GPU's memory: this run has no CUDA GPU")
-    strategy = strategy_for(config.strategy, plan.world_size)  # refuses a strategy this world size cannot run
-    strategy.check_options(config)
+    check_arrangement(config, plan.world_size)
     if plan.backend is not None and plan.world_size > 1 and not rules(plan.backend).ddp_bucket_cap:
         if config.comm_hook != "none" or config.static_graph or config.gradient_as_bucket_view:
             raise ConfigError(f"DDP's communication options need torch's DistributedDataParallel, not {plan.backend}")
     if config.compile:
         check_compile(plan.backend, plan.cuda_devices)
     _check_steady_window(config, plan.world_size)
-    micro = plan.world_size * config.accumulate
+    _check_writable(Path(config.output_dir))
+
+
+def check_arrangement(config: TrainConfig, world_size: int) -> None:
+    """The checks of a run that hold whatever the machine (:class:`ConfigError`): how the global batch splits over
+    ``world_size`` processes and micro-batches, whether the strategy runs on that many, which options go together.
+    A sweep makes them for every configuration before its first run."""
+    if config.batch_size < world_size:
+        raise ConfigError(
+            f"batch_size is the global batch: {config.batch_size} cannot be split over {world_size} processes"
+        )
+    strategy = strategy_for(config.strategy, world_size)  # refuses a strategy this world size cannot run
+    strategy.check_options(config)
+    if config.static_graph and config.accumulate > 1:
+        # DDP's static graph expects every backward to reduce gradients; accumulation skips that in all but the
+        # last micro-batch, and torch then stops every run with "expect_autograd_hooks_ INTERNAL ASSERT FAILED".
+        raise ConfigError(
+            f"--static-graph cannot be combined with --accumulate {config.accumulate}: DDP's static graph needs "
+            "every backward to synchronise gradients (leave one of them out)"
+        )
+    micro = world_size * config.accumulate
     if config.accumulate > 1 and config.batch_size % micro:
         raise ConfigError(
             f"batch_size is the global batch per optimizer step: {config.batch_size} cannot be split into "
-            f"{plan.world_size} process(es) x {config.accumulate} micro-batches (make it a multiple of {micro})"
+            f"{world_size} process(es) x {config.accumulate} micro-batches (make it a multiple of {micro})"
         )
-    _check_writable(Path(config.output_dir))
 
 
 def _check_writable(path: Path) -> None:
