@@ -204,16 +204,22 @@ def test_a_profiled_two_process_run_agrees_with_its_trace_and_the_report_shows_i
     # for a core at different moments: seen with two CPU burners, ours 6 ms above the trace's 10; beside a second
     # test run, ours 2.2x the trace's, and a trace whose all-reduce overlapped nothing (gloo's thread started only
     # after backward). A run that measured other processes' load is checked for what it recorded, not for agreement.
+    # Skipped, not passed, when the agreement went unchecked: the test report counts how often it really ran.
     share = summary["contention"]["foreign_cpu_share"]
-    quiet = share is not None and share <= 0.1
-    for rank, profile in enumerate(summary["profiler"]["ranks"]):
-        check = profile["trace_comm"]
+    checks = [profile["trace_comm"] for profile in summary["profiler"]["ranks"]]
+    for rank, check in enumerate(checks):
         assert check["collective"] == "gloo:all_reduce" and check["iterations"] == [7, 8, 9, 10, 11]
         trace, ours = check["trace_ms"]["comm"], check["ours_ms"]["comm"]
         assert trace > 0 and ours > 0 and len(check["per_iteration"]) == 5
         assert f"| {rank} | 7-11 | {trace:.2f} | {ours:.2f} | {ours / trace:.3f} |" in report
-        if not quiet:
-            continue
+    if share is None or share > 0.1:
+        load = "was not measured" if share is None else f"used {share:.0%} of the CPUs"
+        pytest.skip(
+            f"trace agreement not checked: other processes {load} while the run measured (the claim holds on a quiet "
+            "machine, <= 10 %); the recorded figures and the report's table were checked"
+        )
+    for check in checks:
+        trace, ours = check["trace_ms"]["comm"], check["ours_ms"]["comm"]
         assert check["trace_ms"]["overlap"] > 0  # 3 buckets: some all-reduce hidden by backward
         assert abs(ours - trace) <= 0.2 * trace + 3.0, check
         pairs = [(p["trace_comm_ms"], p["ours_comm_ms"]) for p in check["per_iteration"]]
