@@ -612,24 +612,38 @@ def test_every_spec_key_honours_or_refuses_any_value(tmp_path):
 
 
 @pytest.mark.parametrize("options, command", [(TrainConfig, "train"), (ProjectOptions, "project")])
-def test_every_numeric_flag_honours_or_refuses_any_text(options, command, capsys):
-    """The same through the command line: argparse never answers a number with "expected one argument"."""
+def test_every_numeric_flag_honours_or_refuses_any_text(options, command, capsys, tmp_path):
+    """The same through the command line, as the user sees it: argparse never answers a number with "expected one
+    argument"; a value the options refuse makes the command itself say the refusal in one line and exit 2 before
+    anything starts; a value they accept is the number the text says."""
     texts = ["nan", "inf", "-inf", "0", "-1", "-1e-3", "1.5", "1e308", "-1e308", "1e400", "x", ""]
     parser = build_parser()
+    honoured = refused = 0
     for name, spec in option_specs(options).items():
         if spec.kind not in (int, float) or spec.many:
             continue
         for text in texts:
+            flag = option_flag(name)
+            argv = [command, flag, text]
             try:
-                args = parser.parse_args([command, option_flag(name), text])
+                args = parser.parse_args(argv)
             except SystemExit as e:
                 err = capsys.readouterr().err
                 assert e.code == 2 and err.count("\n") == 1 and "expected one argument" not in err, err
                 continue
             try:
-                options(**{key: getattr(args, key) for key in option_specs(options)})
+                built = options(**{key: getattr(args, key) for key in option_specs(options)})
             except ConfigError as e:
                 _refused_in_one_line(e)
+                said = one_line(capsys, [*argv, "--output-dir", str(tmp_path / "never-written")])
+                # the options' own words, naming the option as a field (train) or as its flag (project)
+                assert said in {f"ignite-ddl: error: {e}", f"ignite-ddl: error: {e}".replace(name, flag, 1)}, said
+                refused += 1
+                continue
+            held = getattr(built, name)
+            assert held == (float(text) if spec.kind is float else int(text)), (argv, held)
+            honoured += 1
+    assert honoured and refused and not (tmp_path / "never-written").exists()
 
 
 def test_the_property_test_can_fail():
