@@ -145,3 +145,13 @@ def test_configurations_split_by_environment_or_thread_count_carry_the_mixed_env
 def test_each_flag_kind_is_documented_as_a_configuration_metric(kind):
     rows = [line for line in DOC.read_text().splitlines() if line.startswith(f"| `flag/{kind}` |")]
     assert len(rows) == 1 and rows[0].split("|")[2].strip() == "configuration"
+
+
+def test_every_declared_metric_carries_its_description(tmp_path):
+    """TensorBoard shows each metric's description beside its column: every metric the sweep declares has one."""
+    write_hparams(_sweep(), tmp_path)
+    infos = _experiment(tmp_path).metric_infos
+    assert infos and all(info.description for info in infos), [i.name.tag for i in infos if not i.description]
+    described = {info.name.tag: info.description for info in infos}
+    assert described["hparam/samples_per_s_low"].startswith("the low end of the confidence interval")
+    assert "quality_margin" in described["flag/learns-worse"]

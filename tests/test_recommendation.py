@@ -224,3 +224,23 @@ def test_compilation_pays_back_only_from_a_separated_difference():
     assert noisy["payback_iterations"] is None and not noisy["separated"]
     clear = sweep([100.0, 101.0, 99.0], [125.0, 126.0, 124.0])
     assert clear["separated"] and clear["payback_iterations"] > 0
+
+
+def test_utilisation_is_against_one_reference_per_device(tmp_path):
+    """Each run measures its own matmul rate (45.4 GFLOP/s here, 46.8 there, under whatever else ran): every row is
+    judged against the device's one reference, the highest measured, and the report names it."""
+
+    def flops(achieved: float, rate: float) -> dict:
+        rank = {"rank": 0, "achieved_flops_per_s": achieved, "attainable_flops_per_s": rate}
+        return {"per_sample": {"total": 3e7}, "achieved_flops_per_s": achieved, "ranks": [rank]}
+
+    records = _runs(0, PLAIN, [0.2] * 3, flops=flops(13.8e9, 45.4e9))
+    records += _runs(1, FAST, [0.2] * 3, flops=flops(18.2e9, 46.8e9))
+    analysis = analyze(records)
+    assert {c.matmul_reference for c in analysis.configs} == {46.8e9}
+    assert analysis.config("cfg000").utilisation_attainable == pytest.approx(13.8 / 46.8)
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    assert "the highest matmul rate any run of the sweep measured on it (cpu: 46.8 GFLOP/s)" in (
+        write_report(tmp_path).read_text()
+    )

@@ -224,6 +224,7 @@ def _analysis(
         config.fits = not too_big and not config.out_of_memory
     _speedups(configs, confidence)
     _versus(configs, confidence)
+    _one_matmul_reference(configs)
     flags = flags + _flags(configs, meta)
     flags += _memory_flags(configs, limit)
     margin = spec.get("equivalence_margin")
@@ -272,6 +273,22 @@ def _collection_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _one_matmul_reference(configs: list[ConfigResult]) -> None:
+    """Utilisation against one reference per device, the same for every row: the highest matmul rate any run of the
+    sweep measured on that device (each run measures its own, under whatever else ran then: against its own, rows
+    would each have a different yardstick)."""
+    best: dict[tuple[str | None, str | None], float] = {}
+    for config in configs:
+        key = (config.environment, config.device_type)
+        if config.matmul_rate is not None:
+            best[key] = max(best.get(key, 0.0), config.matmul_rate)
+    for config in configs:
+        reference = best.get((config.environment, config.device_type))
+        if reference is not None and config.achieved_flops_per_s is not None:
+            config.matmul_reference = reference
+            config.utilisation_attainable = config.achieved_flops_per_s / reference
 
 
 def _kind(config: ConfigResult) -> tuple:

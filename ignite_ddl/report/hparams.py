@@ -32,7 +32,15 @@ from ignite_ddl.core.outputs import open_output, writing
 from ignite_ddl.report.model import FLAG_MEANINGS, MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
 
-__all__ = ["CONFIG_FLAGS", "MAX_SESSIONS", "config_flags", "config_metrics", "write_hparams"]
+__all__ = [
+    "CONFIG_FLAGS",
+    "MAX_SESSIONS",
+    "METRIC_DESCRIPTIONS",
+    "config_flags",
+    "config_metrics",
+    "metric_description",
+    "write_hparams",
+]
 
 # Sessions written at most: each is a folder and an event file (a few ms), and TensorBoard lists them all. Every
 # configuration's aggregate comes first, then the runs, in the configurations' order.
@@ -43,6 +51,47 @@ MAX_SESSIONS = 1000
 # "provisional" is raised per workload (on each of its configurations here), and "mixed-environments" on the
 # configurations split by environment or by intra-op thread count.
 CONFIG_FLAGS: tuple[str, ...] = tuple(kind for kind in FLAG_MEANINGS if kind != "unreadable")
+
+
+# What each metric means, shown by TensorBoard beside its column (a flag's meaning is the report's, FLAG_MEANINGS).
+METRIC_DESCRIPTIONS = {
+    "hparam/samples_per_s": "global throughput, samples/s: the run's, or the mean over a configuration's runs used",
+    "hparam/contended": "1 when other processes used the machine while the run measured",
+    "hparam/foreign_cpu_share": "the share of the CPUs other processes used while the run measured",
+    "hparam/used": "1 when the run counts in its configuration's figures and the verdict",
+    "hparam/speedup": "throughput over its workload's 1-process configuration's",
+    "hparam/efficiency": "speed-up / processes",
+    "hparam/cv": "the repeats' spread: standard deviation / mean of the throughputs used",
+    "hparam/runs_used": "runs counted in its figures",
+    "hparam/contended_runs": "its runs (every attempt) that were contended",
+    "hparam/best": "1 when the verdict names it the best, 0.5 when it is tied with the fastest, else 0",
+    "hparam/step_p50_ms": "median step time, ms",
+    "hparam/val_accuracy": "validation accuracy after the last epoch, mean over the runs used",
+    "hparam/accuracy_difference": "validation accuracy minus its workload's reference configuration's, mean over "
+    "repeats (a share: 0.01 is one point)",
+    "hparam/comm_overlap": "share of the gradient communication hidden behind backward compute",
+    "hparam/exposed_comm_share": "exposed communication / iteration time",
+    "hparam/busbw_GBps": "achieved all-reduce bus bandwidth during training, GB/s",
+    "hparam/utilisation_attainable": "achieved FLOP/s per rank / the device's reference matmul rate (the highest "
+    "any run of the sweep measured on it)",
+    "hparam/utilisation_peak": "achieved FLOP/s per rank / the GPU's datasheet peak",
+    "hparam/peak_memory_mib": "the largest rank's peak memory per run (resident, or CUDA reserved), MiB",
+    "hparam/held_mib": "parameters, gradients and optimizer state of the largest rank, MiB",
+    "hparam/fits": "1 when within the spec's memory_limit_mb and no run ran out of memory",
+    "hparam/recommended": "1 for the configuration the verdict recommends",
+}
+
+
+def metric_description(tag: str) -> str:
+    """What the metric ``tag`` means, in a sentence (an interval's bounds say which bound of what)."""
+    for end, bound in (("_low", "low"), ("_high", "high")):
+        if tag.endswith(end) and tag[: -len(end)] in METRIC_DESCRIPTIONS:
+            return (
+                f"the {bound} end of the confidence interval over repeats of: {METRIC_DESCRIPTIONS[tag[: -len(end)]]}"
+            )
+    if tag.startswith("flag/") and tag[5:] in FLAG_MEANINGS:
+        return f"1 when the report raises this flag on the configuration: {FLAG_MEANINGS[tag[5:]]}"
+    return METRIC_DESCRIPTIONS.get(tag, "")
 
 
 def _hparam(value: Any) -> Any:
@@ -71,6 +120,7 @@ def config_metrics(config: ConfigResult, best: bool, tied: bool, recommended: bo
         "hparam/best": 1.0 if best else (0.5 if tied else 0.0),
         "hparam/step_p50_ms": None if config.step_p50_s is None else 1e3 * config.step_p50_s,
         "hparam/val_accuracy": config.val_accuracy,
+        **_estimate("accuracy_difference", config.accuracy_difference),
         "hparam/comm_overlap": config.overlap,
         "hparam/exposed_comm_share": config.exposed_share,
         "hparam/busbw_GBps": None if config.busbw_Bps is None else config.busbw_Bps / 1e9,
@@ -200,7 +250,8 @@ def _experiment(values: dict[str, Any], metrics: list[str]) -> Any:
 
     types = {"number_value": "DATA_TYPE_FLOAT64", "string_value": "DATA_TYPE_STRING"}
     infos = [HParamInfo(name=key, type=DataType.Value(types[kind])) for key, _, kind in _hparam_values(values)]
-    return Experiment(hparam_infos=infos, metric_infos=[MetricInfo(name=MetricName(tag=m)) for m in metrics])
+    described = [MetricInfo(name=MetricName(tag=m), description=metric_description(m)) for m in metrics]
+    return Experiment(hparam_infos=infos, metric_infos=described)
 
 
 def _plugin_summary(part: str, message: Any) -> Any:

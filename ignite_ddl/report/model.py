@@ -143,7 +143,9 @@ class ConfigResult:
     comm_wait: dict[str, Any] | None = None  # {"rank": waited for, "waiting": rank, "wait_s", "share"}
     flops_per_sample: float | None = None  # model FLOPs, forward + backward
     achieved_flops_per_s: float | None = None  # per rank, mean over ranks and runs
-    utilisation_attainable: float | None = None  # of the matmul rate measured on the machine
+    utilisation_attainable: float | None = None  # of matmul_reference: one rate per device for every row
+    matmul_rate: float | None = None  # the highest matmul rate (FLOP/s) its runs' ranks measured
+    matmul_reference: float | None = None  # the device's reference: the highest any run of the sweep measured there
     utilisation_peak: float | None = None  # of the GPU's datasheet peak (None where no datasheet applies)
     straggler: dict[str, Any] | None = None
     val_accuracy: float | None = None

@@ -55,6 +55,7 @@ class _Figures:
         self.host: list[float] = []
         self.held, self.private = _Mean(), _Mean()
         self.flops = {key: _Mean() for key in ("total", *FLOPS_FIGURES)}
+        self.matmul_rates: list[float] = []  # the matmul rate each rank of each run measured
         self.compile_s: list[float] = []
         self.recompilations = 0
         self.reasons: list[str] = []
@@ -96,6 +97,10 @@ class _Figures:
         self.flops["total"].add(_dict(flops.get("per_sample")).get("total"))
         for key in FLOPS_FIGURES:
             self.flops[key].add(flops.get(key))
+        flops_ranks = flops.get("ranks")
+        flops_ranks = flops_ranks if isinstance(flops_ranks, list) else []
+        rates = [_float(_dict(r).get("attainable_flops_per_s")) for r in flops_ranks]
+        self.matmul_rates += [r for r in rates if r is not None and r > 0]
 
     def _add_step_extras(self, steps: dict[str, Any]) -> None:
         """Compilation, bytes on the wire, steady state and the DDP cross-check of one run's steps."""
@@ -183,6 +188,7 @@ class _Figures:
         ):
             mine.merge(theirs)
         self.compile_s += other.compile_s
+        self.matmul_rates += other.matmul_rates
         self.recompilations = max(self.recompilations, other.recompilations)
         self.reasons = self.reasons or other.reasons
         self.unsettled += other.unsettled
@@ -248,6 +254,7 @@ class _Figures:
         config.flops_per_sample = self.flops["total"].value
         for key in FLOPS_FIGURES:
             setattr(config, key, self.flops[key].value)
+        config.matmul_rate = max(self.matmul_rates, default=None)
         config.compile_s = mean_interval(self.compile_s) if self.compile_s else None
         config.recompilations, config.recompile_reasons = self.recompilations, self.reasons
         config.comm_bytes_per_step, config.unsettled_runs = self.comm_bytes.value, self.unsettled

@@ -266,6 +266,22 @@ def _faster_step_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, ("compile s", "pays back after", "bytes/step MB", "val acc"))
 
 
+def _references(analysis: Analysis) -> str:
+    """The one matmul rate per device that "% of matmul rate" is against, in words."""
+    found = {
+        (c.device_type or "?") + (f" ({c.environment})" if c.environment else ""): c.matmul_reference
+        for c in analysis.configs
+        if c.matmul_reference is not None
+    }
+    if not found:
+        return ""
+    rates = "; ".join(f"{device}: {rate / 1e9:.1f} GFLOP/s" for device, rate in found.items())
+    return (
+        "% of matmul rate is against one reference per device, the same for every row: the highest matmul rate any "
+        f"run of the sweep measured on it ({rates})."
+    )
+
+
 def config_tables(doc: Document, analysis: Analysis) -> None:
     """The decision table, then one table per topic."""
     doc.table(*decision_table(analysis))
@@ -288,7 +304,11 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             "after which the faster steps have paid for it; for a communication hook the bytes a rank puts on the "
             "wire per step and the validation accuracy after the run, which is what compression may cost.",
         ),
-        ("FLOPs", _flops_table(analysis), "Model FLOPs (forward + backward) and what each rank achieved."),
+        (
+            "FLOPs",
+            _flops_table(analysis),
+            "Model FLOPs (forward + backward) and what each rank achieved. " + _references(analysis),
+        ),
         (
             "Memory",
             _memory_table(analysis),
