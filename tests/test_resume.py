@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -72,3 +73,32 @@ def test_resuming_with_another_schedule_is_refused(tmp_path):
         "its learning-rate schedule ends at iteration 16, this run's at 24; resume with the --epochs, "
         "--warmup-epochs and --lr of the run that wrote it" in result.stderr.strip().splitlines()[-1]
     )
+
+
+TAMPERED = {
+    "iteration as text": (lambda s: s["trainer"].update(iteration="7"), "has iteration '7', not a whole number"),
+    "negative iteration": (lambda s: s["trainer"].update(iteration=-5), "has iteration -5, not a whole number >= 0"),
+    "empty epochs": (lambda s: s["trainer"].update(epoch_length=0), "has epoch_length 0, not a whole number >= 1"),
+    "empty optimizer": (lambda s: s.update(optimizer={}), "its optimizer state has no 'state' dictionary"),
+}
+
+
+@pytest.mark.slow
+def test_a_tampered_trainer_state_is_refused_in_one_line(tmp_path):
+    run = [*RUN[:-3], "--no-progress"]  # every thread: one run, then only refusals
+    check_ok(run_cli("train", *run, "--max-iters", "5", "--checkpoint-every", "5", "--output-dir", str(tmp_path / "p")))
+    saved = torch.load(tmp_path / "p" / "checkpoints" / "checkpoint_5.pt", weights_only=True)
+
+    def resume(case: str):
+        state = {**saved, "trainer": dict(saved["trainer"])}
+        TAMPERED[case][0](state)
+        path = tmp_path / f"{case.replace(' ', '_')}.pt"
+        torch.save(state, path)
+        return run_cli("train", *run, "--resume", str(path), "--output-dir", str(tmp_path / case.replace(" ", "_")))
+
+    with ThreadPoolExecutor(len(TAMPERED)) as pool:
+        results = dict(zip(TAMPERED, pool.map(resume, TAMPERED)))
+    for case, result in results.items():
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (case, result.stderr)
+        assert TAMPERED[case][1] in lines[0], (case, lines[0])

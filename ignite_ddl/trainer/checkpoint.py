@@ -153,7 +153,10 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
         )
     if not isinstance(state["model"], dict):
         raise ConfigError(f"cannot resume from {path}: its 'model' entry is not a state dict")
-    trainer = state["trainer"] if isinstance(state["trainer"], Mapping) else {}
+    problem = _trainer_problem(state["trainer"])
+    if problem:
+        raise ConfigError(f"cannot resume from {path}: its trainer state {problem}; the file was altered")
+    trainer = state["trainer"]
     finished = finished_problem(path, trainer.get("iteration"), trainer.get("epoch_length"), config)
     if finished:
         raise ConfigError(finished)
@@ -166,6 +169,44 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
             f"cannot resume from {path}: it holds another model's weights than --model {config.model} on "
             f"{config.dataset} ({mismatch})"
         )
+    problem = _optimizer_problem(state["optimizer"], sum(1 for _ in model.parameters()))
+    if problem:
+        raise ConfigError(f"cannot resume from {path}: its optimizer state {problem}; the file was altered")
+
+
+def _count(value: Any, low: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _trainer_problem(trainer: Any) -> str | None:
+    """What is wrong with a saved Ignite trainer state (``Engine.state_dict()``: ``epoch_length``, ``max_epochs``
+    and ``iteration`` or ``epoch``), None if nothing is. Ignite itself raises bare TypeErrors and ValueErrors on
+    these, or accepts a negative iteration and counts samples that were never trained."""
+    if not isinstance(trainer, Mapping):
+        return f"is a {type(trainer).__name__}, not a dictionary"
+    if "iteration" not in trainer and "epoch" not in trainer:
+        return "has neither an iteration nor an epoch"
+    for key, low in (("iteration", 0), ("epoch", 0), ("epoch_length", 1), ("max_epochs", 1)):
+        if key in trainer and not _count(trainer[key], low):
+            return f"has {key} {trainer[key]!r}, not a whole number >= {low}"
+    if "epoch_length" not in trainer:
+        return "has no epoch_length"
+    return None
+
+
+def _optimizer_problem(optimizer: Any, parameters: int) -> str | None:
+    """What is wrong with a saved optimizer state (``Optimizer.state_dict()``, or the full state an FSDP run saves)
+    for a model of ``parameters`` parameters, None if nothing is."""
+    if not isinstance(optimizer, Mapping) or not isinstance(optimizer.get("state"), Mapping):
+        return "has no 'state' dictionary"
+    groups = optimizer.get("param_groups")
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, Mapping) for g in groups):
+        return "has no parameter groups"
+    saved = [p for g in groups for p in (g.get("params") if isinstance(g.get("params"), list) else [None])]
+    if None in saved or len(saved) != parameters:
+        return f"holds {len(saved)} parameters in its groups where this model has {parameters}"
+    return None
 
 
 class _Saver(DiskSaver):
