@@ -244,3 +244,29 @@ def test_utilisation_is_against_one_reference_per_device(tmp_path):
     assert "the highest matmul rate any run of the sweep measured on it (cpu: 46.8 GFLOP/s)" in (
         write_report(tmp_path).read_text()
     )
+
+
+def test_the_plots_draw_no_interval_below_zero_and_the_speed_quality_trade():
+    from matplotlib.collections import LineCollection
+
+    from ignite_ddl.core.figures import pyplot
+    from ignite_ddl.report.plots import figures
+
+    records = _runs(0, [100.0, 1500.0, 20.0], [0.225, 0.230, 0.220])  # an interval reaching below zero
+    records += _runs(1, FAST, [0.168, 0.170, 0.166], hook="powersgd")
+    analysis = analyze(records)
+    assert analysis.config("cfg000").throughput.low < 0
+    made = figures(analysis)
+    try:
+        for name in ("throughput.png", "speed_vs_quality.png"):
+            for ax in made[name].axes:
+                for collection in ax.collections:
+                    if isinstance(collection, LineCollection):  # error bars
+                        for segment in collection.get_segments():
+                            assert segment[:, 0].min() >= 0 and segment[:, 1].min() >= 0, (name, segment)
+        (panel,) = [ax for ax in made["speed_vs_quality.png"].axes if ax.get_xlabel()]
+        crosses = [line for line in panel.get_lines() if line.get_marker() == "x"]
+        assert len(crosses) == 1 and crosses[0].get_xdata()[0] == pytest.approx(0.168)  # cfg001 learns worse
+    finally:
+        for fig in made.values():
+            pyplot().close(fig)

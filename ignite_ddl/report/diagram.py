@@ -11,6 +11,7 @@ from typing import Any
 
 from ignite_ddl.core.figures import pyplot
 from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.report.model import PHASE_COLOURS
 from ignite_ddl.report.plots import FONT, TITLE_FONT
 
 __all__ = ["ddp_diagram", "ddp_step"]
@@ -19,11 +20,11 @@ BUCKET_LANES = 8  # rows of the buckets' all-reduce bars under each rank's step;
 BUCKET_BAND = 0.4  # the height the bucket rows share above each rank's step, in units of one rank's row
 
 DDP_PARTS = (  # a step's parts in the order they happen, as steps_rank<r>.csv records them
-    ("data_s", "waiting for data", "tab:gray"),
-    ("forward_s", "forward", "tab:blue"),
-    ("backward_compute_s", "backward: gradient compute", "tab:orange"),
-    ("exposed_comm_s", "backward: waiting for the last all-reduce (exposed)", "tab:red"),
-    ("optimizer_s", "optimizer step", "tab:green"),
+    ("data_s", "waiting for data", PHASE_COLOURS["data"]),
+    ("forward_s", "forward", PHASE_COLOURS["forward"]),
+    ("backward_compute_s", "backward: gradient compute", PHASE_COLOURS["backward_compute"]),
+    ("exposed_comm_s", "backward: waiting for the last all-reduce (exposed)", PHASE_COLOURS["exposed_comm"]),
+    ("optimizer_s", "optimizer step", PHASE_COLOURS["optimizer"]),
 )
 
 

@@ -29,6 +29,15 @@ EXPOSED_COMM_HIGH = 0.25  # exposed communication above this share of the step i
 COMM_WAIT_HIGH = 0.10  # a rank waiting in the all-reduce more than this share of its step for another one
 # Where a step's time goes, in the order it is spent; "handlers" is what other handlers add to each iteration.
 STEP_PARTS = ("data", "forward", "backward_compute", "exposed_comm", "optimizer", "handlers")
+# One colour per phase, in every plot that draws phases (the step breakdown, notebook 01's DDP diagram).
+PHASE_COLOURS = {
+    "data": "tab:gray",
+    "forward": "tab:blue",
+    "backward_compute": "tab:orange",
+    "exposed_comm": "tab:red",
+    "optimizer": "tab:green",
+    "handlers": "tab:purple",
+}
 EFFICIENCY_LOW = 0.7
 
 FLAG_MEANINGS = {

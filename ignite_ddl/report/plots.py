@@ -18,8 +18,8 @@ from typing import Any, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
-from ignite_ddl.report.model import MIB, STEP_PARTS, Analysis, ConfigResult, RunResult
-from ignite_ddl.report.stats import Estimate
+from ignite_ddl.report.model import MIB, PHASE_COLOURS, STEP_PARTS, Analysis, ConfigResult, RunResult
+from ignite_ddl.report.stats import Estimate, mean_interval
 
 __all__ = [
     "PLOTS",
@@ -39,6 +39,9 @@ PLOTS = {
     "confusion.png": "validation confusion matrix of each workload's most accurate configuration",
     "throughput_vs_memory.png": "global throughput against peak memory per rank, with intervals; the Pareto front "
     "(no other configuration is both faster and smaller) joined and ringed, configurations that do not fit crossed",
+    "speed_vs_quality.png": "global throughput against validation accuracy, with intervals over repeats: the trade "
+    "between speed and what training learns; each workload's reference configuration ringed, those that learn worse "
+    "crossed",
 }
 MAX_PANELS = 32
 PANEL_COLUMNS = 4  # rank panels per row
@@ -72,6 +75,7 @@ def figures(analysis: Analysis) -> dict[str, Any]:
         ("rank_step_times.png", _ranks),
         ("confusion.png", _confusion),
         ("throughput_vs_memory.png", _memory),
+        ("speed_vs_quality.png", _speed_quality),
     ):
         fig = draw(analysis, plt)
         if fig is not None:
@@ -109,8 +113,9 @@ def _wrap(text: str, width: int = WRAP) -> str:
 
 
 def _yerr(estimates: list[Estimate]) -> list[list[float]]:
-    """Asymmetric error bars from intervals (zero where a configuration has none)."""
-    lows = [e.value - e.low if e.has_interval and e.value is not None else 0.0 for e in estimates]  # type: ignore[operator]
+    """Asymmetric error bars from intervals (zero where a configuration has none); the quantities drawn are
+    positive, so a low end below zero (a t-interval over a few noisy runs) is drawn clipped at 0."""
+    lows = [e.value - max(e.low, 0.0) if e.has_interval and e.value is not None else 0.0 for e in estimates]  # type: ignore[operator,type-var]
     highs = [e.high - e.value if e.has_interval and e.value is not None else 0.0 for e in estimates]  # type: ignore[operator]
     return [lows, highs]
 
@@ -250,7 +255,21 @@ def _throughput(analysis: Analysis, plt: Any) -> Any:
         y = list(range(len(rows)))
         values = [c.throughput.value for c in rows]
         ax.barh(y, values, color=colors, alpha=0.75)
-        ax.errorbar(values, y, xerr=_yerr([c.throughput for c in rows]), fmt="none", ecolor="black", capsize=3)
+        with_interval = [i for i, c in enumerate(rows) if c.throughput.has_interval]
+        ax.errorbar(
+            [values[i] for i in with_interval],
+            with_interval,
+            xerr=_yerr([rows[i].throughput for i in with_interval]),
+            fmt="none",
+            ecolor="black",
+            capsize=3,
+        )
+        for i, c in enumerate(rows):  # what the bar alone does not say: no interval, passed over by the verdict
+            said = ["1 run: no interval"] if not c.throughput.has_interval else []
+            said += ["not judged"] if c.not_judged else []
+            said += [c.quality] if c.learns_worse and c.quality else []
+            if said:
+                ax.text(values[i] or 0.0, i, "  " + ", ".join(said), va="center", fontsize=FONT - 1)
         ax.set_xlim(left=0)
     return fig
 
@@ -389,9 +408,9 @@ def _breakdown(analysis: Analysis, plt: Any) -> Any:
     for ax, rows in panels:
         y = list(range(len(rows)))
         left = [0.0] * len(rows)
-        for i, part in enumerate(STEP_PARTS):
+        for part in STEP_PARTS:
             widths = [1e3 * config.rank_phases[rank].get(part, 0.0) for config, rank in rows]
-            ax.barh(y, widths, left=left, label=PART_LABELS[part], color=f"C{i}")
+            ax.barh(y, widths, left=left, label=PART_LABELS[part], color=PHASE_COLOURS[part])
             left = [a + b for a, b in zip(left, widths)]
         for row, ((config, rank), end) in enumerate(zip(rows, left)):
             if rank == 0 and config.overlap is not None:  # once per configuration, on its first rank's bar
@@ -526,7 +545,11 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
         confusion_heatmap(matrix, ax=ax, title=f"{shown}{accuracy}")
     for ax in list(axes.flat)[len(chosen) :]:
         ax.set_visible(False)
-    fig.suptitle("Validation confusion matrix\n(row shares; counts summed over the runs)", fontsize=TITLE_FONT)
+    fig.suptitle(
+        "Validation confusion matrix: numbers are counts summed over the runs used;\ncolour is each true class's "
+        "(row's) share",
+        fontsize=TITLE_FONT,
+    )
     fig.tight_layout()
     return fig
 
@@ -578,6 +601,51 @@ def _memory(analysis: Analysis, plt: Any) -> Any:
         if title:
             ax.set_title(_wrap(title), fontsize=FONT)
     fig.suptitle("Throughput vs peak memory per rank (ringed: the Pareto front; x: does not fit)", fontsize=TITLE_FONT)
+    if add_legend is not None:
+        add_legend(list(handles.values()), [_wrap(label) for label in handles])
+    return fig
+
+
+def _speed_quality(analysis: Analysis, plt: Any) -> Any:
+    """Throughput against validation accuracy, each with its interval over repeats, a panel per workload."""
+    measured = [c for c in analysis.configs if c.throughput.value is not None and c.val_accuracies]
+    if not measured:
+        return None
+    panels = _workloads(analysis, measured)
+    keys = _varying(measured, set())
+    labels = [_named(c, keys) for c in measured]
+    style = _palette(labels)
+    fig, _, axes, add_legend = _line_panels(plt, len(panels), legend=True)
+    handles: dict[str, Any] = {}
+    for ax, (title, rows) in zip(axes, panels):
+        for c in rows:
+            label = _named(c, keys)
+            accuracy = mean_interval(c.val_accuracies, analysis.confidence)
+            x, y = cast(float, accuracy.value), cast(float, c.throughput.value)
+            mark = ax.errorbar(
+                x,
+                y,
+                xerr=_yerr([accuracy]),
+                yerr=_yerr([c.throughput]),
+                fmt=style[label]["marker"],
+                color=style[label]["color"],
+                capsize=3,
+            )
+            handles.setdefault(label, mark)
+            if c.quality == "reference":
+                ax.scatter([x], [y], s=160, facecolors="none", edgecolors="grey")
+            if c.learns_worse:
+                ax.plot(x, y, "x", color="black", markersize=12)
+        ax.set_xlabel("validation accuracy after the last epoch", fontsize=FONT)
+        ax.set_ylabel("samples/s", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+        if title:
+            ax.set_title(_wrap(title), fontsize=FONT)
+    fig.suptitle(
+        f"Speed vs quality, {round(100 * analysis.confidence)} % intervals over repeats (ringed: the workload's "
+        "reference; x: learns worse)",
+        fontsize=TITLE_FONT,
+    )
     if add_legend is not None:
         add_legend(list(handles.values()), [_wrap(label) for label in handles])
     return fig
