@@ -125,6 +125,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", parser_class=_Parser)
     train = commands.add_parser("train", help="train one configuration (serial, spawned, torchrun or SLURM)")
     add_to_parser(train, TrainConfig)
+    train.add_argument(
+        "--workload-args",
+        action=_WorkloadArgs,
+        default={},
+        metavar="KEY=VALUE",
+        help="a keyword argument of --workload's function, typed as YAML would, e.g. --workload-args d_model=128 "
+        "(repeatable)",
+    )
     train.set_defaults(handler=_train)
 
     sweep = commands.add_parser("sweep", help="run a grid of configurations and write a profiling report")
@@ -255,7 +263,19 @@ def _sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _pair(item: str, many: bool) -> tuple[str, Any]:
+class _WorkloadArgs(argparse.Action):
+    """``--workload-args KEY=VALUE`` (repeatable): one more keyword argument of the workload's function, in a new
+    mapping (the default one is shared and never changed)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        try:
+            key, value = _pair(str(values), many=False, keep_dashes=True)
+        except ConfigError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest), key: value})
+
+
+def _pair(item: str, many: bool, keep_dashes: bool = False) -> tuple[str, Any]:
     """``key=value`` (or ``key=v1,v2`` for a grid axis) from the command line, values typed as YAML would."""
     import yaml
 
@@ -270,7 +290,8 @@ def _pair(item: str, many: bool) -> tuple[str, Any]:
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
             raise ConfigError(f"cannot read the value '{text}' of {key}: {problem}") from None
 
-    return key.replace("-", "_"), [parse(v) for v in value.split(",")] if many else parse(value)
+    key = key if keep_dashes else key.replace("-", "_")  # a workload's argument is named as its function names it
+    return key, [parse(v) for v in value.split(",")] if many else parse(value)
 
 
 def _report(args: argparse.Namespace) -> int:

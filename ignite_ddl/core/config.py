@@ -15,13 +15,15 @@ Example:
     ...
     ignite_ddl.core.errors.ConfigError: batch_size must be >= 1, got 0
     >>> WORKLOAD_OPTIONS
-    ('model', 'dataset', 'amp', 'optimizer', 'sync_bn')
+    ('model', 'dataset', 'amp', 'optimizer', 'sync_bn', 'workload', 'workload_args')
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag
@@ -151,6 +153,27 @@ class TrainConfig(LaunchOptions):
     )
     optimizer: str = option("sgd", "the optimizer", role=Role.WORKLOAD, choices=OPTIMIZERS)
     sync_bn: bool = option(False, "convert BatchNorm layers to SyncBatchNorm", role=Role.WORKLOAD)
+    workload: str | None = option(
+        None,
+        "your own training instead of --model / --dataset: 'package.module:function' returning a Workload "
+        "(ignite_ddl.trainer.workload), or a built-in one: gpt (a small GPT on a synthetic token stream)",
+        role=Role.WORKLOAD,
+        metavar="MODULE:FUNCTION",
+    )
+    workload_args: dict[str, Any] = option(
+        factory=dict,
+        help="keyword arguments of the workload's function (--workload-args KEY=VALUE; in a spec "
+        "workload_args.KEY: a sweep axis)",
+        role=Role.WORKLOAD,
+    )
+    # Where the workload's module is looked for first (then the working folder, then the installed packages): a
+    # sweep sets it to its spec's folder. It only finds the code, so it is no part of the workload's identity.
+    workload_dir: str | None = option(
+        None,
+        "folder searched first for --workload's module (default: the working folder only)",
+        role=Role.OUTPUT,
+        path=True,
+    )
     # -- data
     data_dir: str = option(
         "data", "where mnist / cifar10 files live (or are downloaded to)", role=Role.OUTPUT, path=True
@@ -247,6 +270,12 @@ class TrainConfig(LaunchOptions):
         False,
         "torch.compile the model (Inductor; on CPU it needs a C++ compiler): compilation is timed apart "
         "(compile_s) and left out of steady-state throughput",
+        role=Role.EXECUTION,
+    )
+    activation_checkpointing: bool = option(
+        False,
+        "recompute each block's activations in backward instead of keeping them (torch.utils.checkpoint): less "
+        "memory, more compute; for workloads that mark their blocks (gpt does)",
         role=Role.EXECUTION,
     )
     compile_mode: str = option(
@@ -372,13 +401,25 @@ class TrainConfig(LaunchOptions):
         super().check()
         if self.early_stopping and not self.eval_every:
             raise ConfigError("early_stopping needs evaluations to compare: set eval_every to 1 or more")
+        if self.workload is not None and not self.workload.strip():
+            raise ConfigError("workload must not be empty (package.module:function, or gpt)")
+        if self.workload_args and self.workload is None:
+            raise ConfigError("workload_args are the arguments of a --workload's function: name the workload")
+        keys: list[Any] = list(self.workload_args)  # from YAML: keys of any type
+        wrong = [repr(k) for k in keys if not (isinstance(k, str) and k.isidentifier())]
+        if wrong:
+            raise ConfigError(f"workload_args keys are keyword-argument names, got {', '.join(wrong)[:80]}")
+        if self.workload is not None and (self.model != "cnn" or self.dataset != "synthetic"):
+            raise ConfigError("a --workload brings its own model and data: leave --model and --dataset unset")
 
     def to_argv(self) -> list[str]:
         """The ``ignite-ddl train`` options that reproduce this config (fields left at None are omitted)."""
         argv = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool):
+            if f.name == "workload_args":  # values as JSON, which the command line reads back as YAML
+                argv += [f"--workload-args={key}={json.dumps(v)}" for key, v in value.items()]
+            elif isinstance(value, bool):
                 argv.append(option_flag(f.name) if value else "--no-" + option_flag(f.name)[2:])
             elif value is not None:
                 argv.append(f"{option_flag(f.name)}={value}")  # '=': a value may start with '-'

@@ -19,6 +19,7 @@ from typing_extensions import NotRequired  # typing's from Python 3.11
 __all__ = [
     "SCHEMA_VERSION",
     "BatchInfo",
+    "WorkloadInfo",
     "CommReference",
     "CommWait",
     "CompileStats",
@@ -340,6 +341,20 @@ class GradScalerRecord(TypedDict):
     growths: Annotated[int, "steps that raised the scale (after `growth_interval` clean steps)"]
 
 
+class WorkloadInfo(TypedDict):
+    path: Annotated[str, "the workload as given: `gpt` or `package.module:function`"]
+    module: Annotated[str, "the module imported (its code ran in every rank)"]
+    function: Annotated[str, "the function called"]
+    file: Annotated[str | None, "the file the module was imported from"]
+    args: Annotated[dict[str, Any], "the function's keyword arguments (`workload_args`)"]
+    sample_unit: Annotated[str, "what a throughput counts: `tokens`, `images`, `samples` ..."]
+    units_per_sample: Annotated[int, "units in one dataset item (a sequence's tokens)"]
+    parameters: Annotated[int, "the model's parameters"]
+    blocks: Annotated[int, "blocks the workload marked (FSDP units, activation checkpointing)"]
+    flops_source: Annotated[str, "`workload` (its own formula) or `counted` (torch.utils.flop_counter)"]
+    units_per_s: Annotated[float, "global throughput in `sample_unit`s: samples_per_s x units_per_sample"]
+
+
 class Summary(TypedDict, total=False):
     schema_version: Annotated[int, "version of this schema"]
     status: Annotated[str, "`completed`"]
@@ -393,6 +408,7 @@ class Summary(TypedDict, total=False):
     flops: Annotated[Flops | None, "model FLOPs and utilisation (null with `--no-measure-flops` or on XLA)"]
     memory: Annotated[Memory | None, "memory on every rank (null with `--no-measure-memory`)"]
     grad_scaler: Annotated[GradScalerRecord | None, "with `--amp fp16`: the GradScaler's loss scale (else null)"]
+    workload: Annotated[WorkloadInfo | None, "with `--workload`: what ran, its unit and its throughput in it"]
 
 
 class SlurmJobInfo(TypedDict):

@@ -47,6 +47,7 @@ from ignite_ddl.core.schema import (
     SweepSession,
     SweepStop,
     TraceCommCheck,
+    WorkloadInfo,
 )
 
 __all__ = ["schema_markdown", "write_schema_doc"]
@@ -107,6 +108,7 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (CudaMemory, "`memory.ranks[].cuda`"),
     (MemoryMax, "`memory.max`"),
     (GradScalerRecord, "`grad_scaler`"),
+    (WorkloadInfo, "`workload`"),
     (RunRecord, "each line of a sweep's `results.jsonl`"),
     (SlurmJobInfo, "`slurm` of a record"),
     (SweepMeta, "a sweep's `sweep.json`"),

@@ -61,7 +61,7 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,7 @@ __all__ = [
     "achieved_flops",
     "attainable_matmul_rate",
     "count_flops",
+    "count_step_flops",
     "datasheet_peak",
     "format_flops",
     "format_mfu",
@@ -179,24 +180,35 @@ def count_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, c
     generator that dropout would draw from. The copy costs the model's
     size once more in host memory (briefly on the GPU as well, where ``copy.deepcopy`` copies a CUDA model).
     """
-    batch = len(inputs)
-    if batch == 0:
+    if len(inputs) == 0:
         raise ValueError("count_flops needs a non-empty batch")
-    replica = copy.deepcopy(model).cpu().train()
-    replica.zero_grad(set_to_none=True)  # gradients the original carried are not needed by the copy
     loss_fn = copy.deepcopy(criterion).cpu()  # a loss may hold buffers (class weights) on the model's device
     # clone: a tensor made under inference_mode cannot take part in autograd, its copy can
     x, y = inputs.detach().cpu().clone(), targets.detach().cpu().clone()
+    return count_step_flops(model, lambda replica: loss_fn(replica(x), y), len(inputs))
+
+
+def count_step_flops(model: nn.Module, step: Callable[[nn.Module], torch.Tensor], samples: int) -> FlopCount:
+    """Model FLOPs per sample of ``step(model) -> loss`` and its backward, on a batch of ``samples``: what
+    :func:`count_flops` counts, for a step of any shape (a workload's own ``training_step``).
+
+    As there, the step runs on a CPU copy of ``model`` in train mode, leaving the model, its gradients and the
+    global random number generator as they were; the step's batch must be on the CPU.
+    """
+    if samples < 1:
+        raise ValueError("count_step_flops needs a non-empty batch")
+    replica = copy.deepcopy(model).cpu().train()
+    replica.zero_grad(set_to_none=True)  # gradients the original carried are not needed by the copy
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
         with FlopCounterMode(display=False) as counter:
-            loss = loss_fn(replica(x), y)
+            loss = step(replica)
         forward = counter.get_total_flops()
         backward = 0
         if loss.requires_grad:  # a fully frozen model has no backward to count
             with FlopCounterMode(display=False) as counter:
                 loss.backward()
             backward = counter.get_total_flops()
-    return FlopCount(forward=forward / batch, backward=backward / batch)
+    return FlopCount(forward=forward / samples, backward=backward / samples)
 
 
 def datasheet_peak(device_name: str, precision: str) -> Peak | None:

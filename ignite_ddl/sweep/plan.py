@@ -116,8 +116,9 @@ def check_configurations(spec: Spec, files: bool = True) -> None:
     refused before it starts, as ``ignite-ddl train`` checks it (``trainer.run.check_training``): whatever the
     machine (``trainer.run.check_arrangement``: a batch that does not divide, FSDP with one process), an unknown model,
     a dataset whose files are missing (``files``: where the runs are local; a SLURM node may see other files), an
-    unreachable tracker. Each distinct model, dataset and tracker is checked once. The trainer's modules (torch) are
-    imported here, when a sweep is about to run, not when a spec is read."""
+    unreachable tracker, a workload that does not import or returns what cannot be trained. Each distinct model,
+    dataset, tracker and workload is checked once. The trainer's modules (torch) are imported here, when a sweep is
+    about to run, not when a spec is read."""
     from ignite_ddl.trainer.data import check_dataset
     from ignite_ddl.trainer.models import check_model
     from ignite_ddl.trainer.run import check_arrangement
@@ -132,6 +133,11 @@ def check_configurations(spec: Spec, files: bool = True) -> None:
         if files:
             dataset = ("dataset", config.dataset, config.data_dir, config.download)
             checks.append((dataset, functools.partial(check_dataset, config)))
+        if config.workload is not None:
+            world = (config.nproc_per_node or 1) * config.nnodes
+            key: tuple[Any, ...] = ("workload", config.workload, repr(config.workload_args), config.workload_dir)
+            key += (config.batch_size, world, config.activation_checkpointing, config.early_stopping)
+            checks.append((key, functools.partial(_check_workload, config, world)))
         if config.tracker != "none":
             checks.append((("tracker", config.tracker, config.tracking_uri), functools.partial(check_tracker, config)))
         # Whatever the machine: the batch split, the strategy for this many processes, options that exclude each
@@ -146,6 +152,12 @@ def check_configurations(spec: Spec, files: bool = True) -> None:
                 check()
             except ConfigError as e:
                 raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
+
+
+def _check_workload(config: TrainConfig, world: int) -> None:
+    from ignite_ddl.trainer.workload import check_workload
+
+    check_workload(config, world)
 
 
 def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:

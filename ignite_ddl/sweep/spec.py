@@ -11,6 +11,12 @@ from the command line (``ignite-ddl sweep`` has a flag per key).
     order: interleaved          # interleaved (default) | shuffled | grouped
     timeout_s: 600              # wall-time limit of one run
 
+**Your own workload.** ``base: {workload: my_project.bench:make}`` (or a top-level ``workload:`` that is one import
+path, moved there) trains what that function returns (:mod:`ignite_ddl.trainer.workload`); its module is looked for
+in the spec's folder first (``workload_dir``, set when the spec is read from a file), then the working folder. Each
+of its arguments is a key of its own, ``workload_args.d_model: 128`` in ``base``, ``workload_args.d_model: [64, 128]``
+in ``grid``: a sweep axis, a column of the report and an HParams hyperparameter.
+
 **Bounds.** A grid has at most :data:`MAX_CONFIGURATIONS` (10,000) configurations and a sweep plans at most
 :data:`MAX_RUNS` (100,000) runs (configurations x repeats, or x max_repeats when adaptive): both are counted from
 the lengths of the grid's axes before any configuration is built, and a spec past them is refused in one line.
@@ -18,7 +24,7 @@ the lengths of the grid's axes before any configuration is built, and a spec pas
 Example:
     >>> spec = parse_spec({"name": "demo", "grid": {"nproc_per_node": [1, 2]}, "repeats": 2})
     >>> spec.repeats, spec.order, spec.workload
-    (2, 'interleaved', ('model', 'dataset', 'amp', 'optimizer', 'sync_bn'))
+    (2, 'interleaved', ('model', 'dataset', 'amp', 'optimizer', 'sync_bn', 'workload', 'workload_args'))
     >>> parse_spec({"grid": {"nproc_per_node": [1, 2]}, "repeats": 0})
     Traceback (most recent call last):
     ...
@@ -64,6 +70,7 @@ __all__ = [
 ]
 
 ORDERS = ("interleaved", "shuffled", "grouped")
+WORKLOAD_ARG = "workload_args."  # a spec key naming one argument of the workload's function
 STARTS = ("preloaded", "fresh")
 EXECUTORS = ("local", "slurm")
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
@@ -289,7 +296,8 @@ class Spec(Options):
             if not isinstance(entry, dict) or not entry or not set(entry) <= set(self.grid):
                 raise ConfigError(f"spec 'exclude' holds mappings of grid options to values, got {entry!r:.80}")
         known = option_specs(TrainConfig)
-        unknown = sorted({str(k) for k in (*self.base, *self.grid, *self.workload)} - set(known))
+        keys = {str(k) for k in (*self.base, *self.grid, *self.workload)}
+        unknown = sorted(k for k in keys - set(known) if not k.startswith(WORKLOAD_ARG))
         if unknown:
             raise ConfigError(f"unknown train option(s) in the spec: {', '.join(unknown)}")
         SlurmOptions.from_dict(self.slurm)
@@ -328,7 +336,12 @@ def load_spec(path: str | Path) -> Spec:
         raise ConfigError(f"cannot read spec {path}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"spec {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    return parse_spec(data, default_name=Path(path).stem)
+    spec = parse_spec(data, default_name=Path(path).stem)
+    if ("workload" in spec.base or "workload" in spec.grid) and "workload_dir" not in spec.base:
+        # A workload's module is found beside its spec first, wherever the sweep is started from (and its runs).
+        base = {**spec.base, "workload_dir": str(Path(path).resolve().parent)}
+        spec = parse_spec({**spec.to_dict(), "base": base}, default_name=Path(path).stem)
+    return spec
 
 
 def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
@@ -340,6 +353,8 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     if unknown:
         raise ConfigError(f"unknown spec key(s): {', '.join(unknown)} (allowed: {', '.join(option_specs(Spec))})")
     values = {**data, "name": data.get("name", default_name), "base": data.get("base") or {}}
+    if isinstance(values.get("workload"), str):  # a workload's import path, not the list of workload axes
+        values["base"] = {**values["base"], "workload": values.pop("workload")}
     values["slurm"] = data.get("slurm") or {}
     if values.get("repeats") == "auto":  # adaptive: the first rounds are the minimum, the rest are decided as they go
         values["adaptive"] = True
@@ -376,6 +391,10 @@ def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
     A spec that sets ``checkpoint_every`` asks for checkpoints.
     """
     options = {**spec.base, **grid}
+    # workload_args.KEY entries (each a column of the report, and a sweep axis) are the workload's arguments.
+    arguments = {k.removeprefix(WORKLOAD_ARG): options.pop(k) for k in sorted(options) if k.startswith(WORKLOAD_ARG)}
+    if arguments:
+        options["workload_args"] = {**options.get("workload_args", {}), **arguments}
     defaults = dict(SWEEP_DEFAULTS)
     if options.get("checkpoint_every"):
         defaults["checkpoints"] = True

@@ -128,7 +128,7 @@ def _model_mismatch(theirs: dict[str, Any], ours: dict[str, torch.Tensor]) -> st
     return None
 
 
-def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
+def check_checkpoint(path: str | Path, config: TrainConfig, model: nn.Module | None = None) -> None:
     """Refuse, with one line, a ``--resume`` file that this run could not continue from: unreadable, not written by
     ``ignite-ddl train``, saved with other options (warm-up schedule, fp16 scaler), or holding another model.
 
@@ -160,15 +160,14 @@ def check_checkpoint(path: str | Path, config: TrainConfig) -> None:
     finished = finished_problem(path, trainer.get("iteration"), trainer.get("epoch_length"), config)
     if finished:
         raise ConfigError(finished)
-    info = dataset_info(config)
-    with torch.device("meta"):
-        model = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+    what = f"workload {config.workload}" if model is not None else f"--model {config.model} on {config.dataset}"
+    if model is None:  # a workload's model is given, as its function built it
+        info = dataset_info(config)
+        with torch.device("meta"):
+            model = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
     mismatch = _model_mismatch(state["model"], model.state_dict())
     if mismatch:
-        raise ConfigError(
-            f"cannot resume from {path}: it holds another model's weights than --model {config.model} on "
-            f"{config.dataset} ({mismatch})"
-        )
+        raise ConfigError(f"cannot resume from {path}: it holds another model's weights than {what} ({mismatch})")
     problem = _optimizer_problem(state["optimizer"], sum(1 for _ in model.parameters()))
     if problem:
         raise ConfigError(f"cannot resume from {path}: its optimizer state {problem}; the file was altered")

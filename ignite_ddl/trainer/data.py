@@ -335,6 +335,8 @@ def planned_iterations(config: TrainConfig, world_size: int) -> int | None:
     >>> planned_iterations(TrainConfig(train_size=1000, batch_size=64, epochs=2), 2)  # 500 a rank, 32 a batch
     30
     """
+    if config.workload is not None:  # a workload's training set is only known once its function has run
+        return None
     size = config.train_size or (SYNTHETIC_TRAIN_SIZE if config.dataset == "synthetic" else None)
     per_rank = config.batch_size // max(world_size, 1)
     if size is None or per_rank < 1:
@@ -343,9 +345,18 @@ def planned_iterations(config: TrainConfig, world_size: int) -> int | None:
     return min(iterations, config.max_iters) if config.max_iters else iterations
 
 
-def build_loaders(config: TrainConfig) -> Loaders:
-    """Train and validation loaders for this rank (call inside a launched process)."""
-    train_ds, val_ds, info = build_datasets(config)
+def build_loaders(config: TrainConfig, datasets: tuple[Dataset, Dataset] | None = None) -> Loaders:
+    """Train and validation loaders for this rank (call inside a launched process): of ``config``'s dataset, or of
+    ``datasets`` (a workload's train and validation sets, cut to ``train_size`` / ``val_size``)."""
+    if datasets is None:
+        train_ds, val_ds, info = build_datasets(config)
+    else:
+        train_ds, val_ds = datasets
+        if config.train_size is not None and config.train_size < _length(train_ds):
+            train_ds = Subset(train_ds, range(config.train_size))
+        if config.val_size is not None and config.val_size < _length(val_ds):
+            val_ds = Subset(val_ds, range(config.val_size))
+        info = DatasetInfo(str(config.workload), 0, 0, 0)  # a workload's data: no image shape nor classes known
     world, rank = idist.get_world_size(), idist.get_rank()
     train_sampler = ShardSampler(train_ds, world, rank, shuffle=config.shuffle, seed=config.seed)
     val_sampler = ShardSampler(val_ds, world, rank, shuffle=False, seed=config.seed, pad=False)

@@ -40,6 +40,9 @@ __all__ = [
     "build_optimizer",
     "create_evaluator",
     "create_trainer",
+    "create_workload_evaluator",
+    "move_batch",
+    "split_batch",
     "seed_everything",
     "to_device",
 ]
@@ -81,7 +84,7 @@ def to_device(batch: tuple[torch.Tensor, torch.Tensor], device: torch.device, ch
 def create_trainer(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    criterion: nn.Module,
+    criterion: Callable[..., torch.Tensor],
     device: torch.device,
     amp: str = "none",
     scaler: torch.amp.GradScaler | None = None,
@@ -89,6 +92,8 @@ def create_trainer(
     accumulate: int = 1,
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     channels_last: bool = False,
+    step: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+    samples_in: Callable[[Any], int] | None = None,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
@@ -100,6 +105,10 @@ def create_trainer(
     Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
     reports the end of each phase to it (attach the recorder to the returned engine); the phases of the
     micro-batches add up. With ``channels_last``, image batches arrive in that memory format (:func:`to_device`).
+
+    ``step(model, batch) -> loss`` replaces ``criterion(model(x), y)`` for batches of any structure (tensors in
+    tuples, lists or mappings: moved to ``device`` and split along their first dimension for accumulation), and
+    ``samples_in(batch)`` counts its samples (a workload's, :mod:`ignite_ddl.trainer.workload`).
     """
     mark = recorder.mark if recorder is not None else lambda phase: None
     if recorder is not None:
@@ -107,6 +116,11 @@ def create_trainer(
 
     def backward(loss: torch.Tensor) -> None:
         (scaler.scale(loss) if scaler is not None else loss).backward()
+
+    if step is not None:
+        return _workload_trainer(
+            model, optimizer, device, amp, scaler, mark, accumulate, no_sync, step, samples_in or _first_length
+        )
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         model.train()
@@ -141,9 +155,112 @@ def create_trainer(
     return Engine(train_step)
 
 
+def _first_length(batch: Any) -> int:
+    return len(batch[0])
+
+
+def move_batch(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor in it (in tuples, lists and mappings) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: move_batch(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_batch(v, device) for v in batch)
+    return batch
+
+
+def split_batch(batch: Any, parts: int) -> list[Any]:
+    """``batch`` cut into ``parts`` micro-batches along the first dimension of every tensor in it."""
+    if isinstance(batch, torch.Tensor):
+        return list(batch.chunk(parts))
+    if isinstance(batch, dict):
+        pieces = {k: split_batch(v, parts) for k, v in batch.items()}
+        return [{k: v[i] for k, v in pieces.items()} for i in range(parts)]
+    if isinstance(batch, (list, tuple)):
+        columns = [split_batch(v, parts) for v in batch]
+        return [type(batch)(c[i] for c in columns) for i in range(parts)]
+    return [batch] * parts
+
+
+def _workload_trainer(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    amp: str,
+    scaler: torch.amp.GradScaler | None,
+    mark: Callable[[str], None],
+    accumulate: int,
+    no_sync: Callable[[], contextlib.AbstractContextManager],
+    step: Callable[[nn.Module, Any], torch.Tensor],
+    samples_in: Callable[[Any], int],
+) -> Engine:
+    """The train step of :func:`create_trainer` around a workload's ``step``: the same phases, marks, accumulation
+    and scaling, on a batch of any structure."""
+
+    def train_step(engine: Engine, batch: Any) -> dict[str, Any]:
+        model.train()
+        batch = move_batch(batch, device)
+        optimizer.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=device)
+        parts = split_batch(batch, accumulate) if accumulate > 1 else [batch]
+        for i, part in enumerate(parts):
+            with no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
+                with autocast(device, amp):
+                    loss = step(model, part) / len(parts)
+                mark("forward")
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                mark("backward")
+            total += loss.detach().float()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        mark("optimizer")
+        return {"loss": total.item(), "samples": samples_in(batch)}
+
+    return Engine(train_step)
+
+
+def create_workload_evaluator(
+    model: nn.Module,
+    step: Callable[[nn.Module, Any], torch.Tensor],
+    samples_in: Callable[[Any], int],
+    device: torch.device,
+    amp: str = "none",
+) -> Engine:
+    """An evaluator of a workload's own ``step``: its mean loss over every rank's validation batches (weighted by
+    samples), no accuracy."""
+    net = unwrap(model)
+
+    @torch.no_grad()
+    def eval_step(engine: Engine, batch: Any) -> tuple[torch.Tensor, int]:
+        net.eval()
+        batch = move_batch(batch, device)
+        with autocast(device, amp):
+            loss = step(net, batch)
+        return loss.float(), samples_in(batch)
+
+    evaluator = Engine(eval_step)
+    Loss(lambda loss, _: loss, output_transform=lambda o: (o[0], o[1]), batch_size=lambda n: n).attach(
+        evaluator, "loss"
+    )
+    return evaluator
+
+
+def _flat_scores(output: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores ``(..., classes)`` and targets ``(...)`` as Ignite's metrics take them: ``(N, classes)`` and ``(N,)``
+    (a language model scores every position of a sequence)."""
+    y_pred, y = output
+    if y_pred.dim() > 2:
+        return y_pred.reshape(-1, y_pred.shape[-1]), y.reshape(-1)
+    return y_pred, y
+
+
 def create_evaluator(
     model: nn.Module,
-    criterion: nn.Module,
+    criterion: Callable[..., torch.Tensor],
     device: torch.device,
     amp: str = "none",
     num_classes: int | None = None,
@@ -163,8 +280,8 @@ def create_evaluator(
         return y_pred.float(), y
 
     evaluator = Engine(eval_step)
-    Accuracy().attach(evaluator, "accuracy")
-    Loss(criterion).attach(evaluator, "loss")
+    Accuracy(output_transform=_flat_scores).attach(evaluator, "accuracy")
+    Loss(criterion, output_transform=_flat_scores).attach(evaluator, "loss")
     if num_classes is not None:
         ConfusionMatrix(num_classes).attach(evaluator, "confusion_matrix")
     return evaluator

@@ -117,11 +117,12 @@ class EpochEvaluation:
 
     def _run(self, engine: Engine, final: bool) -> None:
         record = self.epochs.history[-1]
-        if record["val_accuracy"] is not None or not self._due(engine, final):
+        if record["val_loss"] is not None or not self._due(engine, final):
             return
         self.evaluator.run(self.loader)
         metrics = self.evaluator.state.metrics
-        record.update({"val_accuracy": float(metrics["accuracy"]), "val_loss": float(metrics["loss"])})
+        accuracy = float(metrics["accuracy"]) if "accuracy" in metrics else None  # a workload's own step: loss only
+        record.update({"val_accuracy": accuracy, "val_loss": float(metrics["loss"])})
         if "confusion_matrix" in metrics:
             self.confusion_matrix = metrics["confusion_matrix"].long().tolist()
 
@@ -150,11 +151,9 @@ class EpochReport:
             self.tb.writer.add_scalar("epoch/train_loss", record["train_loss"], record["epoch"])
             if steps is not None:
                 _log_rank_scalars(self.tb, steps, record["epoch"])
-        validation = (
-            f"val accuracy {record['val_accuracy']:.4f}, val loss {record['val_loss']:.4f}, "
-            if record["val_accuracy"] is not None
-            else ""
-        )
+        validation = f"val loss {record['val_loss']:.4f}, " if record["val_loss"] is not None else ""
+        if record["val_accuracy"] is not None:
+            validation = f"val accuracy {record['val_accuracy']:.4f}, {validation}"
         self.log.info(
             f"epoch {record['epoch']}: train loss {record['train_loss']:.4f}, {validation}"
             f"{record['samples_per_s']:.0f} samples/s (all ranks)"

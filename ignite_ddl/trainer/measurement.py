@@ -77,13 +77,21 @@ class FlopsProbe:
 
     @classmethod
     def measure(
-        cls, model: nn.Module, criterion: nn.Module, info: DatasetInfo, device: torch.device, amp: str
+        cls,
+        model: nn.Module,
+        criterion: nn.Module,
+        info: DatasetInfo,
+        device: torch.device,
+        amp: str,
+        count: FlopCount | None = None,
     ) -> FlopsProbe | None:
-        """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone."""
+        """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone. ``count``:
+        the FLOPs per sample already known (a workload's), else counted on ``model`` with image inputs of ``info``."""
         if device.type == "xla":
             return None
-        inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
-        count = count_flops(unwrap(model), inputs, torch.zeros(2, dtype=torch.long), criterion)
+        if count is None:
+            inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
+            count = count_flops(unwrap(model), inputs, torch.zeros(2, dtype=torch.long), criterion)
         precision = matmul_precision(device, amp)
         idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
         rate = attainable_matmul_rate(device, precision, seconds=MATMUL_PROBE_S)

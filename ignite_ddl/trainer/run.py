@@ -30,6 +30,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, EarlyStopping, PiecewiseLinear, ProgressBar, global_step_from_engine
 from ignite.handlers.tensorboard_logger import TensorboardLogger
 from torch import nn
+from torch.utils.data import default_collate
 
 from ignite_ddl.core.commands import PROG
 from ignite_ddl.core.config import TrainConfig
@@ -38,7 +39,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.folders import claim_run_folder, lock
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
-from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary
+from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary, WorkloadInfo
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
@@ -47,7 +48,7 @@ from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer
 from ignite_ddl.measure.compilation import CompileWatch
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
-from ignite_ddl.measure.flops import format_flops
+from ignite_ddl.measure.flops import FlopCount, format_flops
 from ignite_ddl.measure.memory import format_memory
 from ignite_ddl.measure.recorder import StepRecorder, format_steps
 from ignite_ddl.trainer.checkpoint import (
@@ -63,13 +64,22 @@ from ignite_ddl.trainer.engines import (
     build_optimizer,
     create_evaluator,
     create_trainer,
+    create_workload_evaluator,
     seed_everything,
 )
 from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
 from ignite_ddl.trainer.measurement import FlopsProbe, GradScaleLog, attach_measurement
 from ignite_ddl.trainer.models import build_model, check_model
-from ignite_ddl.trainer.strategies import Strategy, check_compile, strategy_for
+from ignite_ddl.trainer.strategies import FullyShardedDataParallel, Strategy, check_compile, strategy_for
 from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
+from ignite_ddl.trainer.workload import (
+    Loaded,
+    Workload,
+    activation_checkpointing,
+    check_workload,
+    count_workload_flops,
+    load_workload,
+)
 
 __all__ = [
     "Handlers",
@@ -121,8 +131,9 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     out = Path(config.output_dir)
     log = rank_logger(out, idist.get_rank())
     seed_everything(config.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's at wrap time)
-    loaders = build_loaders(config)
-    parts = initialize(config, loaders)
+    loaded = load_workload(config) if config.workload is not None else None  # imported (and run) in every rank
+    loaders = build_loaders(config, loaded.workload.data() if loaded is not None else None)
+    parts = initialize(config, loaders, loaded.workload if loaded is not None else None)
     measuring = attach_measurement(config, plan, parts.trainer, parts.evaluator, parts.recorder, parts.device, out)
     scales = GradScaleLog(parts.scaler).attach(parts.trainer) if parts.scaler is not None else None
     handlers = attach_handlers(config, parts, loaders, measuring.recorder, out, log)
@@ -130,7 +141,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
         resume(config, handlers, parts.trainer, log)
     if setup is not None:
         setup(TrainingRun(config, parts.trainer, parts.evaluator, parts.model, parts.optimizer, loaders))
-    env = _record_config(config, plan, parts.device, out)
+    env = _record_config(config, plan, parts.device, out, loaded)
     micro = loaders.per_rank_batch // config.accumulate
     accumulation = ""
     if config.accumulate > 1:
@@ -143,8 +154,11 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     probe = None
     if config.measure_flops:
         # The FLOPs of the module as built: a sharded model's forward would gather parameters (a collective).
-        counted = parts.model if parts.strategy.name != "fsdp" else _unplaced_model(config, loaders)
-        probe = FlopsProbe.measure(counted, parts.criterion, loaders.info, parts.device, config.amp)
+        counted = parts.model
+        if parts.strategy.name == "fsdp" and parts.flops is None:
+            counted = _unplaced_model(config, loaders)
+        criterion = cast(nn.Module, parts.criterion)  # counted only for the built-in models, whose loss is a Module
+        probe = FlopsProbe.measure(counted, criterion, loaders.info, parts.device, config.amp, parts.flops)
     wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
     held = parts.strategy.held_bytes(parts.model, parts.optimizer)  # between steps, as the run left them
     figures = measuring.gather(parts.model, parts.comm, probe, out, log, held)
@@ -152,7 +166,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if handlers.tb is not None:
         _log_run_scalars(handlers.tb, figures, parts.trainer.state.iteration)
         handlers.tb.close()
-    return _finish(config, env, loaders, parts.trainer, handlers, wall, figures, out, log)
+    return _finish(config, env, loaders, parts.trainer, handlers, wall, figures, out, log, loaded)
 
 
 @dataclass(frozen=True)
@@ -164,30 +178,46 @@ class Parts:
     device: torch.device
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    criterion: nn.Module
+    criterion: Callable[..., torch.Tensor]
     scaler: torch.amp.GradScaler | None
     recorder: StepRecorder | None
     comm: CommTimer | None
     trainer: Engine
     evaluator: Engine
+    flops: FlopCount | None = None  # a workload's FLOPs per sample, known or counted before it was placed
+    accuracy: bool = True  # the evaluator reports accuracy (not a workload's own step)
 
 
-def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
+def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None = None) -> Parts:
     """Model (placed by the run's strategy), optimizer (``auto_optim``), loss, scaler and the two engines. The step
     recorder is built here because the train step reports its phases to it; ``attach_measurement`` attaches it.
+    With a ``workload``, its model, loss or step, blocks (FSDP units, activation checkpointing) and sample count.
     """
     device, info = idist.device(), loaders.info
     if config.cuda_memory_fraction is not None and device.type == "cuda":
         # before the first allocation of the run: the allocator refuses anything above the cap from here on
         torch.cuda.set_per_process_memory_fraction(config.cuda_memory_fraction, device)
     strategy = strategy_for(config.strategy, idist.get_world_size())
-    net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
-    if config.channels_last:
-        net = net.to(memory_format=torch.channels_last)  # 4-D weights only; other parameters stay as they are
+    criterion: Callable[..., torch.Tensor]
+    flops = None
+    if workload is None:
+        net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        if config.channels_last:
+            net = net.to(memory_format=torch.channels_last)  # 4-D weights only; other parameters stay as they are
+        criterion = nn.CrossEntropyLoss().to(device)
+    else:
+        net, criterion = workload.model, workload.loss
+        if config.measure_flops:  # counted before activation checkpointing: model FLOPs leave recomputation out
+            sample = default_collate([loaders.train.dataset[i] for i in range(2)])
+            flops = count_workload_flops(workload, sample)
+        blocks = workload.block_names()
+        if config.activation_checkpointing:
+            activation_checkpointing(net, blocks)
+        if isinstance(strategy, FullyShardedDataParallel) and blocks:
+            strategy.units = tuple(blocks)
     # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
-    criterion = nn.CrossEntropyLoss().to(device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
     comm = strategy.communication(model, config, device)  # the communication hook, timed where it can be
     watch = CompileWatch() if config.compile else None
@@ -206,12 +236,22 @@ def initialize(config: TrainConfig, loaders: Loaders) -> Parts:
         accumulate=config.accumulate,
         no_sync=lambda: strategy.no_sync(model),
         channels_last=config.channels_last,
+        step=workload.step if workload is not None else None,
+        samples_in=workload.samples_in if workload is not None else None,
     )
-    evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)
+    if workload is None:
+        evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)
+    elif workload.accuracy and workload.training_step is None:
+        evaluator = create_evaluator(model, criterion, device, config.amp)
+    else:
+        evaluator = create_workload_evaluator(model, workload.step, workload.samples_in, device, config.amp)
     # A sharded model gathers its parameters for the evaluator (ranks hold different numbers of batches).
     evaluator.add_event_handler(Events.STARTED, lambda _: strategy.begin_evaluation(model))
     evaluator.add_event_handler(Events.COMPLETED, lambda _: strategy.end_evaluation(model))
-    return Parts(strategy, device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator)
+    accuracy = workload is None or (workload.accuracy and workload.training_step is None)
+    return Parts(
+        strategy, device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator, flops, accuracy
+    )
 
 
 def _unplaced_model(config: TrainConfig, loaders: Loaders) -> nn.Module:
@@ -261,12 +301,12 @@ def attach_handlers(
     if early is not None:
         to_save["early_stopping"] = early  # a resumed run goes on counting evaluations without improvement
     checkpoint = attach_checkpoints(trainer, to_save, out, config.checkpoint_every) if config.checkpoints else None
-    if config.best_model:
+    if config.best_model and parts.accuracy:  # the best model is the most accurate one
         attach_best_model(trainer, evaluator, saved_model, out)
     if config.max_iters:
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=config.max_iters), lambda e: e.terminate())
     if tb is not None:
-        _attach_tensorboard(tb, trainer, evaluator, parts.optimizer, config.log_every)
+        _attach_tensorboard(tb, trainer, evaluator, parts.optimizer, config.log_every, parts.accuracy)
     tracker = None
     if rank == 0 and config.tracker == "mlflow":
         facts = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none"}
@@ -315,12 +355,17 @@ def resume(config: TrainConfig, handlers: Handlers, trainer: Engine, log: loggin
     log.info(f"resumed from {config.resume} at iteration {trainer.state.iteration}")
 
 
-def _record_config(config: TrainConfig, plan: LaunchPlan | None, device: torch.device, out: Path) -> dict[str, Any]:
-    """The run's facts (world, backend, device, launch); rank 0 writes them with the config to config.json."""
+def _record_config(
+    config: TrainConfig, plan: LaunchPlan | None, device: torch.device, out: Path, loaded: Loaded | None = None
+) -> dict[str, Any]:
+    """The run's facts (world, backend, device, launch); rank 0 writes them with the config to config.json (and
+    which workload module and file ran)."""
     env = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none", "device": device_info(device)}
     env.update(_launch_facts(plan))
     if idist.get_rank() == 0:
         record = {"schema_version": SCHEMA_VERSION, "config": config.to_dict(), **env}
+        if loaded is not None:
+            record["workload"] = loaded.facts(config.workload_args)
         write_json(out / "config.json", {**record, "versions": versions(), "host": host()})
     return env
 
@@ -352,6 +397,7 @@ def _finish(
     figures: dict[str, Any],
     out: Path,
     log: logging.Logger,
+    loaded: Loaded | None = None,
 ) -> Summary:
     """The summary, on every rank; rank 0 writes it, closes the tracker's run and prints the figures."""
     early, steps, flops = handlers.early, figures["steps"], figures["flops"]
@@ -380,8 +426,11 @@ def _finish(
             "flops": flops,
             "memory": figures["memory"],
             "grad_scaler": figures["grad_scaler"],
+            "workload": _workload_facts(config, loaded, summary["samples_per_s"]),
         }
     )
+    if loaded is not None:
+        summary["model"] = summary["dataset"] = loaded.path
     if idist.get_rank() == 0:
         write_json(out / "summary.json", summary)
         if handlers.tracker is not None:
@@ -394,8 +443,18 @@ def _finish(
             log.info(format_memory(figures["memory"]))
         if summary["diverged"]:
             log.warning(f"the run diverged: {summary['diverged']}")
-    log.info(f"done in {wall:.1f} s: {summary['samples_per_s']:.0f} samples/s, val accuracy {summary['val_accuracy']}")
+    units = summary["workload"]
+    rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s" if units is not None else ""
+    rate = f"{summary['samples_per_s']:.0f} samples/s" + (f" ({rate})" if rate else "")
+    log.info(f"done in {wall:.1f} s: {rate}, val accuracy {summary['val_accuracy']}, val loss {summary['val_loss']}")
     return summary
+
+
+def _workload_facts(config: TrainConfig, loaded: Loaded | None, samples_per_s: float) -> WorkloadInfo | None:
+    if loaded is None:
+        return None
+    facts = loaded.facts(config.workload_args)
+    return cast(WorkloadInfo, {**facts, "units_per_s": samples_per_s * facts["units_per_sample"]})
 
 
 def _start_epoch(engine: Engine, loaders: Loaders) -> None:
@@ -426,7 +485,12 @@ def _log_run_scalars(tb: TensorboardLogger, figures: dict[str, Any], iteration: 
 
 
 def _attach_tensorboard(
-    tb: TensorboardLogger, trainer: Engine, evaluator: Engine, optimizer: torch.optim.Optimizer, every: int
+    tb: TensorboardLogger,
+    trainer: Engine,
+    evaluator: Engine,
+    optimizer: torch.optim.Optimizer,
+    every: int,
+    accuracy: bool = True,
 ) -> None:
     tb.attach_output_handler(
         trainer, Events.ITERATION_COMPLETED(every=every), tag="train", output_transform=lambda o: {"loss": o["loss"]}
@@ -436,7 +500,7 @@ def _attach_tensorboard(
         evaluator,
         Events.COMPLETED,
         tag="val",
-        metric_names=["accuracy", "loss"],
+        metric_names=["accuracy", "loss"] if accuracy else ["loss"],
         global_step_transform=global_step_from_engine(trainer, Events.EPOCH_COMPLETED),
     )
 
@@ -558,8 +622,12 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     check_dataset(config)
     check_model(config.model)
     check_tracker(config)
+    # A workload's function runs here once, so that what it gets wrong is one line before any rank starts.
+    loaded = check_workload(config, plan.world_size) if config.workload is not None else None
+    if config.activation_checkpointing and loaded is None:
+        raise ConfigError("--activation-checkpointing is for workloads that mark their blocks (--workload gpt)")
     if config.resume is not None:
-        check_checkpoint(config.resume, config)
+        check_checkpoint(config.resume, config, loaded.workload.model if loaded is not None else None)
     if config.amp == "fp16" and plan.cuda_devices == 0:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
     if config.cuda_memory_fraction is not None and plan.cuda_devices == 0:
@@ -637,10 +705,16 @@ def train_command(config: TrainConfig) -> int:
     summary = train(config)
     if summary is None:  # a node other than the first of a multi-node run: its first node reports
         return 0
-    accuracy = summary["val_accuracy"]
+    accuracy, units = summary["val_accuracy"], summary.get("workload")
+    rate = f"{summary['samples_per_s']:.0f} samples/s"
+    if units is not None and units["units_per_sample"] > 1:
+        rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s ({rate})"
+    elif units is not None:
+        rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s"
+    mfu = (summary.get("flops") or {}).get("utilisation_attainable")
+    mfu_text = f", MFU {mfu:.1%} of the measured matmul rate" if mfu is not None and units is not None else ""
     print(
-        f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: "
-        f"{summary['samples_per_s']:.0f} samples/s, val accuracy "
+        f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: {rate}{mfu_text}, val accuracy "
         f"{'-' if accuracy is None else format(accuracy, '.4f')} -> {config.output_dir}/summary.json"
     )
     if summary.get("diverged"):

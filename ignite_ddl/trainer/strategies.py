@@ -217,6 +217,14 @@ class FullyShardedDataParallel(Strategy):
 
     name = "fsdp"
     min_world = 2
+    # The FSDP units, as names of submodules: a workload's blocks (its wrap policy); none given, each direct child
+    # that holds parameters.
+    units: tuple[str, ...] = ()
+
+    def _unit_names(self, model: nn.Module) -> list[str]:
+        if self.units:
+            return list(self.units)
+        return [name for name, child in model.named_children() if any(True for _ in child.parameters())]
 
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -226,9 +234,8 @@ class FullyShardedDataParallel(Strategy):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         model = model.to(idist.device())
-        for child in model.children():
-            if any(True for _ in child.parameters()):
-                fully_shard(child, mp_policy=policy)
+        for name in self._unit_names(model):
+            fully_shard(model.get_submodule(name), mp_policy=policy)
         return cast(nn.Module, fully_shard(model, mp_policy=policy))  # the model itself, now an FSDP module
 
     def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
@@ -238,9 +245,11 @@ class FullyShardedDataParallel(Strategy):
         skips FSDP's hooks by design). Checkpoints keep the model's own names (``torch.distributed.checkpoint``
         drops the wrapper's ``_orig_mod.``). Evaluation calls the same units, so it compiles them once more, for
         ``no_grad``."""
-        for name, child in list(model.named_children()):
-            if any(True for _ in child.parameters()):
-                model.register_module(name, cast(nn.Module, torch.compile(child, mode=config.compile_mode)))
+        for name in self._unit_names(model):
+            parent, _, child = name.rpartition(".")
+            holder = model.get_submodule(parent) if parent else model
+            unit = holder.get_submodule(child)
+            holder.register_module(child, cast(nn.Module, torch.compile(unit, mode=config.compile_mode)))
         return model
 
     @contextlib.contextmanager
