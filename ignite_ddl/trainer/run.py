@@ -711,8 +711,12 @@ def train_command(config: TrainConfig) -> int:
         rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s ({rate})"
     elif units is not None:
         rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s"
-    mfu = (summary.get("flops") or {}).get("utilisation_attainable")
-    mfu_text = f", MFU {mfu:.1%} of the measured matmul rate" if mfu is not None and units is not None else ""
+    flops = summary.get("flops") or {}
+    mfu, mfu_text = flops.get("utilisation_attainable"), ""
+    if mfu is not None and units is not None:  # a figure above the measured peak is flagged, never printed plain
+        where = f"the {flops['precision']} matmul rate measured here"
+        flagged = flops.get("above_measured_peak")
+        mfu_text = f", MFU FLAGGED: above {where}" if flagged else f", MFU {mfu:.1%} of {where}"
     print(
         f"{PROG}: {summary['world_size']} process(es), {summary['backend']}: {rate}{mfu_text}, val accuracy "
         f"{'-' if accuracy is None else format(accuracy, '.4f')} -> {config.output_dir}/summary.json"
