@@ -132,6 +132,7 @@ def test_the_example_workload_through_train_and_sweep(tmp_path):
     assert all(r["summary"]["samples_per_s"] > 0 and r["summary"]["memory"] is not None for r in records)
     report = (tmp_path / "sweep" / "report.md").read_text()
     assert "workload_args.width" in report and "samples/s" in report
+    assert f"bench:make: bench.make from {EXAMPLE / 'bench.py'} (1 sample = 1 rows)" in report  # the code that ran
     root = EventAccumulator(str(tmp_path / "sweep" / "tb_hparams"))
     root.Reload()
     content = root.PluginTagToContent(plugin_metadata.PLUGIN_NAME)[plugin_metadata.EXPERIMENT_TAG]

@@ -166,6 +166,7 @@ class ConfigResult:
     profiler: dict[str, Any] | None = None
     confusion_matrix: list[list[int]] | None = None  # validation, summed over the runs used
     strategy: str | None = None  # none / ddp / fsdp, as the runs resolved it
+    workload_info: dict[str, Any] | None = None  # a --workload's summary facts: module, file, sample unit
     peak_memory: Estimate = field(default_factory=lambda: Estimate(None))  # bytes: the largest rank's peak per run
     memory_kind: str | None = None  # what peak_memory is: "resident" (host) or "CUDA reserved"
     workers_memory: float | None = None  # bytes the largest rank's DataLoader workers hold of their own

@@ -73,6 +73,7 @@ class _Figures:
                     "device_type": (summary.get("device") or {}).get("type"),
                     "global_batch": (summary.get("batch") or {}).get("global"),
                     "strategy": summary.get("strategy") if isinstance(summary.get("strategy"), str) else None,
+                    "workload": summary.get("workload") if isinstance(summary.get("workload"), dict) else None,
                 },
             )
         steps = summary.get("steps")
@@ -242,6 +243,7 @@ class _Figures:
         config.threads_per_process, config.cpu_cores = first["threads_per_process"], first["cpu_cores"]
         config.device_type, config.global_batch = first["device_type"], first["global_batch"]
         config.strategy = first["strategy"]
+        config.workload_info = first.get("workload")
         config.measured_iterations = self.iterations
         config.profiler = self.profiler[1] if self.profiler is not None else None
         if self.matrices:

@@ -269,8 +269,21 @@ def environment_section(doc: Document, analysis: Analysis) -> None:
                 "run order",
                 f"{spec.get('order', '?')} ({repeats} repeats), runs started {spec.get('start', '?')}",
             ],
+            *_workload_rows(analysis),
         ],
     )
+
+
+def _workload_rows(analysis: Analysis) -> list[list[str]]:
+    """Which code a --workload ran (importing it ran it) and what one of its samples holds."""
+    rows = {}
+    for config in analysis.configs:
+        info = config.workload_info or {}
+        if info.get("module"):
+            code = f"{info.get('path')}: {info['module']}.{info.get('function')} from {info.get('file')}"
+            unit = f"1 sample = {info.get('units_per_sample')} {info.get('sample_unit')}"
+            rows[code] = ["workload code", f"{code} ({unit})"]
+    return list(rows.values())
 
 
 def profiler_section(doc: Document, analysis: Analysis) -> None:
