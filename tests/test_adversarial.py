@@ -680,3 +680,51 @@ def test_step_tables_profiles_and_consoles_are_never_written_through_a_link(tmp_
     with pytest.raises(OutputError, match="it is a symbolic link"):
         open_output(console, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     assert target.read_text() == "the user's file"
+
+
+# -- #37.8: a refusal names the option (or the environment variable) that caused it
+
+
+def test_min_repeats_is_refused_under_its_own_name(capsys, tmp_path):
+    err = one_line(capsys, ["sweep", "--grid", "seed=1", "--repeats", "auto", "--min-repeats", "0",
+                            "--output-dir", str(tmp_path / "s")])  # fmt: skip
+    assert err == "ignite-ddl: error: min_repeats must be >= 2, got 0"
+
+
+def test_a_spec_reads_auto_repeats_as_the_command_line_does():
+    assert parse_spec({"grid": {"seed": [1]}, "repeats": "auto "}).adaptive
+    assert build_parser("sweep").parse_args(["sweep", "--repeats", "auto "]).repeats == "auto"
+
+
+def test_a_lab_refuses_a_negative_tolerance(capsys):
+    assert one_line(capsys, ["fsdp", "--tolerance", "-1"]) == "ignite-ddl: error: tolerance must be >= 0, got -1.0"
+
+
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        (
+            "IGNITE_DDL_ON_BUSY",
+            "bogus",
+            "unknown on_busy 'bogus' (choose from: wait, run, stop), from $IGNITE_DDL_ON_BUSY",
+        ),
+        (
+            "IGNITE_DDL_BUSY_STOP_AFTER",
+            "x",
+            "option busy_stop_after expects int, got 'x', from $IGNITE_DDL_BUSY_STOP_AFTER",
+        ),
+    ],
+)
+def test_a_bad_busy_variable_is_named(tmp_path, variable, value, said):
+    result = run_cli("sweep", "--grid", "seed=1", "--output-dir", str(tmp_path / "s"), env={variable: value})
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [f"ignite-ddl: error: {said} (fix or "
+        f"unset it, or pass {option_flag(variable.removeprefix('IGNITE_DDL_').lower())})"]  # fmt: skip
+
+
+def test_a_busy_stop_set_by_the_environment_says_so(monkeypatch):
+    from ignite_ddl.core.errors import MachineBusy
+    from ignite_ddl.sweep.busy import wait_until_quiet
+
+    monkeypatch.setenv("IGNITE_DDL_ON_BUSY", "stop")
+    with pytest.raises(MachineBusy, match=r"not starting \(--on-busy stop, as \$IGNITE_DDL_ON_BUSY sets it\)"):
+        wait_until_quiet(0.5, "stop", 60, print, probe=lambda: 0.9)

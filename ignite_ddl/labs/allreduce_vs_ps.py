@@ -79,7 +79,7 @@ class Options(LabLaunchOptions):
     warmup: int = option(3, "first steps left out of step times", role=Role.MEASUREMENT)
     batch_size: int = option(64, "GLOBAL batch, split over the workers", role=Role.TRAINING)
     lr: float = option(0.2, "SGD learning rate", role=Role.TRAINING)
-    tolerance: float = option(1e-5, "max |difference| of losses and weights", role=Role.MEASUREMENT)
+    tolerance: float = option(1e-5, "max |difference| of losses and weights", role=Role.MEASUREMENT, low=0)
 
     def check(self) -> None:
         if not self.workers or min(self.workers) < 2:

@@ -68,7 +68,7 @@ class Options(LabLaunchOptions):
     steps: int = option(5, "SGD steps", role=Role.TRAINING)
     batch_size: int = option(32, "GLOBAL batch, divisible by every count", role=Role.TRAINING)
     lr: float = option(0.1, "SGD learning rate", role=Role.TRAINING)
-    tolerance: float = option(1e-5, "max |weight difference| allowed", role=Role.MEASUREMENT)
+    tolerance: float = option(1e-5, "max |weight difference| allowed", role=Role.MEASUREMENT, low=0)
 
     def check(self) -> None:
         at_least(1, procs=self.procs, steps=self.steps, batch_size=self.batch_size)

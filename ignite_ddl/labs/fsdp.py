@@ -80,7 +80,7 @@ class Options(LabLaunchOptions):
     warmup: int = option(2, "first steps left out of step times", role=Role.MEASUREMENT)
     batch_size: int = option(64, "GLOBAL batch", role=Role.TRAINING)
     lr: float = option(1e-3, "Adam learning rate", role=Role.TRAINING)
-    tolerance: float = option(1e-5, "max |loss difference| allowed", role=Role.MEASUREMENT)
+    tolerance: float = option(1e-5, "max |loss difference| allowed", role=Role.MEASUREMENT, low=0)
 
     def check(self) -> None:
         if self.nproc_per_node < 2:

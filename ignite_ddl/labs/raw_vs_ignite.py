@@ -80,7 +80,7 @@ class Options(LabLaunchOptions):
     nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
     steps: int = option(10, "SGD steps", role=Role.TRAINING)
     batch_size: int = option(40, "GLOBAL batch", role=Role.TRAINING)
-    tolerance: float = option(1e-6, "max |weight difference| allowed", role=Role.MEASUREMENT)
+    tolerance: float = option(1e-6, "max |weight difference| allowed", role=Role.MEASUREMENT, low=0)
 
     def check(self) -> None:
         at_least(1, nproc_per_node=self.nproc_per_node, steps=self.steps, batch_size=self.batch_size)

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -82,7 +83,7 @@ def wait_until_quiet(
         progress(f"{busy}; running anyway (--on-busy run): its runs will be flagged contended")
         return share
     if policy == "stop":
-        raise MachineBusy(f"{busy}; not starting (--on-busy stop)")
+        raise MachineBusy(f"{busy}; not starting ({_named('stop')})")
     progress(f"{busy}; waiting up to {wait_s:.0f} s for it to quieten (--wait-quiet)")
     seen, deadline = [share], clock() + wait_s
     while clock() < deadline:
@@ -93,9 +94,18 @@ def wait_until_quiet(
             return share
         seen.append(share)
     raise MachineBusy(
-        f"cannot compare on this machine now: other processes used {_range(seen)} of its CPUs for {wait_s:.0f} s; "
-        "try later, wait longer (--wait-quiet), or measure anyway (--on-busy run: runs are flagged contended)"
+        f"cannot compare on this machine now: other processes used {_range(seen)} of its CPUs for {wait_s:.0f} s "
+        f"({_named('wait')}); try later, wait longer (--wait-quiet), or measure anyway (--on-busy run: runs are "
+        "flagged contended)"
     )
+
+
+def _named(policy: str) -> str:
+    """Where a busy-machine policy came from, for a message: the option, or the environment variable whose value is
+    the option's default (a CI runner's or a shell profile's setting the user may not remember)."""
+    if os.environ.get("IGNITE_DDL_ON_BUSY", "").strip() == policy:
+        return f"--on-busy {policy}, as $IGNITE_DDL_ON_BUSY sets it"
+    return f"--on-busy {policy}"
 
 
 class BusyStreak:

@@ -47,7 +47,7 @@ import yaml
 
 from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Options, Role, option, option_specs
+from ignite_ddl.core.options import Options, Role, option, option_flag, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import QUALITY_MARGIN
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
@@ -344,6 +344,10 @@ def load_spec(path: str | Path) -> Spec:
     return spec
 
 
+# Spec keys whose default comes from an environment variable (see Spec.on_busy).
+_FROM_ENVIRONMENT = {"on_busy": "IGNITE_DDL_ON_BUSY", "busy_stop_after": "IGNITE_DDL_BUSY_STOP_AFTER"}
+
+
 def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     """Validate plain data as a spec: known keys of the right types, a non-empty grid of lists, every combination a
     valid configuration."""
@@ -356,10 +360,21 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     if isinstance(values.get("workload"), str):  # a workload's import path, not the list of workload axes
         values["base"] = {**values["base"], "workload": values.pop("workload")}
     values["slurm"] = data.get("slurm") or {}
-    if values.get("repeats") == "auto":  # adaptive: the first rounds are the minimum, the rest are decided as they go
+    specs = option_specs(Spec)
+    repeats = values.get("repeats")
+    # adaptive: the first rounds are the minimum, the rest are decided as they go ('auto ' as --repeats reads it)
+    if isinstance(repeats, str) and repeats.strip() == "auto":
         values["adaptive"] = True
     if values.get("adaptive"):
-        values["repeats"] = values.get("min_repeats", option_specs(Spec)["min_repeats"].default)
+        least = values.get("min_repeats", specs["min_repeats"].default)
+        specs["min_repeats"].coerce("min_repeats", least)  # refused under its own name, not as repeats
+        values["repeats"] = least
+    for key, variable in _FROM_ENVIRONMENT.items():  # a default taken from the environment: name the variable
+        if key not in values and variable in os.environ:
+            try:
+                specs[key].coerce(key, specs[key].default)
+            except ConfigError as e:
+                raise ConfigError(f"{e}, from ${variable} (fix or unset it, or pass {option_flag(key)})") from None
     if isinstance(values["name"], (int, float)) and not isinstance(values["name"], bool):
         values["name"] = str(values["name"])  # a YAML name like 2024 reads as a number
     spec = Spec.from_dict(values)
