@@ -683,8 +683,10 @@ def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = Non
     :func:`training`."""
     plan = plan_launch(config)
     check_training(config, plan)
-    if config.compile and plan.mode == "serial":
-        # One process, forked: torch.compile leaves the process that ran it unable to fork ranks that train.
+    if config.compile and plan.mode == "serial" and not torch.cuda.is_initialized():
+        # One process, forked: torch.compile leaves the process that ran it unable to fork ranks that train. Where
+        # CUDA is already initialised here, a forked child could not use it: the run stays in this process, which
+        # could not fork ranks that use the GPU anyway.
         plan = dataclasses.replace(plan, apart=True)
     # One process owns the output folder: the first node's launcher, or global rank 0 under torchrun / SLURM. It
     # claims the folder before the rendezvous, so no other node or rank writes there before it has.
