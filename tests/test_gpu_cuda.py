@@ -263,21 +263,25 @@ def test_cuda_memory_figures_are_memory_stats_of_the_window_after_warm_up(tmp_pa
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_real_cuda_out_of_memory_is_recorded_and_the_sweep_goes_on(tmp_path):
-    """Each run's allocator is capped at 1.5 GiB (--cuda-memory-fraction): batch 64 fits, batch 16384 of
-    ResNet-18 activations does not. The big one is recorded as out_of_memory, the sweep runs the next one, and the
-    report says the configuration does not fit."""
+    """Each rank's allocator is capped at 1.5 GiB (--cuda-memory-fraction): batch 64 fits, batch 16384 of ResNet-18
+    activations does not, on one rank nor on two gloo ranks sharing the GPU (8192 each). Each big run is recorded as
+    out_of_memory (on two ranks the other rank is stopped, not left waiting in its all-reduce), the sweep runs the
+    next configuration, and the report says the configuration does not fit."""
     fraction = (1.5 * 2**30) / torch.cuda.get_device_properties(0).total_memory
     spec = tmp_path / "spec.yaml"
     base = {k: v for k, v in GPU_RUN.items() if k not in ("batch_size", "train_size", "progress", "warmup_iters")}
-    base |= {"backend": "none", "train_size": 16384 * 2, "cuda_memory_fraction": round(fraction, 6)}
-    spec.write_text(yaml.safe_dump({"name": "oom", "base": base, "grid": {"batch_size": [16384, 64]}, "repeats": 1}))
+    base |= {"backend": "gloo", "train_size": 16384 * 2, "cuda_memory_fraction": round(fraction, 6)}
+    grid = {"batch_size": [16384, 64], "nproc_per_node": [1, 2]}
+    exclude = [{"batch_size": 64, "nproc_per_node": 2}]
+    spec.write_text(yaml.safe_dump({"name": "oom", "base": base, "grid": grid, "exclude": exclude, "repeats": 1}))
     result = run_cli("sweep", str(spec), "--output-dir", str(tmp_path / "out"), timeout=600)
-    assert result.returncode == 1, result.stdout + result.stderr  # one run failed, the sweep went on
+    assert result.returncode == 1, result.stdout + result.stderr  # runs failed, the sweep went on
     records = read_results(tmp_path / "out" / "results.jsonl")
-    status = {r["grid"]["batch_size"]: r["status"] for r in records}
-    assert status == {16384: "out_of_memory", 64: "completed"}, [r.get("error") for r in records]
-    oom = next(r for r in records if r["status"] == "out_of_memory")
-    assert "out of memory" in oom["error"].lower()
+    status = {(r["grid"]["batch_size"], r["grid"]["nproc_per_node"]): r["status"] for r in records}
+    expected = {(16384, 1): "out_of_memory", (64, 1): "completed", (16384, 2): "out_of_memory"}
+    assert status == expected, [r.get("error") for r in records]
+    for oom in (r for r in records if r["status"] == "out_of_memory"):
+        assert "out of memory" in oom["error"].lower()
     report = (tmp_path / "out" / "report.md").read_text()
     assert "does not fit" in report and "out of memory" in report
 
