@@ -6,6 +6,7 @@ no interval of a positive quantity goes below zero."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 
 import pytest
@@ -270,3 +271,45 @@ def test_the_plots_draw_no_interval_below_zero_and_the_speed_quality_trade():
     finally:
         for fig in made.values():
             pyplot().close(fig)
+
+
+def test_the_report_ends_with_a_glossary_linked_from_first_use(tmp_path):
+    records = _runs(0, PLAIN, [0.225, 0.230, 0.220]) + _runs(1, FAST, [0.168, 0.170, 0.166], hook="powersgd")
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    report = write_report(tmp_path).read_text()
+    body, glossary = report.split("\n## Glossary\n")
+    trade = body.split("### Speed and quality")[1].split("\n### ")[0]  # the speed-quality trade in one table
+    row = next(line for line in trade.splitlines() if line.startswith("| cfg001 |"))
+    assert "-5.7 (" in row and "vs cfg000" in row and "learns worse" in row
+    anchors = re.findall(r'<a id="(glossary-[a-z0-9-]+)"></a>', glossary)
+    assert {"glossary-workload", "glossary-learns-worse", "glossary-welch", "glossary-reference-configuration"} <= set(
+        anchors
+    )
+    for anchor in anchors:  # each defined term is linked once, from the body
+        assert body.count(f"](#{anchor})") == 1, anchor
+    page = (tmp_path / "report.html").read_text()
+    assert "<dt id='glossary-welch'>" in page and "<a href='#glossary-welch'>" in page
+
+
+def _memory(rec: dict, strategy: str, peak_mib: float, held_mib: float) -> dict:
+    rec["config"]["strategy"] = strategy
+    rec["summary"]["strategy"] = strategy
+    rec["summary"]["memory"] = {"max": {"peak_rss_bytes": peak_mib * 2**20, "held_bytes": held_mib * 2**20}}
+    return rec
+
+
+@pytest.mark.parametrize("limit", [None, 1000])
+def test_fits_only_where_a_limit_was_given_and_sharding_explained(tmp_path, limit):
+    records = [_memory(r, "ddp", 898, 224) for r in _runs(0, PLAIN, [0.2] * 3)]
+    records += [_memory(r, "fsdp", 1244, 112) for r in _runs(1, FAST, [0.2] * 3)]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    (tmp_path / "sweep.json").write_text(json.dumps({"spec": {"memory_limit_mb": limit}}))
+    report = write_report(tmp_path).read_text()
+    memory = report.split("### Memory")[1].split("\n## ")[0]
+    header = next(line for line in memory.splitlines() if line.startswith("| config |"))
+    assert ("fits" in header) == (limit is not None)
+    assert (f"| fits {limit} MiB/rank |" in header) if limit else "No memory_limit_mb was given" in memory
+    assert "cfg001 (fsdp) holds 112 MiB per rank against cfg000 (ddp)'s 224, yet its resident peak is 1244" in memory
+    assert "| peak MiB in all |" in header  # memory in all beside memory per rank

@@ -44,6 +44,12 @@ class Document:
     def code(self, text: str) -> None:
         self.blocks.append(("code", text))
 
+    def definitions(self, items: list[tuple[str, str, str]]) -> None:
+        """Terms defined, each ``(anchor, term, definition)``: the anchor is what a link ``[word](#anchor)`` in
+        any paragraph or list item of the document goes to (the document's own names: no text from a sweep)."""
+        if items:
+            self.blocks.append(("definitions", items))
+
     def markdown(self) -> str:
         out = []
         for kind, value in self.blocks:
@@ -60,6 +66,8 @@ class Document:
                 out.append("\n".join(lines))
             elif kind == "image":
                 out.append(f"![{value[1]}]({value[0]})")
+            elif kind == "definitions":
+                out.append("\n".join(f'- <a id="{a}"></a>**{_md_inline(t)}**: {_md_inline(d)}' for a, t, d in value))
             else:
                 out.append("```\n" + value + "\n```")
         return "\n\n".join(out) + "\n"
@@ -68,6 +76,7 @@ class Document:
         def e(text: str) -> str:  # escaped, with the Markdown emphasis and code spans the report uses
             text = html.escape(text)
             text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+            text = _LINK.sub(r"<a href='#\2'>\1</a>", text)
             return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
 
         out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>", _STYLE]
@@ -89,6 +98,14 @@ class Document:
                 out.append("</tbody></table></div>")
             elif kind == "image":
                 out.append(f"<p><img src='{html.escape(value[0])}' alt='{html.escape(value[1])}'></p>")
+            elif kind == "definitions":
+                out.append(
+                    "<dl>"
+                    + "".join(
+                        f"<dt id='{html.escape(a)}'><strong>{e(t)}</strong></dt><dd>{e(d)}</dd>" for a, t, d in value
+                    )
+                    + "</dl>"
+                )
             else:
                 out.append(f"<pre>{html.escape(value)}</pre>")
         return "\n".join(out) + "</body></html>\n"
@@ -109,6 +126,8 @@ _STYLE = (
 )
 
 
+# A link to a term of the document's glossary, ``[word](#glossary-term)``: the only links it makes.
+_LINK = re.compile(r"\[([^\]\[]+)\]\(#(glossary-[a-z0-9-]+)\)")
 _RANGE = re.compile(r"\(?-?\d[\d.]* to -?\d[\d.]*\)?")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from ignite_ddl.core.outputs import output_errors, write_bytes
 from ignite_ddl.report.analysis import load, notes, versus_text
 from ignite_ddl.report.document import Document
+from ignite_ddl.report.glossary import add_glossary
 from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.sections import (
@@ -103,6 +104,7 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
         "tb_hparams` in this directory" + (f" {left_out}." if left_out else ".")
     )
 
+    add_glossary(doc)
     write_bytes(out / "report.md", doc.markdown().encode())
     write_bytes(out / "report.html", doc.html(title).encode())
     # One verdict a line: a grid value holding a line break (or any control character) must not split one.

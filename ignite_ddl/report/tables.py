@@ -3,7 +3,7 @@ communication, a faster step, FLOPs, memory), each without the columns no config
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.report.analysis import superlinear
 from ignite_ddl.report.document import Document, Table
@@ -195,7 +195,18 @@ def _measured_share(fraction: float | None) -> float | str | None:
     return 100 * fraction if fraction <= 1.0 else f"flagged: {100 * fraction:.0f}"
 
 
+def _memory_limit(analysis: Analysis) -> float | None:
+    """The spec's memory_limit_mb, MiB, or None where none was given."""
+    limit = analysis.meta.get("spec", {}).get("memory_limit_mb")
+    return float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0 else None
+
+
 def _memory_table(analysis: Analysis) -> Table:
+    """Peak and held memory per rank, and in all; "fits" only where a limit was given (or a run ran out of memory):
+    without one there is nothing to fit."""
+    limit = _memory_limit(analysis)
+    judged = limit is not None or any(c.out_of_memory for c in analysis.configs)
+    fits = f"fits {limit:.0f} MiB/rank" if limit is not None else "fits (did not run out of memory)"
     header = [
         "config",
         "world",
@@ -203,9 +214,10 @@ def _memory_table(analysis: Analysis) -> Table:
         "peak MiB/rank",
         "interval",
         "what",
+        "peak MiB in all",
         "held MiB",
         "workers' own MiB",
-        "fits",
+        *([fits] if judged else []),
     ]
     rows = []
     for c in analysis.configs:
@@ -220,12 +232,82 @@ def _memory_table(analysis: Analysis) -> Table:
                 _mb(e.value),
                 interval_text(e.scaled(1 / MIB)) if e.has_interval else "-",
                 c.memory_kind or "-",
+                None if e.value is None else e.value * c.world_size / MIB,
                 _mb(c.held_bytes),
                 _mb(c.workers_memory) or None,
-                "yes" if c.fits else ("out of memory" if c.out_of_memory else "no"),
+                *(["yes" if c.fits else ("out of memory" if c.out_of_memory else "no")] if judged else []),
             ]
         )
     return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+
+
+def _same_but_strategy(a: ConfigResult, b: ConfigResult) -> bool:
+    """Whether two configurations differ only in their strategy (and where their files went)."""
+    own = {"strategy", "output_dir", "run_dir"}
+    return {k: v for k, v in a.config.items() if k not in own} == {k: v for k, v in b.config.items() if k not in own}
+
+
+def memory_text(analysis: Analysis) -> str:
+    """What the memory table's columns are, and, measured, why sharding can raise the resident peak on CPU."""
+    limit = _memory_limit(analysis)
+    text = (
+        "Peak memory of the largest rank (after warm-up; CUDA's peak reserved where there is a GPU, else the "
+        "resident set), mean and interval over the runs used, and times the ranks: in all. Held = parameters + "
+        "gradients + optimizer state between steps, counted from the tensors: what sharding divides. Resident is "
+        "everything the process has in RAM at its peak: what it holds, plus the runtime's own baseline (torch's "
+        "libraries, the process group's buffers, the allocator's caches) and any temporary copies made during "
+        "a step. Workers' own = what the DataLoader workers hold beyond the pages they share with their rank. "
+    )
+    text += (
+        f"Fits: within the spec's memory_limit_mb of {limit:.0f} MiB per rank."
+        if limit is not None
+        else "No memory_limit_mb was given, so nothing is said to fit or not (set it to have the verdict pass over "
+        "configurations above it)."
+    )
+    for fsdp in (c for c in analysis.configs if c.strategy == "fsdp" and c.memory_kind == "resident"):
+        ddp = next((c for c in analysis.configs if c.strategy == "ddp" and _same_but_strategy(c, fsdp)), None)
+        if ddp is None or None in (fsdp.peak_memory.value, ddp.peak_memory.value, fsdp.held_bytes, ddp.held_bytes):
+            continue
+        peaks = (cast(float, fsdp.peak_memory.value) / MIB, cast(float, ddp.peak_memory.value) / MIB)
+        held = (cast(float, fsdp.held_bytes) / MIB, cast(float, ddp.held_bytes) / MIB)
+        if peaks[0] <= peaks[1]:
+            continue
+        text += (
+            f" {fsdp.name} (fsdp) holds {held[0]:.0f} MiB per rank against {ddp.name} (ddp)'s {held[1]:.0f}, yet "
+            f"its resident peak is {peaks[0]:.0f} MiB against {peaks[1]:.0f}: on CPU, FSDP all-gathers each "
+            "layer's full parameters for forward and again for backward, and those gathered copies (and the "
+            "reduce-scatter's buffers) are temporary memory that the resident peak counts and held does not; with "
+            "a baseline of a few hundred MiB per process the runtime's own share dominates models this small. "
+            "Sharding saves what is held between steps, which is what grows with the model."
+        )
+    return text
+
+
+def _quality_table(analysis: Analysis) -> Table:
+    """The speed-quality trade: each configuration's throughput beside what it learnt, against its workload's
+    reference configuration."""
+    header = ["config", "samples/s", "interval", "val acc", "vs reference, points", "quality"]
+    rows = []
+    for c in analysis.configs:
+        if c.quality is None:
+            continue
+        d = c.accuracy_difference
+        difference = (
+            f"{100 * d.value:+.1f} ({100 * d.low:+.1f} to {100 * d.high:+.1f}) vs {c.quality_reference}"
+            if d is not None and d.value is not None and d.low is not None and d.high is not None
+            else "-"
+        )
+        rows.append(
+            [
+                c.name,
+                rate_text(c.throughput.value),
+                interval_text(c.throughput),
+                c.val_accuracy,
+                difference,
+                c.quality_note if c.quality != "reference" else "reference",
+            ]
+        )
+    return header, rows
 
 
 def _faster_step_table(analysis: Analysis) -> Table:
@@ -285,7 +367,17 @@ def _references(analysis: Analysis) -> str:
 def config_tables(doc: Document, analysis: Analysis) -> None:
     """The decision table, then one table per topic."""
     doc.table(*decision_table(analysis))
+    pct = round(100 * analysis.confidence)
     for title, (header, rows), text in (
+        (
+            "Speed and quality",
+            _quality_table(analysis),
+            "What each configuration learnt, beside its speed: validation accuracy after the last epoch (mean over "
+            "the runs used), and its difference from its workload's reference configuration (the first without "
+            f"gradient compression) in percentage points, with the {pct} % interval of the difference of the means. "
+            "A configuration whose whole interval lies below -quality_margin learns worse and is never recommended; "
+            "speed_vs_quality.png draws the same trade.",
+        ),
         ("Timing", _timing_table(analysis), "Runs = used / repeats; cv = standard deviation / mean."),
         (
             "Communication",
@@ -309,14 +401,7 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             _flops_table(analysis),
             "Model FLOPs (forward + backward) and what each rank achieved. " + _references(analysis),
         ),
-        (
-            "Memory",
-            _memory_table(analysis),
-            "Peak memory of the largest rank (after warm-up; CUDA's peak reserved where there is a GPU, else the "
-            "resident set), mean and interval over the runs used; held = parameters + gradients + optimizer "
-            "state between steps; workers' own = what the DataLoader workers hold beyond the pages they share "
-            "with their rank.",
-        ),
+        ("Memory", _memory_table(analysis), memory_text(analysis)),
     ):
         if rows and len(header) > 1:
             doc.heading(title, 3)

@@ -1,0 +1,158 @@
+"""The report's glossary: every term of art the report uses, explained once at its end, and linked from where the
+report first uses it (its first paragraph or list item that does).
+
+Example:
+    >>> from ignite_ddl.report.document import Document
+    >>> doc = Document()
+    >>> doc.paragraph("Steps settle by MSER-5; MSER-5 again.")
+    >>> add_glossary(doc)
+    >>> doc.blocks[0][1]
+    'Steps settle by [MSER-5](#glossary-mser-5); MSER-5 again.'
+"""
+
+from __future__ import annotations
+
+import re
+
+from ignite_ddl.report.document import Document
+
+__all__ = ["GLOSSARY", "add_glossary"]
+
+# term -> (how the report writes it, a regular expression; what it means). In the order the glossary lists them.
+GLOSSARY: dict[str, tuple[str, str]] = {
+    "workload": (
+        r"\bworkloads?\b",
+        "what fixes the work done per sample (by default: model, dataset, amp, optimizer, sync_bn; a spec's "
+        "workload key may name others). Configurations are ranked only against others of their workload.",
+    ),
+    "reference configuration": (
+        r"\breference configuration\b|\breference of its workload\b",
+        "the configuration of a workload whose validation accuracy the others are compared with: the first "
+        "(lowest cfg number) without gradient compression (comm_hook=none).",
+    ),
+    "learns worse": (
+        r"\blearns? worse\b",
+        "a configuration whose validation accuracy is below its workload's reference configuration's by more "
+        "than quality_margin over the whole confidence interval of the difference of the means (or one of whose "
+        "runs diverged). It is never recommended, however fast.",
+    ),
+    "not judged": (
+        r"\bnot judged\b",
+        "a configuration the verdict passes over: fewer usable runs than min_repeats, a run whose step times never "
+        "settled, or a counted run measured under contention. It is listed, never best nor recommended.",
+    ),
+    "statistically tied": (
+        r"\b[Ss]tatistically tied\b",
+        "configurations whose confidence intervals overlap the fastest one's (or that a corrected test does not "
+        "show slower): these runs cannot tell them apart. More repeats may.",
+    ),
+    "equivalent": (
+        r"\b[Ee]quivalen(?:t|ce)\b",
+        "the equivalence test passed: two one-sided tests at 5 % show the ratio of the mean throughputs within "
+        "the margin (equivalence_margin, 3 % by default), i.e. its 90 % interval lies inside it. Unlike a tie, "
+        "this is evidence that the difference is small.",
+    ),
+    "not separable at any practical number of repeats": (
+        r"\bnot separable at any practical number of repeats\b",
+        "at the spread measured, even 100 repeats of each would not separate the two configurations; that is not "
+        "evidence that they are equal (only equivalence is).",
+    ),
+    "Welch": (
+        r"\bWelch(?:'s)?\b",
+        "Welch's t-test compares two means without assuming equal spreads; its one-sided p-value is the chance of "
+        "a lead this large if the leader were no faster. It is judged against the corrected threshold beside it.",
+    ),
+    "Bonferroni": (
+        r"\bBonferroni\b|\bHolm\b",
+        "with k configurations the leader is compared with k - 1 others; each comparison is tested at 5 % / "
+        "(k - 1) so that the chance of naming a wrong best stays at most 5 % (Holm's step-down method is a less "
+        "conservative relative; the report uses Bonferroni).",
+    ),
+    "MSER-5": (
+        r"\bMSER-5\b",
+        "how the report finds when a run's step times settled: batch means of 5 steps, cut where the standard "
+        "error of the kept mean is smallest (White 1997). A run whose best cut is in its second half never settled "
+        "(unsettled).",
+    ),
+    "contended": (
+        r"\bcontended\b|\bcontention\b",
+        "other processes used the CPUs (or GPUs) while a run measured, so its timings include waiting for them.",
+    ),
+    "own time": (
+        r"\b[Oo]wn time\b",
+        "data wait + forward + optimizer step of a rank: the parts of a step a rank does alone, which find the "
+        "straggler (the all-reduce makes every rank's backward end together).",
+    ),
+    "busbw": (
+        r"\bbusbw\b|\bbus bandwidth\b",
+        "bus bandwidth: bytes all-reduced / time x 2(n - 1)/n for n ranks, the rate each link carried (comparable "
+        "across rank counts, as in NCCL's tests).",
+    ),
+    "isolated bandwidth": (
+        r"\bisolated\b",
+        "the bus bandwidth of an all-reduce of the same size on the same ranks with nothing else running and "
+        "nobody late: what the link can do, against which training's busbw is read.",
+    ),
+    "resident": (
+        r"\bresident\b",
+        "resident memory (RSS): the pages of a process in RAM, its peak read from /proc (VmHWM); on CPU it holds "
+        "the model, the runtime's own libraries and buffers, and any temporary copies.",
+    ),
+    "held": (
+        r"\bheld\b",
+        "the bytes a rank holds between steps for parameters, gradients and optimizer state (counted from the "
+        "tensors): what sharding divides. The resident peak is larger.",
+    ),
+    "Pareto front": (
+        r"\bPareto front\b",
+        "the configurations no other beats on both speed and memory per rank (faster and no larger, or smaller and "
+        "no slower).",
+    ),
+}
+
+
+def _anchor(term: str) -> str:
+    return "glossary-" + re.sub(r"[^a-z0-9]+", "-", term.lower()).strip("-")
+
+
+def _link_first(text: str, pattern: re.Pattern[str], anchor: str) -> str | None:
+    """``text`` with the first match of ``pattern`` outside code spans, bold headlines and existing links made a
+    link, or None (a verdict's headline stays as the verdict states it)."""
+    parts = re.split(r"(`[^`]*`|\*\*.+?\*\*|\[[^\]]*\]\(#[^)]*\))", text)
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans, bold and links
+        found = pattern.search(parts[i])
+        if found:
+            linked = f"[{found.group(0)}](#{anchor})"
+            parts[i] = parts[i][: found.start()] + linked + parts[i][found.end() :]
+            return "".join(parts)
+    return None
+
+
+def add_glossary(doc: Document) -> None:
+    """Link each glossary term from the first paragraph or list item that uses it, and end ``doc`` with the
+    glossary of the terms it uses."""
+    used = []
+    for term, (pattern, meaning) in GLOSSARY.items():
+        compiled, anchor = re.compile(pattern), _anchor(term)
+        for number, (kind, value) in enumerate(doc.blocks):
+            if kind == "paragraph":
+                linked = _link_first(value, compiled, anchor)
+                if linked is not None:
+                    doc.blocks[number] = (kind, linked)
+                    break
+            elif kind == "bullets":
+                found = next(
+                    ((i, linked) for i, item in enumerate(value) if (linked := _link_first(item, compiled, anchor))),
+                    None,
+                )
+                if found is not None:
+                    items = list(value)
+                    items[found[0]] = found[1]
+                    doc.blocks[number] = (kind, items)
+                    break
+        else:
+            continue
+        used.append((anchor, term, meaning))
+    if used:
+        doc.heading("Glossary")
+        doc.definitions(used)
