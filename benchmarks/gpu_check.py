@@ -465,9 +465,6 @@ def _sweep(step: Step, name: str, spec: dict[str, Any], share: float = 1.0) -> t
     """Run ``spec`` as a sweep into ``work/<name>`` (with its report); ``(exit status or None, folder)``."""
     folder = step.work / name
     spec_path = step.work / f"{name}.yaml"
-    # The check runs whatever else the machine does: a busy machine flags its runs (contended), it never waits
-    # out the step's budget nor stops the sweep.
-    spec |= {"on_busy": "run", "busy_stop_after": 0}
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     code, output = step.run(
         [sys.executable, "-m", "ignite_ddl", "sweep", str(spec_path), f"--output-dir={folder}"], share
@@ -541,10 +538,11 @@ def _verdicts(analysis: Any) -> list[dict[str, Any]]:
     ]
 
 
-def step_gpu_single(step: Step) -> None:
+def gpu_single_spec(cpu: bool) -> dict[str, Any]:
+    """experiments/gpu_single cut to fit: AMP none / bf16 / fp16 x two batch sizes, 3 repeats, one short epoch."""
     spec = _base_spec("gpu_single")
     spec["name"] = "gpu_single_cut"
-    if step.cpu:
+    if cpu:
         spec["base"] |= {"model": "toy", "train_size": 64, "val_size": 16, "epochs": 1, "num_workers": 0}
         spec["grid"] = {"batch_size": [16, 32], "amp": ["none", "bf16"]}  # fp16 needs a GPU (its GradScaler)
         spec |= {"repeats": 1, "timeout_s": 120}
@@ -553,6 +551,17 @@ def step_gpu_single(step: Step) -> None:
         spec["grid"] = {"batch_size": [256, 512], "amp": ["none", "bf16", "fp16"]}
         spec |= {"repeats": 3, "timeout_s": 60}
     spec.pop("max_repeats", None)
+    return _checked_anyway(spec)
+
+
+def _checked_anyway(spec: dict[str, Any]) -> dict[str, Any]:
+    # The check runs whatever else the machine does: a busy machine flags its runs (contended), it never waits out
+    # the step's budget nor stops the sweep.
+    return spec | {"on_busy": "run", "busy_stop_after": 0}
+
+
+def step_gpu_single(step: Step) -> None:
+    spec = gpu_single_spec(step.cpu)
     code, folder = _sweep(step, "gpu_single", spec)
     analysis = _analysis(folder)
     step.figures |= {
@@ -608,19 +617,25 @@ def step_resnet50(step: Step) -> None:
     }
 
 
-def step_what_fits(step: Step) -> None:
+def what_fits_spec(cpu: bool) -> dict[str, Any]:
+    """experiments/ddp_vs_fsdp on one GPU: DDP on 1 process, FSDP on 2 gloo ranks sharing the GPU (nccl refuses
+    two ranks on one device), accumulation 1 and 4, one repeat (memory figures barely vary)."""
     spec = _base_spec("ddp_vs_fsdp")
     spec["name"] = "what_fits_gpu"
-    spec["base"] |= {"backend": "gloo", "epochs": 1, "warmup_iters": 2}  # 2 ranks share one GPU: gloo, not nccl
-    if step.cpu:
-        spec["base"] |= {"model": "mlp", "train_size": 256, "val_size": 32, "batch_size": 32}
-    spec["grid"] = {"strategy": ["ddp", "fsdp"], "accumulate": [1, 4]}
-    spec["vary"] = {"strategy": {"ddp": {"nproc_per_node": 1}, "fsdp": {"nproc_per_node": 2}}}
-    spec.pop("exclude", None)
+    spec["base"] |= {"backend": "gloo", "epochs": 1, "warmup_iters": 2}
+    if cpu:
+        spec["base"] |= {"model": "toy", "train_size": 128, "val_size": 32, "batch_size": 32}
+    spec["grid"] = {"strategy": ["ddp", "fsdp"], "accumulate": [1, 4], "nproc_per_node": [1, 2]}
+    spec["exclude"] = [{"strategy": "ddp", "nproc_per_node": 2}, {"strategy": "fsdp", "nproc_per_node": 1}]
     spec |= {"repeats": 1, "timeout_s": 120}
     for key in ("min_repeats", "max_repeats"):
         spec.pop(key, None)
-    code, folder = _sweep(step, "what_fits", _with_processes(spec))
+    return _checked_anyway(spec)
+
+
+def step_what_fits(step: Step) -> None:
+    spec = what_fits_spec(step.cpu)
+    code, folder = _sweep(step, "what_fits", spec)
     analysis = _analysis(folder)
     rows = [_config_row(c) for c in analysis.configs] if analysis else []
     allocated = _cuda_allocated_peaks(folder)
@@ -656,26 +671,14 @@ def _cuda_allocated_peaks(folder: Path) -> dict[int, list[float]]:
     return peaks
 
 
-def _with_processes(spec: dict[str, Any]) -> dict[str, Any]:
-    """The grid as a spec can say it: DDP on one process, FSDP on two (an ``exclude`` of the other pairs)."""
-    vary = spec.pop("vary")
-    spec["grid"]["nproc_per_node"] = [1, 2]
-    spec["exclude"] = [
-        {"strategy": name, "nproc_per_node": n}
-        for name, options in vary["strategy"].items()
-        for n in (1, 2)
-        if n != options["nproc_per_node"]
-    ]
-    return spec
-
-
-def step_faster_step(step: Step) -> None:
+def faster_step_spec(cpu: bool) -> dict[str, Any]:
+    """experiments/faster_step cut to fit: one process, AMP bf16, eager vs compile vs compile reduce-overhead."""
     spec = _base_spec("faster_step")
     spec["name"] = "faster_step_gpu"
     spec["base"] |= {"nproc_per_node": 1, "backend": "none", "amp": "bf16", "warmup_iters": 3, "epochs": 1}
     spec["base"].pop("powersgd_rank", None)
     spec["base"].pop("powersgd_start_iter", None)
-    if step.cpu:
+    if cpu:
         spec["base"] |= {"model": "toy", "train_size": 32 * 12, "val_size": 32, "batch_size": 32}
         # CUDA graphs (reduce-overhead) are a GPU's: on the CPU the comparison is eager vs compiled
         spec["grid"] = {"compile": [False, True]}
@@ -688,6 +691,11 @@ def step_faster_step(step: Step) -> None:
         spec |= {"repeats": 2, "timeout_s": 120}
     for key in ("min_repeats", "max_repeats", "rerun_contended"):
         spec.pop(key, None)
+    return _checked_anyway(spec)
+
+
+def step_faster_step(step: Step) -> None:
+    spec = faster_step_spec(step.cpu)
     code, folder = _sweep(step, "faster_step", spec)
     analysis = _analysis(folder)
     rows = [_config_row(c) for c in analysis.configs] if analysis else []

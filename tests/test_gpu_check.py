@@ -16,8 +16,43 @@ SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
 STEPS = ("environment", "tests", "overhead", "gpu_single", "resnet50", "what_fits", "faster_step")
 
 
+def _module():
+    """benchmarks/gpu_check.py as a module (the benchmarks folder is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def gpu_check(*args: str, timeout: float = 120):
     return run([sys.executable, str(SCRIPT), *args], timeout=timeout)
+
+
+@pytest.mark.parametrize("cpu", [False, True])
+def test_the_sweeps_it_runs_are_valid_specs_of_the_cut_it_promises(cpu):
+    """The GPU specs are checked here, where CI runs, not first on a lent GPU: each parses as a sweep spec, every
+    configuration's options are a valid TrainConfig, and the grids are the ones the docs promise."""
+    from ignite_ddl.core.config import TrainConfig
+    from ignite_ddl.sweep.spec import configurations, parse_spec, run_options
+
+    module = _module()
+    grids = {}
+    for name in ("gpu_single", "what_fits", "faster_step"):
+        spec = parse_spec(getattr(module, f"{name}_spec")(cpu))
+        assert spec.on_busy == "run" and spec.busy_stop_after == 0
+        grids[name] = configurations(spec)
+        for grid in grids[name]:
+            TrainConfig(**run_options(spec, grid))
+    amps = {"none", "bf16"} if cpu else {"none", "bf16", "fp16"}
+    assert {g["amp"] for g in grids["gpu_single"]} == amps and len({g["batch_size"] for g in grids["gpu_single"]}) == 2
+    assert parse_spec(module.gpu_single_spec(cpu)).repeats == (1 if cpu else 3)
+    layout = {(g["strategy"], g["accumulate"], g["nproc_per_node"]) for g in grids["what_fits"]}
+    assert layout == {("ddp", 1, 1), ("ddp", 4, 1), ("fsdp", 1, 2), ("fsdp", 4, 2)}
+    modes = {(g["compile"], g.get("compile_mode", "default")) for g in grids["faster_step"]}
+    expected = {(False, "default"), (True, "default")} | (set() if cpu else {(True, "reduce-overhead")})
+    assert modes == expected
 
 
 @pytest.mark.parametrize(
