@@ -35,7 +35,7 @@ from ignite_ddl.measure.traces import hta_reading, load_trace, trace_comm
 from ignite_ddl.trainer.engines import autocast, create_trainer
 from ignite_ddl.trainer.models import build_model, mlp
 from ignite_ddl.trainer.run import TrainingRun
-from ignite_ddl.trainer.strategies import FullyShardedDataParallel
+from ignite_ddl.trainer.strategies import FSDPStrategy
 
 pytestmark = [
     pytest.mark.gpu,
@@ -296,7 +296,7 @@ def _fsdp_steps(local_rank: int, amp: str, steps: int) -> dict[str, Any]:
 
     torch.manual_seed(SEED)
     device = idist.device()
-    model = FullyShardedDataParallel().place(mlp(32, 10, hidden=(512, 512, 512)), TrainConfig(amp=amp))
+    model = FSDPStrategy().place(mlp(32, 10, hidden=(512, 512, 512)), TrainConfig(amp=amp))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
     data = synthetic_images(steps * 64, 10, SHAPE, SEED).tensors

@@ -23,16 +23,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag
+from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag, option_specs
 
 __all__ = [
     "AMP_MODES",
     "BACKENDS",
     "COMM_HOOKS",
     "COMPILE_MODES",
+    "FSDP_MIXED_PRECISION",
+    "FSDP_WRAP",
     "DATASETS",
     "LAYOUT_OPTIONS",
     "OPTIMIZERS",
@@ -41,8 +43,13 @@ __all__ = [
     "STRATEGIES",
     "TRACKERS",
     "WORKLOAD_OPTIONS",
+    "DDPOptions",
+    "FSDPOptions",
+    "StrategyOptions",
     "LaunchOptions",
     "TrainConfig",
+    "changed_flags",
+    "declared_default",
 ]
 
 BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
@@ -116,6 +123,7 @@ class LaunchOptions(Options):
     )
 
     def check(self) -> None:
+        super().check()
         if self.node_rank is not None and not self.node_rank < self.nnodes:
             raise ConfigError(
                 f"node_rank must be in [0, {self.nnodes - 1}] for nnodes={self.nnodes}, got {self.node_rank}"
@@ -134,8 +142,129 @@ class LaunchOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig(LaunchOptions):
-    """Everything one training run needs. ``batch_size`` is the *global* batch, split across all ranks."""
+class StrategyOptions(Options):
+    """The options of one strategy, a group of their own: a strategy declares its group, and a run of another
+    strategy refuses those of the group's options that ask for something only that strategy does (``OWN``)."""
+
+    OWN: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def asked(cls, options: Options) -> list[str]:
+        """The flags of this group's ``OWN`` options that ``options`` (the group itself, or a run's config) sets away
+        from their declared defaults, as a user gives them."""
+        return changed_flags(options, cls, cls.OWN)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDPOptions(StrategyOptions):
+    """DDP's own options (``--strategy ddp``), declared once: the gradient buckets, the communication hook and its
+    parameters, and two promises DDP may exploit. A run's :attr:`TrainConfig.ddp`; the DDP strategy checks them."""
+
+    bucket_cap_mb: float = option(
+        25.0,
+        "DDP gradient bucket size in MiB: the all-reduce of a bucket starts when all its gradients are ready "
+        "(smaller: earlier start, more calls)",
+        role=Role.LAYOUT,
+        low=0,
+        low_open=True,
+        high=1 << 20,
+    )
+    comm_hook: str = option(
+        "none",
+        "DDP communication hook (torch's built-in): none (DDP's all-reduce) | fp16 / bf16 (gradients compressed to "
+        "half precision on the wire) | powersgd (low-rank compression, --powersgd-rank, after "
+        "--powersgd-start-iter iterations of plain all-reduce)",
+        role=Role.LAYOUT,
+        choices=COMM_HOOKS,
+    )
+    powersgd_rank: int = option(
+        1,
+        "PowerSGD's matrix approximation rank (larger: more accurate, more bytes)",
+        role=Role.LAYOUT,
+        low=1,
+        high=4096,
+    )
+    powersgd_start_iter: int = option(
+        10,
+        "iterations of plain all-reduce before PowerSGD compresses (error feedback needs 2 or more)",
+        role=Role.LAYOUT,
+        low=2,
+        high=10**9,
+    )
+    static_graph: bool = option(
+        False,
+        "DDP static_graph: the set of parameters used and the graph are the same every iteration (DDP then skips "
+        "some bookkeeping)",
+        role=Role.LAYOUT,
+    )
+    gradient_as_bucket_view: bool = option(
+        False,
+        "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (saves a copy and the memory "
+        "of one set of gradients)",
+        role=Role.LAYOUT,
+    )
+
+    # The options that ask DDP for something no other strategy does: refused with --strategy fsdp (one process
+    # accepts and ignores them, so that a sweep may grid them against process counts). The rest (bucket size,
+    # PowerSGD's parameters) only tune DDP and are ignored elsewhere.
+    OWN: ClassVar[tuple[str, ...]] = ("comm_hook", "static_graph", "gradient_as_bucket_view")
+
+
+FSDP_MIXED_PRECISION = ("auto", "none", "bf16", "fp16")
+FSDP_WRAP = ("children", "model")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FSDPOptions(StrategyOptions):
+    """FSDP's own options (``--strategy fsdp``, FSDP2's ``fully_shard``), declared once: whether a unit frees its
+    gathered parameters after forward, the mixed-precision policy, and which modules are units. A run's
+    :attr:`TrainConfig.fsdp`; the FSDP strategy checks them."""
+
+    reshard_after_forward: bool = option(
+        True,
+        "FSDP: free each unit's gathered parameters after its forward and gather them again in backward (off: keep "
+        "them until backward, one all-gather less per step for the memory of the whole model's parameters)",
+        role=Role.LAYOUT,
+    )
+    fsdp_mixed_precision: str = option(
+        "auto",
+        "FSDP's MixedPrecisionPolicy: auto (from --amp: bf16 or fp16 parameters, gradients reduced in float32) | "
+        "none (full precision) | bf16 | fp16 (parameters in that type, gradients reduced in float32)",
+        role=Role.LAYOUT,
+        choices=FSDP_MIXED_PRECISION,
+    )
+    fsdp_wrap: str = option(
+        "children",
+        "FSDP's units: children (each direct child holding parameters, or a --workload's blocks, then the whole "
+        "model: one unit's parameters gathered at a time) | model (the whole model as one unit)",
+        role=Role.LAYOUT,
+        choices=FSDP_WRAP,
+    )
+
+    OWN: ClassVar[tuple[str, ...]] = ("reshard_after_forward", "fsdp_mixed_precision", "fsdp_wrap")
+
+
+def changed_flags(options: Options, group: type[Options], names: tuple[str, ...]) -> list[str]:
+    """The flags of ``names`` whose value in ``options`` is not ``group``'s declared default (``--static-graph``,
+    ``--no-reshard-after-forward``, ``--comm-hook fp16``)."""
+    specs = option_specs(group)
+    flags = []
+    for name in names:
+        value = getattr(options, name)
+        if value == specs[name].default:
+            continue
+        if isinstance(value, bool):
+            flags.append(option_flag(name) if value else "--no-" + option_flag(name)[2:])
+        else:
+            flags.append(f"{option_flag(name)} {value}")
+    return flags
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
+    """Everything one training run needs. ``batch_size`` is the *global* batch, split across all ranks. The
+    strategies' own options are declared in their groups (:class:`DDPOptions`, :class:`FSDPOptions`) and given flat
+    (``--bucket-cap-mb``, a spec's ``bucket_cap_mb``), as before the groups existed."""
 
     # -- the workload: what fixes the work done per sample
     model: str = option(
@@ -221,49 +350,6 @@ class TrainConfig(LaunchOptions):
         "gradients and optimizer state sharded over the ranks, FSDP2) | auto (none for one process, ddp for several)",
         role=Role.LAYOUT,
         choices=STRATEGIES,
-    )
-    bucket_cap_mb: float = option(
-        25.0,
-        "DDP gradient bucket size in MiB: the all-reduce of a bucket starts when all its gradients are ready "
-        "(smaller: earlier start, more calls)",
-        role=Role.LAYOUT,
-        low=0,
-        low_open=True,
-        high=1 << 20,
-    )
-    comm_hook: str = option(
-        "none",
-        "DDP communication hook (torch's built-in): none (DDP's all-reduce) | fp16 / bf16 (gradients compressed to "
-        "half precision on the wire) | powersgd (low-rank compression, --powersgd-rank, after "
-        "--powersgd-start-iter iterations of plain all-reduce)",
-        role=Role.LAYOUT,
-        choices=COMM_HOOKS,
-    )
-    powersgd_rank: int = option(
-        1,
-        "PowerSGD's matrix approximation rank (larger: more accurate, more bytes)",
-        role=Role.LAYOUT,
-        low=1,
-        high=4096,
-    )
-    powersgd_start_iter: int = option(
-        10,
-        "iterations of plain all-reduce before PowerSGD compresses (error feedback needs 2 or more)",
-        role=Role.LAYOUT,
-        low=2,
-        high=10**9,
-    )
-    static_graph: bool = option(
-        False,
-        "DDP static_graph: the set of parameters used and the graph are the same every iteration (DDP then skips "
-        "some bookkeeping)",
-        role=Role.LAYOUT,
-    )
-    gradient_as_bucket_view: bool = option(
-        False,
-        "DDP gradient_as_bucket_view: gradients are views into the all-reduce buckets (saves a copy and the memory "
-        "of one set of gradients)",
-        role=Role.LAYOUT,
     )
     # -- how each step is executed
     compile: bool = option(
@@ -412,6 +498,16 @@ class TrainConfig(LaunchOptions):
         if self.workload is not None and (self.model != "cnn" or self.dataset != "synthetic"):
             raise ConfigError("a --workload brings its own model and data: leave --model and --dataset unset")
 
+    @property
+    def ddp(self) -> DDPOptions:
+        """This run's DDP options as their group."""
+        return DDPOptions(**{name: getattr(self, name) for name in option_specs(DDPOptions)})
+
+    @property
+    def fsdp(self) -> FSDPOptions:
+        """This run's FSDP options as their group."""
+        return FSDPOptions(**{name: getattr(self, name) for name in option_specs(FSDPOptions)})
+
     def to_argv(self) -> list[str]:
         """The ``ignite-ddl train`` options that reproduce this config (fields left at None are omitted)."""
         argv = []
@@ -431,3 +527,9 @@ WORKLOAD_OPTIONS = names_with_role(TrainConfig, Role.WORKLOAD)
 # Options that only say how the ranks are started and laid out, or where files go: the speed-up baseline of a
 # configuration is the configuration equal to it but for these, with one process.
 LAYOUT_OPTIONS = names_with_role(TrainConfig, Role.LAUNCH, Role.LAYOUT, Role.OUTPUT)
+
+
+def declared_default(name: str) -> Any:
+    """The declared default of run option ``name``: what a run record without the option (written before it existed,
+    or by hand) ran with. The report reads it here instead of typing the value again."""
+    return option_specs(TrainConfig)[name].default

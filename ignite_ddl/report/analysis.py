@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS, TrainConfig
+from ignite_ddl.core.config import LAYOUT_OPTIONS, WORKLOAD_OPTIONS, TrainConfig, declared_default
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.options import Role, names_with_role
 from ignite_ddl.core.results import RejectedLine, iter_results
@@ -318,11 +318,15 @@ def _speedups(configs: list[ConfigResult], confidence: float) -> None:
 
 # What makes a step faster, each against the configuration equal to it but for that option's plain value: the
 # options it is compared on, and the options that only tune it (ignored when looking for the plain twin).
+# The plain value is each option's declared default.
 VERSUS = {
-    "compile": (False, ("compile_mode",)),
-    "comm_hook": ("none", ("powersgd_rank", "powersgd_start_iter")),
-    "static_graph": (False, ()),
-    "gradient_as_bucket_view": (False, ()),
+    option: (declared_default(option), tuning)
+    for option, tuning in (
+        ("compile", ("compile_mode",)),
+        ("comm_hook", ("powersgd_rank", "powersgd_start_iter")),
+        ("static_graph", ()),
+        ("gradient_as_bucket_view", ()),
+    )
 }
 
 
@@ -404,7 +408,9 @@ def _quality(configs: list[ConfigResult], margin: float, confidence: float) -> N
     without gradient compression, comm_hook=none): the validation accuracy's difference over repeats, with its
     interval. "learns worse" when the whole interval lies below ``-margin``, "diverged" when a run diverged; not
     judged when the runs trained fewer than QUALITY_MIN_EPOCHS epochs or have too few accuracies to compare."""
-    plain = [c for c in configs if c.config.get("comm_hook", "none") == "none" and len(c.val_accuracies) >= 2]
+    plain = [
+        c for c in configs if c.option("comm_hook") == declared_default("comm_hook") and len(c.val_accuracies) >= 2
+    ]
     reference = min(plain, key=lambda c: (c.index, c.suffix), default=None)
     points = f"{100 * margin:g} points"
     for config in configs:
@@ -773,7 +779,7 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
         if before and after:
             phase = ""
             if found["value"] == "powersgd":
-                start = config.config.get("powersgd_start_iter", 10)
+                start = config.option("powersgd_start_iter")
                 phase = (
                     f" (its steady phase, measured after iteration {start} (powersgd_start_iter): its first {start} "
                     f"iterations send the uncompressed {before / 1e6:.3g} MB)"
@@ -796,13 +802,13 @@ def notes(analysis: Analysis) -> list[str]:
         if config.data_share is not None and config.data_share > DATA_WAIT_HIGH:
             found.append(
                 f"{config.name}: data wait {100 * config.data_share:.0f}% of each iteration -> raise "
-                f"num_workers (now {config.config.get('num_workers', 0)}) or make loading cheaper"
+                f"num_workers (now {config.option('num_workers')}) or make loading cheaper"
             )
         if config.exposed_share is not None and config.exposed_share > EXPOSED_COMM_HIGH:
             overlap = f", {100 * config.overlap:.0f} % of it overlapped" if config.overlap is not None else ""
             found.append(
                 f"{config.name}: exposed communication is {100 * config.exposed_share:.0f} % of the step{overlap} "
-                f"-> larger buckets (--bucket-cap-mb, now {config.config.get('bucket_cap_mb', 25.0):g}), "
+                f"-> larger buckets (--bucket-cap-mb, now {config.option('bucket_cap_mb'):g}), "
                 "gradient accumulation, or a larger batch per rank so that compute hides the all-reduce"
             )
         wait = config.comm_wait

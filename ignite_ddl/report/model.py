@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ignite_ddl.core.config import declared_default
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN, Estimate
 
 __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict"]
@@ -190,6 +191,11 @@ class ConfigResult:
     quality_note: str = ""
     quality_reference: str | None = None
     accuracy_difference: Estimate | None = None  # mean validation accuracy minus the reference's, over repeats
+
+    def option(self, name: str) -> Any:
+        """The run option ``name`` as this configuration's runs had it: its recorded value, or the declared default
+        for records written before the option existed (never a default typed again here)."""
+        return self.config.get(name, declared_default(name))
 
     @property
     def val_accuracies(self) -> list[float]:

@@ -40,7 +40,6 @@ from ignite_ddl.core.folders import claim_run_folder, lock
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
 from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary, WorkloadInfo
-from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
 from ignite_ddl.launcher.spawn import launch
@@ -70,7 +69,7 @@ from ignite_ddl.trainer.engines import (
 from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
 from ignite_ddl.trainer.measurement import FlopsProbe, GradScaleLog, attach_measurement
 from ignite_ddl.trainer.models import build_model, check_model
-from ignite_ddl.trainer.strategies import FullyShardedDataParallel, Strategy, check_compile, strategy_for
+from ignite_ddl.trainer.strategies import FSDPStrategy, Strategy, check_compile, strategy_for
 from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
 from ignite_ddl.trainer.workload import (
     Loaded,
@@ -213,7 +212,7 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
         blocks = workload.block_names()
         if config.activation_checkpointing:
             activation_checkpointing(net, blocks)
-        if isinstance(strategy, FullyShardedDataParallel) and blocks:
+        if isinstance(strategy, FSDPStrategy) and blocks:
             strategy.units = tuple(blocks)
     # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
@@ -632,26 +631,24 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
         raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
     if config.cuda_memory_fraction is not None and plan.cuda_devices == 0:
         raise ConfigError("cuda_memory_fraction caps a GPU's memory: this run has no CUDA GPU")
-    check_arrangement(config, plan.world_size)
-    if plan.backend is not None and plan.world_size > 1 and not rules(plan.backend).ddp_bucket_cap:
-        if config.comm_hook != "none" or config.static_graph or config.gradient_as_bucket_view:
-            raise ConfigError(f"DDP's communication options need torch's DistributedDataParallel, not {plan.backend}")
+    check_arrangement(config, plan.world_size, plan.backend)
     if config.compile:
         check_compile(plan.backend, plan.cuda_devices)
     _check_steady_window(config, plan.world_size)
     _check_writable(Path(config.output_dir))
 
 
-def check_arrangement(config: TrainConfig, world_size: int) -> None:
+def check_arrangement(config: TrainConfig, world_size: int, backend: str | None = None) -> None:
     """The checks of a run that hold whatever the machine (:class:`ConfigError`): how the global batch splits over
-    ``world_size`` processes and micro-batches, whether the strategy runs on that many, which options go together.
-    A sweep makes them for every configuration before its first run."""
+    ``world_size`` processes and micro-batches, whether the strategy runs on that many and takes its options (on
+    ``backend`` too, where known), which options go together. A sweep makes them for every configuration before its
+    first run."""
     if config.batch_size < world_size:
         raise ConfigError(
             f"batch_size is the global batch: {config.batch_size} cannot be split over {world_size} processes"
         )
     strategy = strategy_for(config.strategy, world_size)  # refuses a strategy this world size cannot run
-    strategy.check_options(config)
+    strategy.check_options(config, backend)
     if config.static_graph and config.accumulate > 1:
         # DDP's static graph expects every backward to reduce gradients; accumulation skips that in all but the
         # last micro-batch, and torch then stops every run with "expect_autograd_hooks_ INTERNAL ASSERT FAILED".

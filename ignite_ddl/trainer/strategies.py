@@ -39,7 +39,9 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import inspect
 import os
 import shutil
 from collections.abc import Iterator
@@ -50,7 +52,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ignite_ddl.core.config import STRATEGIES, TrainConfig
+from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.measure.comm import CommTimer, Hook, allreduce
@@ -58,13 +60,14 @@ from ignite_ddl.measure.crosscheck import sample_every_iteration
 from ignite_ddl.measure.memory import held_bytes
 
 __all__ = [
-    "DataParallel",
+    "DDPStrategy",
+    "FSDPStrategy",
+    "SingleProcessStrategy",
+    "Strategy",
     "check_compile",
     "comm_hook",
-    "FullyShardedDataParallel",
-    "SingleProcess",
-    "Strategy",
     "place_model",
+    "registered",
     "strategy_for",
     "unwrap",
 ]
@@ -85,12 +88,29 @@ def unwrap(model: nn.Module) -> nn.Module:
     return cast(nn.Module, getattr(model, "_orig_mod", model))  # torch.compile's OptimizedModule holds the model
 
 
-class Strategy:
-    """How the model is held across ranks. Subclasses set ``name`` and ``min_world`` and override what differs."""
+class Strategy(abc.ABC):
+    """How the model is held across ranks. A subclass names itself (``name``, one of the ``--strategy`` choices),
+    says the world sizes it runs, declares its own options (``options``: a
+    :class:`~ignite_ddl.core.config.StrategyOptions` group, or None) and registers itself by being defined
+    (:func:`registered`), as Fabric's strategies and Ignite's computation models do; it must say how it places the
+    model (:meth:`place`) and overrides what else differs."""
 
     name: ClassVar[str]
     min_world: ClassVar[int] = 1
     max_world: ClassVar[int | None] = None
+    options: ClassVar[type[StrategyOptions] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if inspect.isabstract(cls):
+            return
+        if cls.name not in STRATEGIES or cls.name == "auto":
+            raise TypeError(f"strategy {cls.__name__} is named {cls.name!r}, not one of --strategy's choices")
+        if cls.name in _REGISTRY:
+            raise TypeError(
+                f"strategy {cls.name!r} is registered twice: {_REGISTRY[cls.name].__name__}, {cls.__name__}"
+            )
+        _REGISTRY[cls.name] = cls
 
     def check(self, world_size: int) -> None:
         """Refuse (:class:`ConfigError`) a world size this strategy cannot run, before any process starts."""
@@ -103,17 +123,28 @@ class Strategy:
                 f"strategy {self.name} runs {self.max_world} process, not {world_size} (several: --strategy ddp)"
             )
 
+    @abc.abstractmethod
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         """The model as this rank trains it (moved to its device, wrapped or sharded)."""
-        raise NotImplementedError
 
-    def check_options(self, config: TrainConfig) -> None:
-        """Refuse (:class:`ConfigError`) options of another strategy (DDP's communication hook, static graph,
-        gradient views), before any process starts. One process accepts and ignores them: nothing to
-        communicate, so a sweep may grid them against process counts."""
-        asked = _ddp_options_asked(config)
-        if asked and self.name != "none":
-            raise ConfigError(f"{', '.join(asked)}: DDP option(s), for --strategy ddp (this run's is {self.name})")
+    def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
+        """Refuse (:class:`ConfigError`) another strategy's own options set away from their defaults (DDP's
+        communication hook, static graph, gradient views; FSDP's resharding, precision policy, units), before any
+        process starts: each group says which of its options are its own (``OWN``). One process accepts and
+        ignores them: nothing to communicate or shard, so a sweep may grid them against process counts. A strategy
+        checks its own against the run's ``backend`` (None: not known yet)."""
+        if self.max_world == 1:
+            return
+        for strategy in _REGISTRY.values():
+            group = strategy.options
+            if strategy is type(self) or group is None:
+                continue
+            asked = group.asked(config)
+            if asked:
+                raise ConfigError(
+                    f"{', '.join(asked)}: {strategy.name.upper()} option(s), for --strategy {strategy.name} "
+                    f"(this run's is {self.name})"
+                )
 
     def communication(self, model: nn.Module, config: TrainConfig, device: torch.device) -> CommTimer | None:
         """Set up the placed ``model``'s gradient communication as ``config`` says; return a communication timer
@@ -141,10 +172,10 @@ class Strategy:
         """The bytes this rank holds for parameters, gradients and optimizer state."""
         return held_bytes(model, optimizer)
 
-    def begin_evaluation(self, model: nn.Module) -> None:
+    def begin_evaluation(self, model: nn.Module) -> None:  # noqa: B027 - a hook most strategies leave empty
         """Called on every rank before the evaluator runs (collective where the strategy's forward is)."""
 
-    def end_evaluation(self, model: nn.Module) -> None:
+    def end_evaluation(self, model: nn.Module) -> None:  # noqa: B027 - a hook most strategies leave empty
         """Called on every rank after the evaluator ran."""
 
     def saved(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
@@ -157,7 +188,15 @@ class Strategy:
         return False
 
 
-class SingleProcess(Strategy):
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def registered() -> dict[str, type[Strategy]]:
+    """Every strategy, by its ``--strategy`` name, as the classes registered themselves."""
+    return dict(_REGISTRY)
+
+
+class SingleProcessStrategy(Strategy):
     """One process: the model on this process's device."""
 
     name = "none"
@@ -169,14 +208,22 @@ class SingleProcess(Strategy):
         return model.to(idist.device())
 
 
-class DataParallel(Strategy):
-    """A full replica per rank, gradients averaged during backward (DDP), through ``idist.auto_model``."""
+class DDPStrategy(Strategy):
+    """A full replica per rank, gradients averaged during backward (torch's ``DistributedDataParallel``), through
+    ``idist.auto_model``; its options are :class:`~ignite_ddl.core.config.DDPOptions`. (Not ``nn.DataParallel``,
+    one process driving several GPUs, which the dp-vs-ddp lab compares it with.)"""
 
     name = "ddp"
     min_world = 2
+    options = DDPOptions
 
-    def check_options(self, config: TrainConfig) -> None:
-        pass  # DDP's options are this strategy's; the backend's wrapper is checked by check_training
+    def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
+        super().check_options(config, backend)
+        asked = DDPOptions.asked(config)
+        if asked and backend is not None and not rules(backend).ddp_bucket_cap:
+            raise ConfigError(
+                f"{', '.join(asked)}: DDP's communication options need torch's DistributedDataParallel, not {backend}"
+            )
 
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         backend = idist.backend()
@@ -212,11 +259,13 @@ class DataParallel(Strategy):
             yield
 
 
-class FullyShardedDataParallel(Strategy):
-    """FSDP2: parameters, gradients and optimizer state sharded over the ranks (see the module docstring)."""
+class FSDPStrategy(Strategy):
+    """FSDP2: parameters, gradients and optimizer state sharded over the ranks (see the module docstring); its
+    options are :class:`~ignite_ddl.core.config.FSDPOptions`."""
 
     name = "fsdp"
     min_world = 2
+    options = FSDPOptions
     # The FSDP units, as names of submodules: a workload's blocks (its wrap policy); none given, each direct child
     # that holds parameters.
     units: tuple[str, ...] = ()
@@ -226,17 +275,31 @@ class FullyShardedDataParallel(Strategy):
             return list(self.units)
         return [name for name, child in model.named_children() if any(True for _ in child.parameters())]
 
+    reshard_after_forward = True  # as placed (set by place): what evaluation restores
+
+    def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
+        super().check_options(config, backend)
+        if config.fsdp_mixed_precision == "fp16" and backend is not None and rules(backend).device != "cuda":
+            raise ConfigError(
+                f"fsdp_mixed_precision fp16 is for CUDA ranks (nccl), not {backend}: on CPU use bf16 or none"
+            )
+
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         if idist.backend() not in ("gloo", "nccl"):
             raise ConfigError(f"strategy fsdp runs on gloo or nccl process groups, not {idist.backend()}")
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.amp)
+        options = config.fsdp
+        precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
+        self.reshard_after_forward = options.reshard_after_forward
+        reshard = options.reshard_after_forward
         model = model.to(idist.device())
-        for name in self._unit_names(model):
-            fully_shard(model.get_submodule(name), mp_policy=policy)
-        return cast(nn.Module, fully_shard(model, mp_policy=policy))  # the model itself, now an FSDP module
+        for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
+            fully_shard(model.get_submodule(name), mp_policy=policy, reshard_after_forward=reshard)
+        # the model itself, now an FSDP module
+        return cast(nn.Module, fully_shard(model, mp_policy=policy, reshard_after_forward=reshard))
 
     def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         """Each unit (a direct child holding parameters) compiled, then sharded as it is, as torchtitan compiles
@@ -268,7 +331,7 @@ class FullyShardedDataParallel(Strategy):
 
     def end_evaluation(self, model: nn.Module) -> None:
         for unit in _units(model):
-            unit.set_reshard_after_forward(True)
+            unit.set_reshard_after_forward(self.reshard_after_forward)
             unit.reshard()
 
     def saved(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
@@ -346,18 +409,6 @@ def check_compile(backend: str | None, cuda_devices: int) -> None:
         )
 
 
-def _ddp_options_asked(config: TrainConfig) -> list[str]:
-    """DDP's own options that ``config`` sets away from their defaults, as flags."""
-    asked = []
-    if config.comm_hook != "none":
-        asked.append(f"--comm-hook {config.comm_hook}")
-    if config.static_graph:
-        asked.append("--static-graph")
-    if config.gradient_as_bucket_view:
-        asked.append("--gradient-as-bucket-view")
-    return asked
-
-
 def comm_hook(config: TrainConfig, group: Any) -> Hook:
     """torch's built-in DDP communication hook that ``config.comm_hook`` names, as the communication timer calls
     it (:data:`~ignite_ddl.measure.comm.Hook`): the reduced bucket's future and the bytes put on the wire.
@@ -404,14 +455,6 @@ def comm_hook(config: TrainConfig, group: Any) -> Hook:
     return powersgd
 
 
-_STRATEGIES: dict[str, type[Strategy]] = {
-    "none": SingleProcess,
-    "ddp": DataParallel,
-    "fsdp": FullyShardedDataParallel,
-}
-assert set(_STRATEGIES) | {"auto"} == set(STRATEGIES), "every strategy the option offers has its class"
-
-
 def place_model(model: nn.Module, sync_bn: bool = False) -> nn.Module:
     """``model`` placed as a run of this world size places it by default (``--strategy auto``)."""
     return strategy_for("auto", idist.get_world_size()).place(model, TrainConfig(sync_bn=sync_bn))
@@ -423,6 +466,6 @@ def strategy_for(name: str, world_size: int) -> Strategy:
     counts; ``fsdp`` with one process is refused (sharding over one rank only adds FSDP's bookkeeping)."""
     if name == "auto" or (name == "ddp" and world_size == 1):
         name = "none" if world_size == 1 else "ddp"
-    strategy = _STRATEGIES[name]()
+    strategy = _REGISTRY[name]()
     strategy.check(world_size)
     return strategy
