@@ -67,6 +67,7 @@ __all__ = [
     "names_with_role",
     "option",
     "option_flag",
+    "option_like",
     "option_specs",
 ]
 
@@ -325,6 +326,30 @@ def _read_specs(options: type) -> dict[str, OptionSpec]:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         specs[f.name] = OptionSpec(kind=kind, default=default, optional=optional, many=many, **meta)
     return specs
+
+
+def option_like(source: type, name: str, default: Any, help: str | None = None) -> Any:
+    """A field declared as ``source``'s option ``name`` is (its role, choices, range, how the command line reads and
+    shows it), with a default and help line of its own: a lab's ``nproc_per_node`` or ``batch_size`` takes the run's
+    declaration, ranges included, instead of typing it again.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True, kw_only=True)
+    ... class Base(Options):
+    ...     batch_size: int = option(128, "global batch", role=Role.TRAINING, low=1)
+    >>> @dataclass(frozen=True, kw_only=True)
+    ... class Lab(Options):
+    ...     batch_size: int = option_like(Base, "batch_size", 32)
+    >>> Lab(batch_size=0)
+    Traceback (most recent call last):
+    ...
+    ignite_ddl.core.errors.ConfigError: batch_size must be >= 1, got 0
+    """
+    (declared,) = [f for f in dataclasses.fields(source) if f.name == name]
+    meta = dict(declared.metadata["option"])
+    if help is not None:
+        meta["help"] = help
+    return field(default=default, metadata={"option": meta})
 
 
 def names_with_role(options: type, *roles: Role) -> tuple[str, ...]:

@@ -32,8 +32,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table, kib
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
@@ -77,7 +78,7 @@ class Options(LabLaunchOptions):
     sizes: tuple[int, ...] = option((64, 512), "MLP widths: model sizes", role=Role.WORKLOAD)
     steps: int = option(20, "SGD steps", role=Role.TRAINING)
     warmup: int = option(3, "first steps left out of step times", role=Role.MEASUREMENT)
-    batch_size: int = option(64, "GLOBAL batch, split over the workers", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 64, "GLOBAL batch, split over the workers")
     lr: float = option(0.2, "SGD learning rate", role=Role.TRAINING)
     tolerance: float = option(1e-5, "max |difference| of losses and weights", role=Role.MEASUREMENT, low=0)
 

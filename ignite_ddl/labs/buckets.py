@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks
 
@@ -52,10 +52,10 @@ CLAIM = (
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 2, "processes to start")
     caps: tuple[float, ...] = option((0.01, 0.04, 25.0), "bucket sizes in MiB to compare", role=Role.LAYOUT)
     model: str = option("cnn", "model to train (cnn: 119 kB of gradients in 6 tensors)", role=Role.WORKLOAD)
-    batch_size: int = option(128, "global batch", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 128, "global batch")
     train_size: int = option(4096, "synthetic training samples", role=Role.TRAINING)
 
     def check(self) -> None:

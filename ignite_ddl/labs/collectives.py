@@ -30,8 +30,9 @@ import ignite.distributed as idist
 import torch
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
+from ignite_ddl.core.config import LaunchOptions
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
 from ignite_ddl.launcher.settings import LaunchSettings
@@ -326,7 +327,7 @@ def _label(row: dict[str, Any]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(4, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 4, "processes to start")
     bench: bool = option(False, "measure all_reduce, all_gather, broadcast bandwidth", role=Role.MEASUREMENT)
     min_size: int = option(
         1 << 10,

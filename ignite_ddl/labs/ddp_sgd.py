@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
@@ -66,7 +67,7 @@ class Options(LabLaunchOptions):
     # no nproc_per_node: one run per process count of procs
     procs: tuple[int, ...] = option((1, 2, 4), "process counts", role=Role.LAYOUT)
     steps: int = option(5, "SGD steps", role=Role.TRAINING)
-    batch_size: int = option(32, "GLOBAL batch, divisible by every count", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 32, "GLOBAL batch, divisible by every count")
     lr: float = option(0.1, "SGD learning rate", role=Role.TRAINING)
     tolerance: float = option(1e-5, "max |weight difference| allowed", role=Role.MEASUREMENT, low=0)
 

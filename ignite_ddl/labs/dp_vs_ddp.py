@@ -36,8 +36,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
 
+from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, launch_lab
 from ignite_ddl.labs._weights import gradients
@@ -76,9 +77,9 @@ _GPU_IMAGE = (3, 32, 32)
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 2, "processes to start")
     model: str = option("resnet18", "model measured on GPUs", role=Role.WORKLOAD)
-    batch_size: int = option(256, "GLOBAL batch on GPUs", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 256, "GLOBAL batch on GPUs")
     steps: int = option(30, "measured steps on GPUs", role=Role.TRAINING)
     warmup: int = option(5, "steps before measuring on GPUs", role=Role.MEASUREMENT)
     bucket_cap_mb: float = option(0.25, "DDP bucket size on CPU, MiB", role=Role.LAYOUT)

@@ -32,8 +32,9 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
+from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table, kib
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
@@ -73,12 +74,12 @@ _SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divid
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 2, "processes to start")
     width: int = option(512, "MLP width", role=Role.WORKLOAD)
     layers: int = option(4, "Linear layers, at least 2", role=Role.WORKLOAD)
     steps: int = option(8, "Adam steps", role=Role.TRAINING)
     warmup: int = option(2, "first steps left out of step times", role=Role.MEASUREMENT)
-    batch_size: int = option(64, "GLOBAL batch", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 64, "GLOBAL batch")
     lr: float = option(1e-3, "Adam learning rate", role=Role.TRAINING)
     tolerance: float = option(1e-5, "max |loss difference| allowed", role=Role.MEASUREMENT, low=0)
 

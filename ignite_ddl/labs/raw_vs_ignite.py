@@ -41,8 +41,9 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.environment import cpu_cores
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff
@@ -77,9 +78,9 @@ LR = 0.01
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(2, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 2, "processes to start")
     steps: int = option(10, "SGD steps", role=Role.TRAINING)
-    batch_size: int = option(40, "GLOBAL batch", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 40, "GLOBAL batch")
     tolerance: float = option(1e-6, "max |weight difference| allowed", role=Role.MEASUREMENT, low=0)
 
     def check(self) -> None:

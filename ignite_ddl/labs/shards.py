@@ -24,8 +24,9 @@ import ignite.distributed as idist
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.options import Role, option
+from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
@@ -194,9 +195,9 @@ def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Options(LabLaunchOptions):
-    nproc_per_node: int = option(3, "processes to start", role=Role.LAUNCH)
+    nproc_per_node: int = option_like(LaunchOptions, "nproc_per_node", 3, "processes to start")
     dataset_size: int = option(100, "samples in the dataset", role=Role.WORKLOAD)
-    batch_size: int = option(12, "GLOBAL batch size", role=Role.TRAINING)
+    batch_size: int = option_like(TrainConfig, "batch_size", 12, "GLOBAL batch size")
     epochs: int = option(2, "epochs to compare orders over, >= 2", role=Role.TRAINING)
     image_grid: str | None = option(
         None, "also save each rank's first batch as a PNG grid", metavar="PATH", role=Role.OUTPUT
