@@ -368,3 +368,32 @@ def test_unknown_partition_is_refused(cluster, tmp_path):
     )
     assert result.returncode == 2 and "SLURM has no partition 'nosuch'" in result.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_search_on_slurm_keeps_configurations_in_flight(cluster, tmp_path):
+    """search: with max_parallel 2: a second configuration is proposed and submitted before the first one's runs
+    have ended (Optuna's ask and tell), the budget holds, and the search ends decided or out of budget."""
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="searched",
+        base=TINY,
+        grid={"batch_size": [32, 64, 128], "accumulate": [1, 2]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+        search={"sampler": "tpe", "budget_runs": 8, "seed": 0, "max_parallel": 2},
+        min_repeats=2,
+        max_repeats=3,
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    first_record = next(i for i, line in enumerate(lines) if line.startswith("[") and " trial 0]" in line)
+    second_trial = next(i for i, line in enumerate(lines) if line.startswith("search: trial 1:"))
+    assert second_trial < first_record  # in flight together
+    records = read_results(tmp_path / "out/results.jsonl")
+    assert 4 <= len(records) <= 8 and all(r["status"] == "completed" for r in records)
+    state = json.loads((tmp_path / "out/search.json").read_text())
+    assert state["phase"] == "done" and state["runs"] == len(records)
+    assert "a search cannot prove the best" in (tmp_path / "out/report.md").read_text()

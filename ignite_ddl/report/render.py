@@ -12,6 +12,7 @@ from ignite_ddl.report.document import Document
 from ignite_ddl.report.glossary import add_glossary
 from ignite_ddl.report.hparams import write_hparams
 from ignite_ddl.report.plots import make_plots
+from ignite_ddl.report.search import search_section
 from ignite_ddl.report.sections import (
     adaptive_text,
     environment_section,
@@ -37,6 +38,7 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
     doc = Document()
     doc.heading(title, 1)
     verdict_section(doc, analysis)
+    search_section(doc, out)  # a search: what it measured of its space, and what it cannot prove
     trust_section(doc, analysis)
     doc.heading("Configurations")
     doc.paragraph(

@@ -111,21 +111,22 @@ def expand(spec: Spec, output_dir: str | Path = ".") -> Iterator[Run]:
         yield make_run(spec, index, grids[index], repeat, output_dir, position=position)
 
 
-def check_configurations(spec: Spec, files: bool = True) -> None:
+def check_configurations(spec: Spec, files: bool = True, grids: list[dict[str, Any]] | None = None) -> None:
     """Refuse (:class:`ConfigError`, naming the configuration) a sweep with a configuration whose run would be
     refused before it starts, as ``ignite-ddl train`` checks it (``trainer.run.check_training``): whatever the
     machine (``trainer.run.check_arrangement``: a batch that does not divide, FSDP with one process), an unknown model,
     a dataset whose files are missing (``files``: where the runs are local; a SLURM node may see other files), an
     unreachable tracker, a workload that does not import or returns what cannot be trained. Each distinct model,
     dataset, tracker and workload is checked once. The trainer's modules (torch) are imported here, when a sweep is
-    about to run, not when a spec is read."""
+    about to run, not when a spec is read. ``grids``: the configurations to check (default: every configuration of
+    the grid)."""
     from ignite_ddl.trainer.data import check_dataset
     from ignite_ddl.trainer.models import check_model
     from ignite_ddl.trainer.run import check_arrangement
     from ignite_ddl.trainer.tracking import check_tracker
 
     seen: set[tuple[Any, ...]] = set()
-    for grid in configurations(spec):
+    for grid in configurations(spec) if grids is None else grids:
         config = TrainConfig.from_dict(run_options(spec, grid))
         checks: list[tuple[tuple[Any, ...], Callable[[], None]]] = [
             (("model", config.model), functools.partial(check_model, config.model))
@@ -142,8 +143,10 @@ def check_configurations(spec: Spec, files: bool = True) -> None:
             checks.append((("tracker", config.tracker, config.tracking_uri), functools.partial(check_tracker, config)))
         # Whatever the machine: the batch split, the strategy for this many processes, options that exclude each
         # other. Every configuration, before the first run: not one refused per run after others ran.
+        # (A search's proposals are checked as they come: what it checks here are the parts of its space.)
         world = (config.nproc_per_node or 1) * config.nnodes
-        checks.append((("arrangement", shown_grid(grid)), functools.partial(check_arrangement, config, world)))
+        if grids is None:
+            checks.append((("arrangement", shown_grid(grid)), functools.partial(check_arrangement, config, world)))
         for key, check in checks:
             if key in seen:
                 continue
@@ -171,12 +174,12 @@ def contended_reruns(spec: Spec, records: list[dict[str, Any]], out: Path) -> li
     for record in records:
         if record["status"] != "interrupted":
             attempts.setdefault(record["key"], []).append(record)
-    grids = configurations(spec)
     reruns = []
     for found in attempts.values():
         last = max(found, key=lambda r: r.get("attempt", 0))
         done = last.get("attempt", 0)
         if all(r.get("contended") for r in found) and done < spec.rerun_contended:
-            index = last["index"]
-            reruns.append(make_run(spec, index, grids[index], last["repeat"], out, done + 1, last["position"]))
+            # The configuration as recorded: a search's configurations are not an enumerated grid's.
+            grid = dict(last["grid"])
+            reruns.append(make_run(spec, last["index"], grid, last["repeat"], out, done + 1, last["position"]))
     return sorted(reruns, key=lambda r: r.position)

@@ -22,44 +22,26 @@ LocalExecutor` and :class:`~ignite_ddl.sweep.slurm.SlurmExecutor`.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from ignite_ddl.core.environment import host, versions
-from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.folders import claim_sweep_folder, lock
-from ignite_ddl.core.jsonfiles import read_json, write_json
-from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
-from ignite_ddl.core.schema import RunRecord, SweepMeta, SweepSession
+from ignite_ddl.core.results import read_results
+from ignite_ddl.core.schema import SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
-from ignite_ddl.sweep.busy import BusyStreak, first_probe_from, machine_share, wait_until_quiet
+from ignite_ddl.sweep.busy import first_probe_from, machine_share, wait_until_quiet
 from ignite_ddl.sweep.local import LocalExecutor
-from ignite_ddl.sweep.plan import Run, check_configurations, contended_reruns, expand, make_run, sweep_dir
-from ignite_ddl.sweep.records import describe_outcome
+from ignite_ddl.sweep.plan import Run, check_configurations, expand, make_run, sweep_dir
+from ignite_ddl.sweep.search import check_search, run_search, search_checks
+from ignite_ddl.sweep.session import Executor, Session
 from ignite_ddl.sweep.slurm import SlurmExecutor
 from ignite_ddl.sweep.spec import Spec, configurations
 
 __all__ = ["Executor", "executor_for", "sweep"]
-
-
-class Executor(Protocol):
-    """Where a sweep's runs are executed."""
-
-    def check(self) -> None: ...
-
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[[RunRecord, Run, int], None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None: ...
 
 
 def executor_for(spec: Spec, out: Path) -> Executor:
@@ -87,90 +69,45 @@ def sweep(
     command writes its report under the same lock: no run may land in the folder before the last file is written).
     """
     out = sweep_dir(spec, output_dir)
-    runs = list(expand(spec, out))
+    runs = [] if spec.search else list(expand(spec, out))  # a search's runs are proposed as it goes
     executor = executor_for(spec, out)
+    if spec.search:
+        check_search()
     executor.check()
-    check_configurations(spec, files=spec.executor == "local")  # what each run would refuse, refused before the first
+    # What each run would refuse, refused before the first (a search: each model, dataset and tracker it may use).
+    check_configurations(spec, files=spec.executor == "local", grids=search_checks(spec) if spec.search else None)
     claim_sweep_folder(out)  # before the lock: no .lock is left in a folder that is not a sweep's
     with contextlib.ExitStack() as own:
         (hold if hold is not None else own).enter_context(lock(out, "sweep"))
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
             probe = first_probe_from(load_since) if load_since is not None else machine_share
             wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)
+        if spec.search:
+            return run_search(spec, out, executor, resume, progress)
         return _sweep(spec, out, runs, executor, resume, progress)
 
 
 def _sweep(
     spec: Spec, out: Path, runs: list[Run], executor: Executor, resume: bool, progress: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    results = out / "results.jsonl"
-    if results.exists() and not resume:
-        raise ConfigError(f"{results} exists: pass --resume to continue that sweep, or choose another --output-dir")
-    rejected = repair_results(results)
-    if rejected:
-        progress(
-            f"warning: {len(rejected)} unreadable line(s) of {results} moved to {rejected_path(results)} "
-            f"(first: line {rejected[0].line}, {rejected[0].reason}); every valid record was kept"
-        )
-    done = {r["key"] for r in read_results(results) if r["status"] != "interrupted"}
-    meta_path = out / "sweep.json"
-    sessions = read_json(meta_path).get("sessions", []) if meta_path.exists() else []
-    session: SweepSession = {
-        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "wall_s": 0.0,
-        "runs": 0,
-    }
-    meta: SweepMeta = {"spec": spec.to_dict(), "versions": versions(), "host": host(), "sessions": [*sessions, session]}
-    write_json(meta_path, meta)
-    began = time.monotonic()
+    session = Session(spec, out, executor, resume, progress)
+    done = session.done()
     todo = [run for run in runs if run.key not in done]
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
-    streak = BusyStreak(spec.busy_stop_after if spec.executor == "local" else 0)
-
-    def execute(batch: list[Run], what: str) -> None:
-        def where(run: Run, number: int) -> str:
-            again = f", re-run {run.attempt} of a contended run" if run.attempt else ""
-            of = f"at most {spec.max_repeats}, adaptive" if spec.adaptive else str(spec.repeats)
-            repeat = f"repeat {run.repeat + 1}/{of}{again}"
-            return f"[{number}/{len(batch)}{what}] cfg{run.index:03d} {run.label} ({repeat})"
-
-        def recorded(record: RunRecord, run: Run, number: int) -> None:
-            append_record(results, record)
-            session.update({"wall_s": round(time.monotonic() - began, 3), "runs": session["runs"] + 1})
-            write_json(meta_path, meta)
-            progress(f"{where(run, number)} {describe_outcome(record)}")
-            if record["status"] == "completed":
-                summary: dict[str, Any] = dict(record.get("summary") or {})
-                share = (summary.get("contention") or {}).get("foreign_cpu_share")
-                reason = streak.add(record["contended"], share)
-                if reason:
-                    session["stopped"] = {"reason": reason, "runs_left": len(batch) - number}
-                    write_json(meta_path, meta)
-                    raise MachineBusy(f"{reason}; {len(batch) - number} run(s) not started")
-
-        executor.execute(batch, recorded, progress, where)
-
-    def rerun_contended() -> None:
-        for _ in range(spec.rerun_contended):
-            reruns = contended_reruns(spec, read_results(results), out)
-            if not reruns:
-                break
-            execute(reruns, " re-runs")
-
+    repeats = f"at most {spec.max_repeats}, adaptive" if spec.adaptive else str(spec.repeats)
     with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
-        execute(todo, "")
-        rerun_contended()
+        session.execute(todo, "", repeats)
+        session.rerun_contended(repeats)
         if spec.adaptive:
-            earlier_s = sum(float(s.get("wall_s") or 0.0) for s in sessions)
             while True:
-                batch = _next_round(spec, out, meta, session, earlier_s + time.monotonic() - began, progress)
-                write_json(meta_path, meta)
+                batch = _next_round(spec, out, session.meta, session.session, session.elapsed_s(), progress)
+                session.save()
                 if not batch:
                     break
-                execute(batch, f" round {batch[0].repeat + 1}")
-                rerun_contended()
-    return read_results(results)
+                session.execute(batch, f" round {batch[0].repeat + 1}", repeats)
+                session.rerun_contended(repeats)
+    return session.records()
 
 
 def _next_round(

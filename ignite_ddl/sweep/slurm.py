@@ -60,7 +60,6 @@ __all__ = [
     "job_resources",
     "never_runs",
     "run_job",
-    "wait_for",
 ]
 
 # States of a job that has ended (squeue's and sacct's names); anything else is still pending or running.
@@ -323,19 +322,6 @@ def _save_jobs(out: Path, jobs: Mapping[str, str]) -> None:
     write_json(out / JOBS_FILE, dict(jobs))
 
 
-def wait_for(folder: Path, jobs: Mapping[str, str], poll_s: float, on_end: Callable[[str, Outcome], None]) -> None:
-    """Call ``on_end(key, outcome)`` for each of ``jobs`` ({key: job id}) as it ends, until all have."""
-    waiting = dict(jobs)
-    while waiting:
-        for key, job_id in list(waiting.items()):
-            outcome = _job_outcome(folder, job_id)
-            if outcome is not None:
-                del waiting[key]
-                on_end(key, outcome)
-        if waiting:
-            time.sleep(poll_s)
-
-
 class SlurmExecutor:
     """Runs as SLURM jobs: submits what the sweep has not submitted yet, waits for every job and records each as it
     ends. Stopping the sweep leaves the jobs running: ``--resume`` waits for them."""
@@ -347,6 +333,32 @@ class SlurmExecutor:
     def check(self) -> None:
         _check_cluster(self.options)
 
+    def submit(self, runs: Sequence[Run], progress: Callable[[str], None]) -> None:
+        """Submit the runs not submitted yet (a resumed sweep finds its jobs in ``slurm_jobs.json``); returns at
+        once. A search keeps several configurations in flight this way (:mod:`ignite_ddl.sweep.search`)."""
+        jobs = _load_jobs(self.out)
+        new = [run for run in runs if run.key not in jobs]
+        if new:
+            for run in new:
+                Path(run.config.output_dir).mkdir(parents=True, exist_ok=True)
+            configs = [(run.key, run.config) for run in new]
+            submitted = _submit(self.out / "slurm", self.name, configs, self.options, self.timeout_s)
+            jobs.update(submitted)
+            _save_jobs(self.out, jobs)  # before waiting: a stopped sweep finds its jobs again
+            progress(f"submitted {len(submitted)} SLURM job(s): {', '.join(submitted[run.key] for run in new)}")
+        if len(runs) > len(new):
+            progress(f"waiting for {len(runs) - len(new)} SLURM job(s) submitted before")
+
+    def ended(self, runs: Sequence[Run]) -> list[tuple[RunRecord, Run]]:
+        """The record of each of ``runs`` (submitted) whose job has ended, asked of SLURM once; returns at once."""
+        jobs = _load_jobs(self.out)
+        found = []
+        for run in runs:
+            outcome = _job_outcome(self.out / "slurm", jobs[run.key])
+            if outcome is not None:
+                found.append((_slurm_record(run, outcome, self.threshold), run))
+        return found
+
     def execute(
         self,
         runs: Sequence[Run],
@@ -354,31 +366,16 @@ class SlurmExecutor:
         progress: Callable[[str], None],
         where: Callable[[Run, int], str],
     ) -> None:
-        folder = self.out / "slurm"
-        jobs = _load_jobs(self.out)
-        by_key = {run.key: run for run in runs}
-        new = [run for run in runs if run.key not in jobs]
-        if new:
-            for run in new:
-                Path(run.config.output_dir).mkdir(parents=True, exist_ok=True)
-            configs = [(run.key, run.config) for run in new]
-            submitted = _submit(folder, self.name, configs, self.options, self.timeout_s)
-            jobs.update(submitted)
-            _save_jobs(self.out, jobs)  # before waiting: a stopped sweep finds its jobs again
-            progress(f"submitted {len(submitted)} SLURM job(s): {', '.join(submitted[run.key] for run in new)}")
-        waiting = {key: jobs[key] for key in by_key}
-        if len(waiting) > len(new):
-            progress(f"waiting for {len(waiting) - len(new)} SLURM job(s) submitted before")
-        ended = 0
-
-        def on_end(key: str, outcome: Outcome) -> None:
-            nonlocal ended
-            ended += 1
-            run = by_key[key]
-            recorded(_slurm_record(run, outcome, self.threshold), run, ended)
-
+        self.submit(runs, progress)
+        waiting, number = list(runs), 0
         try:
-            wait_for(folder, waiting, self.options.poll_s, on_end)
+            while waiting:
+                for record, run in self.ended(waiting):
+                    number += 1
+                    waiting.remove(run)
+                    recorded(record, run, number)
+                if waiting:
+                    time.sleep(self.options.poll_s)
         except KeyboardInterrupt:
             progress("the sweep stopped; its SLURM jobs go on (scancel to stop them): --resume waits for them")
             raise

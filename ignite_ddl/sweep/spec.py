@@ -10,6 +10,13 @@ from the command line (``ignite-ddl sweep`` has a flag per key).
     repeats: 3                  # runs per configuration: the unit of replication of every comparison
     order: interleaved          # interleaved (default) | shuffled | grouped
     timeout_s: 600              # wall-time limit of one run
+    search:                     # optional: search the grid instead of running all of it (sweep.search)
+      sampler: tpe              # tpe | gp | random (Optuna's)
+      budget_runs: 60           # at most this many runs in all (and/or budget_s: seconds)
+
+**Search.** With ``search:`` the grid is a space to search (:mod:`ignite_ddl.sweep.search`): an axis may then also be
+a range of a numeric option (``batch_size: {low: 16, high: 512, log: true, step: 16}``, :mod:`ignite_ddl.sweep.space`),
+and the space may be larger than a grid sweep may enumerate.
 
 **Your own workload.** ``base: {workload: my_project.bench:make}`` (or a top-level ``workload:`` that is one import
 path, moved there) trains what that function returns (:mod:`ignite_ddl.trainer.workload`); its module is looked for
@@ -52,17 +59,23 @@ from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import QUALITY_MARGIN
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
+from ignite_ddl.sweep.space import Range, is_range, parse_range
 
 __all__ = [
     "EXECUTORS",
     "MAX_CONFIGURATIONS",
     "MAX_RUNS",
     "ORDERS",
+    "SAMPLERS",
+    "SearchOptions",
     "STARTS",
     "SWEEP_DEFAULTS",
     "SlurmOptions",
     "Spec",
     "configurations",
+    "excluded",
+    "search_axes",
+    "space_size",
     "load_spec",
     "parse_spec",
     "run_options",
@@ -73,6 +86,7 @@ ORDERS = ("interleaved", "shuffled", "grouped")
 WORKLOAD_ARG = "workload_args."  # a spec key naming one argument of the workload's function
 STARTS = ("preloaded", "fresh")
 EXECUTORS = ("local", "slurm")
+SAMPLERS = ("tpe", "gp", "random")
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
 # throughput does not need: no checkpoints, no best model, one evaluation after the last epoch.
 SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
@@ -129,6 +143,38 @@ class SlurmOptions(Options):
     def check(self) -> None:
         if self.partition is not None and not re.fullmatch(r"[\w.-]+", self.partition):
             raise ConfigError(f"slurm 'partition' must be a partition name, got {self.partition!r:.80}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions(Options):
+    """A search of the spec's grid (:mod:`ignite_ddl.sweep.search`): Optuna's sampler, and the budget."""
+
+    sampler: str = option(
+        "tpe",
+        "Optuna's sampler: tpe (tree-structured Parzen estimator), gp (Gaussian process, fits the runs' noise) or "
+        "random",
+        role=Role.SWEEP,
+        choices=SAMPLERS,
+    )
+    budget_runs: int | None = option(
+        None, "the most runs the search may start, its final repeats included", role=Role.SWEEP, low=1, high=MAX_RUNS
+    )
+    budget_s: float | None = option(
+        None,
+        "no run is started that would end the search past this many seconds",
+        role=Role.SWEEP,
+        low=0,
+        low_open=True,
+        high=MAX_TIMEOUT_S * MAX_REPEATS,
+    )
+    seed: int = option(0, "the sampler's seed", role=Role.SWEEP, low=0, high=2**32 - 1)
+    max_parallel: int = option(
+        1, "configurations measured at once (the slurm executor; a local search runs one)", role=Role.SWEEP, low=1
+    )
+
+    def check(self) -> None:
+        if self.budget_runs is None and self.budget_s is None:
+            raise ConfigError("search needs a budget: budget_runs (runs) or budget_s (seconds), or both")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +321,12 @@ class Spec(Options):
         choices=EXECUTORS,
     )
     slurm: dict[str, Any] = option(factory=dict, help="the slurm executor's options", role=Role.SWEEP)
+    search: dict[str, Any] = option(
+        factory=dict,
+        help="search the grid instead of running all of it: {sampler: tpe|gp|random, budget_runs, budget_s, seed, "
+        "max_parallel}; grid axes may then be ranges {low, high, log, step}",
+        role=Role.SWEEP,
+    )
 
     def check(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -286,9 +338,14 @@ class Spec(Options):
         if not self.grid:
             raise ConfigError("spec 'grid' must map at least one train option to a list of values")
         for key, values in self.grid.items():
+            if is_range(values) and self.search:
+                continue
+            if is_range(values):
+                raise ConfigError(f"grid option {key}: a range is searched, not enumerated (add search:)")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r:.80}")
-        self._check_size()
+        if not self.search:
+            self._check_size()
         if "output_dir" in self.base or "output_dir" in self.grid:
             raise ConfigError("output_dir is set per run by the sweep; use the spec's top-level output_dir")
         entries: list[Any] = list(self.exclude)  # from YAML: a list of anything
@@ -303,6 +360,56 @@ class Spec(Options):
         SlurmOptions.from_dict(self.slurm)
         if self.min_repeats > self.max_repeats:
             raise ConfigError(f"min_repeats ({self.min_repeats}) is above max_repeats ({self.max_repeats})")
+        if self.search:
+            self._check_search()
+
+    def _check_search(self) -> None:
+        """A search's own checks: its options, its ranges, a space of more than one configuration."""
+        try:
+            options = SearchOptions.from_dict(self.search)
+        except ConfigError as e:
+            raise ConfigError(f"search: {e}") from None
+        if options.max_parallel > 1 and self.executor != "slurm":
+            raise ConfigError("search max_parallel > 1 needs the slurm executor: a local search measures one at a time")
+        if options.budget_runs is not None and options.budget_runs < 2 * self.min_repeats:
+            raise ConfigError(
+                f"search budget_runs ({options.budget_runs}) leaves no room for two configurations of min_repeats "
+                f"({self.min_repeats}) runs each: at least {2 * self.min_repeats}"
+            )
+        varied = [key for key in self.grid if key in self.workload]
+        if varied:
+            raise ConfigError(
+                f"search: grid option {varied[0]} changes the workload (the work per sample), and samples/s of "
+                "different workloads are not one objective: put it in base, one search per value"
+            )
+        known = option_specs(TrainConfig)
+        for key, values in self.grid.items():
+            declared = known.get(key)
+            if declared is None:  # a workload's argument: its function checks it (a range needs a train option)
+                if is_range(values):
+                    parse_range(key, values, None)
+                continue
+            if is_range(values):
+                found = parse_range(key, values, _numeric(key))
+                for end in (found.low, found.high):
+                    try:
+                        declared.coerce(key, int(end) if found.integer else end)
+                    except ConfigError as e:
+                        raise ConfigError(f"grid range {key}: {e}") from None
+            else:
+                for value in values:
+                    try:
+                        declared.coerce(key, value)
+                    except ConfigError as e:
+                        raise ConfigError(f"grid option {key}: {e}") from None
+        if len(self.exclude) > MAX_CONFIGURATIONS:
+            raise ConfigError(f"spec 'exclude' has {len(self.exclude)} entries: at most {MAX_CONFIGURATIONS}")
+        if space_size(self) == 1:
+            raise ConfigError("search over a grid of one configuration: nothing to search (run it as a sweep)")
+
+    def search_options(self) -> SearchOptions | None:
+        """The search's options, or None for a grid sweep."""
+        return SearchOptions.from_dict(self.search) if self.search else None
 
     def _check_size(self) -> None:
         """Refuse a grid of more than MAX_CONFIGURATIONS, or a sweep of more than MAX_RUNS runs, counted from the
@@ -360,10 +467,15 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     if isinstance(values.get("workload"), str):  # a workload's import path, not the list of workload axes
         values["base"] = {**values["base"], "workload": values.pop("workload")}
     values["slurm"] = data.get("slurm") or {}
+    # 'search: {}' still asks for a search (and is told it needs a budget); absent or null, the grid is enumerated.
+    search = data.get("search")
+    values["search"] = {"sampler": "tpe", **search} if isinstance(search, dict) else search or {}
     specs = option_specs(Spec)
     repeats = values.get("repeats")
     # adaptive: the first rounds are the minimum, the rest are decided as they go ('auto ' as --repeats reads it)
     if isinstance(repeats, str) and repeats.strip() == "auto":
+        values["adaptive"] = True
+    if values.get("search"):  # a search measures each configuration min_repeats times, then repeats adaptively
         values["adaptive"] = True
     if values.get("adaptive"):
         least = values.get("min_repeats", specs["min_repeats"].default)
@@ -378,6 +490,8 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     if isinstance(values["name"], (int, float)) and not isinstance(values["name"], bool):
         values["name"] = str(values["name"])  # a YAML name like 2024 reads as a number
     spec = Spec.from_dict(values)
+    if spec.search:  # a space too large to enumerate: each proposal is checked as it comes, and skipped if refused
+        return spec
     if not configurations(spec):
         raise ConfigError("spec 'exclude' leaves no configuration of the grid to run")
     for grid in configurations(spec):  # every combination a valid configuration, before anything runs
@@ -418,6 +532,39 @@ def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
 
 def configurations(spec: Spec) -> list[dict[str, Any]]:
     """Every combination of the grid's values, in grid order, but those the spec excludes."""
+    if any(is_range(values) for values in spec.grid.values()):
+        raise ConfigError("a grid with ranges is searched, not enumerated")
     keys = list(spec.grid)
     combinations = [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
-    return [c for c in combinations if not any(all(c[k] == v for k, v in e.items()) for e in spec.exclude)]
+    return [c for c in combinations if not excluded(spec, c)]
+
+
+def excluded(spec: Spec, grid: dict[str, Any]) -> bool:
+    """Whether the spec's ``exclude`` names this configuration."""
+    return any(all(k in grid and grid[k] == v for k, v in e.items()) for e in spec.exclude)
+
+
+def _numeric(name: str) -> type | None:
+    """The type of a train option that holds one number (int or float), or None: a range is allowed on it."""
+    declared = option_specs(TrainConfig).get(name)
+    return declared.kind if declared is not None and declared.kind in (int, float) and not declared.many else None
+
+
+def search_axes(spec: Spec) -> tuple[dict[str, list[Any]], dict[str, Range]]:
+    """A search's axes: (the lists of values, the ranges), each in grid order."""
+    lists = {k: v for k, v in spec.grid.items() if not is_range(v)}
+    ranges = {k: parse_range(k, v, _numeric(k)) for k, v in spec.grid.items() if is_range(v)}
+    return lists, ranges
+
+
+def space_size(spec: Spec) -> int | None:
+    """How many configurations the grid holds (None: a continuous range, without end). Exact, exclusions
+    counted, where the grid is lists small enough to enumerate; else the product of the axes' sizes."""
+    lists, ranges = search_axes(spec)
+    sizes = [r.size() for r in ranges.values()]
+    if any(size is None for size in sizes):
+        return None
+    count = math.prod(len(v) for v in lists.values()) * math.prod(s for s in sizes if s is not None)
+    if not ranges and count <= MAX_CONFIGURATIONS:
+        return len(configurations(spec))
+    return count

@@ -1,0 +1,497 @@
+"""Search, not grid: the best configuration of a space too large to run in full, with the verdict's own guarantees.
+
+A spec with ``search: {sampler: tpe | gp | random, budget_runs: N, budget_s: S, seed: K}`` searches its ``grid``
+(whose axes may be ranges, :mod:`ignite_ddl.sweep.space`) with Optuna instead of running every configuration:
+
+- **a trial is a configuration**, measured by the suite's own runner: ``min_repeats`` runs, each a fresh launch
+  recorded in ``results.jsonl`` with its contention (contended runs re-run as ``rerun_contended`` says, a busy
+  machine stops the search as it stops a sweep). The trial's value is the mean samples/s of its runs, as the report
+  computes it. Optuna's GP sampler is told the objective is noisy (``deterministic_objective=False``: it fits the
+  runs' noise with its kernel; Optuna takes no per-trial variance, so the spread of each trial is kept as its
+  ``spread`` attribute and in the records, not given to TPE);
+- **a configuration is measured once**: a proposal of one already measured is answered with its value and starts
+  no run; a proposal the spec's ``exclude`` or the option checks refuse is answered as failed (the sampler avoids
+  it) and starts no run; after :data:`MAX_IDLE` proposals in a row that bring nothing new, or once every
+  configuration of a finite space was measured, the search has converged;
+- **the same guarantees at the end**: when the budget left is the reserve for it (a quarter), the sampler's next
+  proposal is measured too, then the contenders (the leader and every configuration the verdict cannot yet tell
+  from it) get adaptive rounds (:func:`ignite_ddl.sweep.adaptive.decide`, over every configuration measured, so the
+  correction for multiple comparisons counts all of them, not just the finalists) until the leader is separated,
+  the contenders are equivalent, or the budget is spent;
+- **the budget is never exceeded**: no run starts that would take the search past ``budget_runs`` runs (re-runs and
+  failures count), and none whose typical wall time would end it past ``budget_s``;
+- **resumable**: the study lives in the output folder (``search.journal``, Optuna's append-only
+  ``JournalFileBackend``), next to ``results.jsonl``. ``--resume`` after a SIGKILL finishes the trial that was
+  being measured (its recorded runs are kept, the missing ones run) before it asks for another: no measurement is
+  lost, no proposal repeated.
+
+``search.json`` in the folder says what the report needs: the sampler, the space's size, how many configurations
+were measured and how the search ended (:mod:`ignite_ddl.report.search`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.jsonfiles import write_json
+from ignite_ddl.launcher.signals import interruptible
+from ignite_ddl.report.analysis import analyze
+from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
+from ignite_ddl.sweep.plan import Run, make_run
+from ignite_ddl.sweep.session import Executor, Session, where_text
+from ignite_ddl.sweep.spec import (
+    MAX_CONFIGURATIONS,
+    SearchOptions,
+    Spec,
+    configurations,
+    excluded,
+    search_axes,
+    space_size,
+)
+
+__all__ = ["FINAL_SHARE", "MAX_IDLE", "STUDY_FILE", "check_search", "run_search", "search_checks"]
+
+STUDY_FILE = "search.journal"
+SEARCH_FILE = "search.json"
+MAX_IDLE = 30  # proposals in a row that bring no new configuration: the sampler has converged
+FINAL_SHARE = 0.25  # of the budget, kept for the sampler's next proposal and the contenders' adaptive rounds
+# Axes that decide what a run would refuse before it starts (``plan.check_configurations``): every value of them
+# is checked before a search's first run, whatever the sampler proposes later.
+CHECKED_AXES = ("model", "dataset", "data_dir", "download", "tracker", "tracking_uri")
+
+
+def check_search() -> None:
+    """Refuse a search before anything starts where Optuna is not installed."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ConfigError("a search (search: in the spec) needs Optuna: pip install 'ignite-ddl[search]'") from None
+
+
+def search_checks(spec: Spec) -> list[dict[str, Any]]:
+    """The configurations to check before a search starts: every combination of its values of the axes that decide
+    what a run refuses (model, dataset, tracker), the other options at the base's values."""
+    lists, _ = search_axes(spec)
+    axes = {k: v for k, v in lists.items() if k in CHECKED_AXES}
+    return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+
+
+def _ordinal(values: list[Any]) -> bool:
+    """A list of distinct numbers: proposed by position in sorted order, so the sampler sees their order."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return numbers and len(set(values)) == len(values)
+
+
+class Space:
+    """The spec's grid as Optuna's distributions: a list of numbers an ordinal position, another list a category,
+    a range an int or float distribution."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+        self.lists, self.ranges = search_axes(spec)
+
+    def suggest(self, trial: Any) -> dict[str, Any]:
+        """The configuration ``trial`` proposes, as grid values."""
+        grid: dict[str, Any] = {}
+        for key in self.spec.grid:
+            if key in self.lists:
+                values = self.lists[key]
+                if _ordinal(values):
+                    ranked = sorted(values)
+                    grid[key] = ranked[trial.suggest_int(key, 0, len(values) - 1)]
+                else:
+                    grid[key] = values[trial.suggest_categorical(key, list(range(len(values))))]
+                continue
+            r = self.ranges[key]
+            if r.log and r.step is not None and r.step != 1:
+                # Optuna draws log-scaled values only without a step: drawn on the log scale, snapped to the steps.
+                grid[key] = r.snap(trial.suggest_float(key, r.low, r.high, log=True))
+            elif r.integer:
+                grid[key] = trial.suggest_int(key, int(r.low), int(r.high), step=int(r.step or 1), log=r.log)
+            else:
+                grid[key] = trial.suggest_float(key, r.low, r.high, step=r.step, log=r.log)
+        return grid
+
+
+def _sampler(options: SearchOptions, trials: int) -> Any:
+    """Optuna's sampler, seeded; its random start scaled to the trials the budget allows (a fifth of them, 2 to
+    10), so that a small budget still leaves most trials to the model."""
+    import optuna
+
+    startup = max(2, min(10, trials // 5))
+    if options.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=options.seed, n_startup_trials=startup, deterministic_objective=False)
+    if options.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=options.seed)
+    return optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=startup, multivariate=True)
+
+
+def _open_study(out: Path, spec: Spec, options: SearchOptions, trials: int, resume: bool) -> Any:
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = out / STUDY_FILE
+    if path.exists() and not resume:
+        raise ConfigError(f"{path} exists: pass --resume to continue that search, or choose another --output-dir")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search says what it does in its own lines
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    return optuna.create_study(
+        study_name=spec.name,
+        storage=storage,
+        sampler=_sampler(options, trials),
+        direction="maximize",
+        load_if_exists=True,
+    )
+
+
+def _valid_size(spec: Spec, out: Path) -> int | None:
+    """How many configurations the space holds that the spec does not exclude and the option checks accept (each
+    checked where the grid is lists small enough to enumerate; else the space's size, None for a continuous one)."""
+    lists, ranges = search_axes(spec)
+    size = space_size(spec)
+    if ranges or size is None or size > MAX_CONFIGURATIONS:
+        return size
+    valid = 0
+    for grid in configurations(spec):
+        try:
+            _check_arrangement(make_run(spec, 0, grid, 0, out))
+        except ConfigError:
+            continue
+        valid += 1
+    return valid
+
+
+def _check_arrangement(run: Run) -> None:
+    """What ``ignite-ddl train`` refuses whatever the machine (a batch that does not divide, FSDP with one
+    process): a proposal it refuses is skipped, as a grid sweep refuses it before its first run."""
+    from ignite_ddl.trainer.run import check_arrangement
+
+    check_arrangement(run.config, (run.config.nproc_per_node or 1) * run.config.nnodes)
+
+
+@dataclass
+class Config:
+    """A configuration the search has measured (or is measuring): its index in the report, its grid values."""
+
+    index: int
+    grid: dict[str, Any]
+
+
+def _config_key(run: Run) -> str:
+    """A configuration's identity across sessions: its runs' key without the repeat."""
+    return run.key.rsplit("-r", 1)[0]
+
+
+class Search:
+    """One session of a search on its folder (see the module docstring)."""
+
+    def __init__(self, spec: Spec, out: Path, executor: Executor, resume: bool, progress: Callable[[str], None]):
+        options = spec.search_options()
+        assert options is not None  # only a spec with search: comes here
+        self.spec, self.out, self.options, self.progress = spec, out, options, progress
+        self.repeats = spec.min_repeats
+        self.session = Session(spec, out, executor, resume, progress)
+        budget = options.budget_runs
+        trials = budget // self.repeats if budget else 30
+        self.study = _open_study(out, spec, options, trials, resume)
+        self.space = Space(spec)
+        self.size = _valid_size(spec, out)
+        self.configs: dict[str, Config] = {}
+        self.trajectory: list[dict[str, Any]] = []
+        self.refused = self.repeated = 0
+        for trial in self.study.get_trials(deepcopy=False):
+            attrs = trial.user_attrs
+            if "config_key" in attrs:
+                self.configs.setdefault(attrs["config_key"], Config(int(attrs["index"]), dict(attrs["grid"])))
+            self.refused += "refused" in attrs
+            self.repeated += "repeat_of" in attrs
+        self.state: dict[str, Any] = {}
+        self._analysis: tuple[int, Any] | None = None
+        self.in_flight = 0  # runs submitted and not yet recorded (a parallel search on SLURM)
+
+    # -- what has been measured -----------------------------------------------------------------------------------
+
+    def runs_used(self) -> int:
+        """Runs of the search recorded so far (a run interrupted by a kill is run again, and counted once)."""
+        return sum(1 for r in self.session.records() if r["status"] != "interrupted")
+
+    def analysis(self) -> Any:
+        """The report's reading of the records so far (read again only when a record was added)."""
+        records = self.session.records()
+        if self._analysis is None or self._analysis[0] != len(records):
+            self._analysis = (len(records), analyze(records, dict(self.session.meta)))
+        return self._analysis[1]
+
+    def means(self) -> dict[int, list[float]]:
+        """Each configuration's usable throughputs (samples/s per run), as the report reads them."""
+        return {c.index: c.samples_per_s for c in self.analysis().configs}
+
+    def run_s(self) -> float | None:
+        times = sorted(r["elapsed_s"] for r in self.session.records() if r.get("elapsed_s"))
+        return times[len(times) // 2] if times else None
+
+    def fits(self, runs: int, keep: float = 0.0) -> bool:
+        """Whether ``runs`` more runs stay within the budget, ``keep`` of it left over."""
+        budget, seconds = self.options.budget_runs, self.options.budget_s
+        runs += self.in_flight  # submitted, not yet recorded
+        if budget is not None and self.runs_used() + runs > budget * (1 - keep):
+            return False
+        run_s = self.run_s()
+        if seconds is not None and run_s is not None and self.session.elapsed_s() + runs * run_s > seconds * (1 - keep):
+            return False
+        return True
+
+    def room(self, wanted: int) -> int:
+        """How many of ``wanted`` runs the budget leaves room for."""
+        return next((n for n in range(wanted, 0, -1) if self.fits(n)), 0)
+
+    # -- one trial ------------------------------------------------------------------------------------------------
+
+    def measure(self, config: Config, what: str) -> None:
+        """Every repeat of ``config`` not yet recorded (min_repeats of them), then its contended runs again."""
+        done = self.session.done()
+        runs = [make_run(self.spec, config.index, config.grid, r, self.out) for r in range(self.repeats)]
+        todo = [run for run in runs if run.key not in done]
+        if todo:
+            self.session.execute(todo, what, f"{self.repeats}, then adaptive")
+        self.session.rerun_contended(f"{self.repeats}, then adaptive", self.room)
+
+    def tell(self, trial: Any, config: Config) -> None:
+        """Tell the sampler ``config``'s mean throughput (a configuration with no usable run: failed)."""
+        from optuna.trial import TrialState
+
+        values = self.means().get(config.index) or []
+        if values:
+            trial.set_user_attr("spread", statistics.stdev(values) if len(values) > 1 else 0.0)
+            self.study.tell(trial, statistics.fmean(values))
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        self.note_best()
+
+    def note_best(self) -> None:
+        """The trajectory: after these runs, the best mean so far and its configuration."""
+        means = {i: statistics.fmean(v) for i, v in self.means().items() if v}
+        if means:
+            best = max(means, key=means.__getitem__)
+            self.trajectory.append({"runs": self.runs_used(), "best": means[best], "config": best})
+
+    def ask(self, final: bool = False) -> tuple[Any, Config] | None:
+        """Ask the sampler for a configuration: (the trial, the configuration) when it is new, None when it brought
+        nothing new (one refused, or one measured or being measured: answered at once, no run started)."""
+        from optuna.trial import TrialState
+
+        trial = self.study.ask()
+        grid = self.space.suggest(trial)
+        reason = None
+        try:
+            run = make_run(self.spec, 0, grid, 0, self.out)
+            _check_arrangement(run)
+        except ConfigError as e:
+            reason = str(e)
+        if reason is None and excluded(self.spec, grid):
+            reason = "excluded by the spec"
+        if reason is not None:
+            trial.set_user_attr("refused", reason)
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.refused += 1
+            return None
+        key = _config_key(run)
+        if key in self.configs:  # measured: answered with what was measured, no run started
+            seen = self.configs[key]
+            trial.set_user_attr("repeat_of", seen.index)
+            values = self.means().get(seen.index) or []
+            if values:
+                self.study.tell(trial, statistics.fmean(values))
+            else:  # still being measured, or no usable run: failed, without running it again
+                self.study.tell(trial, state=TrialState.FAIL)
+            self.repeated += 1
+            return None
+        config = Config(len(self.configs), grid)
+        # Written before the first run: a search killed from here on finishes this trial when resumed.
+        trial.set_user_attr("grid", grid)
+        trial.set_user_attr("index", config.index)
+        trial.set_user_attr("config_key", key)
+        trial.set_user_attr("phase", "final" if final else "search")
+        self.configs[key] = config
+        count = f"{len(self.configs)}" + (f" of {self.size}" if self.size else "")
+        self.progress(f"search: trial {trial.number}: cfg{config.index:03d} {run.label} (configuration {count})")
+        return trial, config
+
+    def propose(self, final: bool = False) -> bool:
+        """Ask for a configuration and measure it; False when the sampler brought nothing new."""
+        asked = self.ask(final)
+        if asked is None:
+            return False
+        trial, config = asked
+        self.measure(config, f" trial {trial.number}")
+        self.tell(trial, config)
+        return True
+
+    def finish_interrupted(self) -> None:
+        """Trials a killed search left running: measured to the end (their recorded runs kept) and told; a trial
+        killed before its proposal was complete is told failed (it started no run)."""
+        from optuna.trial import Trial, TrialState
+
+        for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            attrs = frozen.user_attrs
+            if "config_key" not in attrs:
+                self.study.tell(frozen.number, state=TrialState.FAIL)
+                continue
+            config = self.configs[attrs["config_key"]]
+            self.progress(f"search: resuming trial {frozen.number}: cfg{config.index:03d}")
+            self.measure(config, f" trial {frozen.number}")
+            self.tell(Trial(self.study, frozen._trial_id), config)
+
+    # -- the search -----------------------------------------------------------------------------------------------
+
+    def explore(self) -> str:
+        """Propose and measure until the budget reaches the final reserve; why it stopped."""
+        idle = 0
+        while True:
+            if self.size is not None and len(self.configs) >= self.size:
+                return "every configuration measured"
+            if idle >= MAX_IDLE:
+                return f"converged: {MAX_IDLE} proposals in a row brought no new configuration"
+            if not self.fits(self.repeats, keep=FINAL_SHARE):
+                return "budget: the rest is kept for the final repeats"
+            idle = 0 if self.propose() else idle + 1
+            self.save()
+
+    def explore_in_parallel(self, executor: Any) -> str:
+        """As :meth:`explore`, with up to ``max_parallel`` configurations in flight (Optuna's ask and tell: the
+        sampler proposes while others are measured; TPE treats the pending ones as a constant liar would)."""
+        flying: dict[int, tuple[Any, Config, list[Run]]] = {}
+        idle, stopped = 0, None
+        while True:
+            while stopped is None and len(flying) < self.options.max_parallel:
+                if self.size is not None and len(self.configs) >= self.size:
+                    stopped = "every configuration measured"
+                elif idle >= MAX_IDLE:
+                    stopped = f"converged: {MAX_IDLE} proposals in a row brought no new configuration"
+                elif not self.fits(self.repeats, keep=FINAL_SHARE):
+                    stopped = "budget: the rest is kept for the final repeats"
+                else:
+                    asked = self.ask()
+                    if asked is None:
+                        idle += 1
+                        continue
+                    idle, (trial, config) = 0, asked
+                    done = self.session.done()
+                    runs = [make_run(self.spec, config.index, config.grid, r, self.out) for r in range(self.repeats)]
+                    runs = [run for run in runs if run.key not in done]
+                    executor.submit(runs, self.progress)
+                    flying[trial.number] = (trial, config, runs)
+                    self.in_flight += len(runs)
+            if not flying:
+                return stopped or "nothing left to propose"
+            time.sleep(self.spec.slurm_options().poll_s)
+            for number, (trial, config, runs) in list(flying.items()):
+                for record, run in executor.ended(runs):
+                    runs.remove(run)
+                    self.in_flight -= 1
+                    where = where_text(run, self.repeats - len(runs), self.repeats, f" trial {number}", "")
+                    self.session.record(record, run, where)
+                if not runs:
+                    del flying[number]
+                    self.measure(config, f" trial {number}")  # contended runs again, as a serial search would
+                    self.tell(trial, config)
+                    self.save()
+
+    def next_best(self) -> None:
+        """The sampler's next proposal of a new configuration, measured, if the budget has room."""
+        for _ in range(MAX_IDLE):
+            if not self.fits(self.repeats) or (self.size is not None and len(self.configs) >= self.size):
+                return
+            if self.propose(final=True):
+                return
+
+    def confirm(self) -> dict[str, str]:
+        """Adaptive rounds for the contenders until decided or out of budget; the outcome per workload."""
+        rule = AdaptiveRule(self.spec.min_repeats, self.spec.max_repeats, self.spec.equivalence_margin)
+        grids = {c.index: c.grid for c in self.configs.values()}
+        while True:
+            configs = [c for c in self.analysis().configs if any(r.status == "completed" for r in c.runs)]
+            if not configs:
+                return {}
+            samples = {c.index: c.samples_per_s for c in configs}
+            workloads = {c.index: c.workload for c in configs}
+            counts = {c.index: len({r.repeat for r in c.runs}) for c in configs}
+            leader = max(samples, key=lambda i: statistics.fmean(samples[i]) if samples[i] else -math.inf)
+            decision = decide(samples, workloads, rule, counts[leader])
+            self.session.session["adaptive"] = {"rounds": counts[leader], "outcome": dict(decision.outcome)}
+            if decision.done:
+                return dict(decision.outcome)
+            done = self.session.done()
+
+            # Where the budget has no room for the whole round, the leader gets it first, then the contenders with
+            # the fewest runs (whose intervals one more run narrows most), the nearest first among equals: the
+            # verdict reads whatever runs there are, so a part round is sound.
+            mean = {i: statistics.fmean(v) if v else 0.0 for i, v in samples.items()}
+            ranked = sorted((i != leader, counts[i], -mean[i], i) for i in decision.more)
+            batch = [make_run(self.spec, i, grids[i], counts[i], self.out) for *_, i in ranked]
+            batch = [run for run in batch if run.key not in done]
+            batch = batch[: self.room(len(batch))]
+            if counts[leader] % 2:  # the interleaving direction alternates from round to round
+                batch.reverse()
+            if len(batch) < 2:
+                outcome = {name: ("budget" if s == "undecided" else s) for name, s in decision.outcome.items()}
+                self.session.session["adaptive"] = {"rounds": counts[leader], "outcome": outcome}
+                return outcome
+            self.progress(f"search: final round {counts[leader] + 1} for {len(batch)} contender(s)")
+            self.session.execute(batch, " final", f"{self.repeats}, then adaptive")
+            self.session.rerun_contended(f"{self.repeats}, then adaptive", self.room)
+            self.note_best()
+            self.save()
+
+    def save(self, **state: Any) -> None:
+        self.state.update(state)
+        write_json(
+            self.out / SEARCH_FILE,
+            {
+                "sampler": self.options.sampler,
+                "seed": self.options.seed,
+                "budget_runs": self.options.budget_runs,
+                "budget_s": self.options.budget_s,
+                "space_size": self.size,
+                "measured": len(self.configs),
+                "runs": self.runs_used(),
+                "refused": self.refused,
+                "repeated": self.repeated,
+                "trajectory": self.trajectory,
+                **self.state,
+            },
+        )
+        self.session.save()
+
+    def run(self) -> list[dict[str, Any]]:
+        with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
+            self.finish_interrupted()
+            self.save(phase="search")
+            executor = self.session.executor
+            parallel = self.options.max_parallel > 1 and hasattr(executor, "submit")
+            stopped = self.explore_in_parallel(executor) if parallel else self.explore()
+            measured = f"{len(self.configs)} configuration(s) measured in {self.runs_used()} runs"
+            self.progress(f"search: {stopped}; {measured}")
+            self.save(phase="final", search_ended=stopped)
+            self.next_best()
+            outcome = self.confirm()
+            said = ", ".join(f"{name}: {state}" for name, state in outcome.items())
+            self.progress(f"search: done after {self.runs_used()} runs ({said or 'nothing measured'})")
+            self.save(phase="done", outcome=outcome)
+        return self.session.records()
+
+
+def run_search(
+    spec: Spec, out: Path, executor: Executor, resume: bool, progress: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Search ``spec``'s grid in the sweep folder ``out`` (see the module docstring); every record of the search."""
+    return Search(spec, out, executor, resume, progress).run()
