@@ -9,9 +9,11 @@ import resource
 
 import pytest
 import torch
+from conftest import SMALL_SWEEP, run_cli
 from ignite.engine import Events
 
 from ignite_ddl import RunFailed, TrainConfig, train
+from ignite_ddl.core.results import read_results
 from ignite_ddl.sweep.records import finish_record
 
 TINY = {"train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1, "progress": False, "overwrite": True}
@@ -113,3 +115,19 @@ def test_an_allocation_error_line_makes_an_out_of_memory_record(tmp_path):
     done = finish_record(dict(record), threshold=0.1)
     assert done["status"] == "out_of_memory" and "0.92 GB resident" in done["error"]
     json.dumps(done)
+
+
+@pytest.mark.slow
+def test_only_dataloader_workers_count_as_workers(tmp_path):
+    """A sweep's run forks a watcher (it ends the run if the sweep dies): a child of the rank, not a DataLoader
+    worker. It was counted as one in every run, "1 DataLoader worker(s) 7 MiB of their own" with num_workers 0."""
+    result = run_cli(
+        "sweep", "--grid", "num_workers=0,1", *SMALL_SWEEP, "--set", "batch_size=64", "--no-report",
+        "--output-dir", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    counted = {
+        r["grid"]["num_workers"]: r["summary"]["memory"]["ranks"][0] for r in read_results(tmp_path / "results.jsonl")
+    }
+    assert counted[0]["workers"] == 0 and counted[0]["workers_private_bytes"] == 0
+    assert counted[1]["workers"] == 2 and counted[1]["workers_private_bytes"] > 0  # the train and val loaders' own

@@ -111,9 +111,19 @@ def _reset_peak(pid: int | str = "self") -> bool:
         return False
 
 
-def _workers(pid: int | None = None) -> list[int]:
-    """The live child processes of this rank (its DataLoader workers)."""
-    return children_map().get(pid if pid is not None else os.getpid(), [])
+def _workers(engines: Iterable[Any] = ()) -> list[int]:
+    """The live DataLoader workers of the loaders ``engines`` run on: the children of this rank that are their
+    loaders' worker processes. Other children are not workers: the watcher a sweep's run forks to end with the
+    sweep (it was once counted in every one-process run, "1 DataLoader worker 7 MiB of their own" with
+    num_workers 0), Inductor's compile workers. The workers are kept across epochs (``persistent_workers``), so
+    the loader's iterator holds them from the first batch on."""
+    ours = set(children_map().get(os.getpid(), []))
+    found = []
+    for engine in engines:
+        loader = getattr(getattr(engine, "state", None), "dataloader", None)
+        processes = getattr(getattr(loader, "_iterator", None), "_workers", None) or []  # torch's _MultiProcessing...
+        found += [p.pid for p in processes if p.pid in ours and p.pid not in found]
+    return found
 
 
 def _private_bytes(pid: int | str) -> int:
@@ -146,10 +156,14 @@ class MemoryMonitor:
         self._iterations = 0
         self._published = -math.inf
         self._cuda = device.type == "cuda"
+        self._engines: list[Any] = []  # whose loaders' workers count as this rank's
 
-    def attach(self, engine: Any) -> MemoryMonitor:
+    def attach(self, engine: Any, *loading: Any) -> MemoryMonitor:
+        """Measure while ``engine`` runs; the workers of its loader and of the ``loading`` engines' (the evaluator)
+        count as this rank's DataLoader workers."""
         from ignite.engine import Events
 
+        self._engines = [engine, *loading]
         if self.warmup == 0:
             engine.add_event_handler(Events.STARTED, self._reset_peaks)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._on_iteration)
@@ -166,7 +180,7 @@ class MemoryMonitor:
 
     def _reset_peaks(self) -> None:
         if self.proc:
-            self.reset = _reset_peak() and all(_reset_peak(pid) for pid in _workers())
+            self.reset = _reset_peak() and all(_reset_peak(pid) for pid in _workers(self._engines))
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 
@@ -184,7 +198,7 @@ class MemoryMonitor:
 
     def part(self, held: dict[str, int] | None) -> dict[str, Any]:
         """This rank's figures (schema: :class:`~ignite_ddl.core.schema.RankMemory`)."""
-        workers = _workers()
+        workers = _workers(self._engines)
         record: dict[str, Any] = {
             "rank": self.rank,
             "peak_rss_bytes": peak_rss_bytes(),

@@ -201,7 +201,7 @@ def attach_measurement(
     memory = None
     if config.measure_memory:
         log_dir = plan.log_dir if plan is not None and plan.log_dir else out / "logs"
-        memory = MemoryMonitor(warmup, device, log_dir, idist.get_rank()).attach(trainer)
+        memory = MemoryMonitor(warmup, device, log_dir, idist.get_rank()).attach(trainer, evaluator)
         if recorder is not None:
             recorder.memory = memory.sample
     profiler = attach_profiler(
