@@ -585,7 +585,7 @@ def step_resnet50(step: Step) -> None:
     from ignite_ddl.trainer.models import build_model
 
     device = _device()
-    size, batch, warmup, iters = (32, 2, 1, 3) if step.cpu else (224, 256, 10, 40)
+    size, batch, warmup, iters = (32, 2, 1, 3) if step.cpu else (224, 256, 8, 30)
     torch.manual_seed(0)
     model = build_model("resnet50", 3, size, 1000).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
