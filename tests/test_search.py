@@ -57,15 +57,19 @@ class SimulatedSpace(Simulated):
         where: Callable[[Run, int], str],
     ) -> None:
         for number, run in enumerate(runs, 1):
-            self.started.append((run.index, run.repeat))
-            mean = self.mean(run.grid)
-            record = new_record(run, self.run_s, 0)
-            record["summary"] = {
-                "world_size": 1,
-                "samples_per_s": self.rng.gauss(mean, self.cv * mean),
-                "contention": {"foreign_cpu_share": 0.0},
-            }
-            recorded(record, run, number)
+            recorded(self.draw(run), run, number)
+
+    def draw(self, run: Run) -> dict[str, Any]:
+        """A run started and ended: its record, its samples/s drawn."""
+        self.started.append((run.index, run.repeat))
+        mean = self.mean(run.grid)
+        record = new_record(run, self.run_s, 0)
+        record["summary"] = {
+            "world_size": 1,
+            "samples_per_s": self.rng.gauss(mean, self.cv * mean),
+            "contention": {"foreign_cpu_share": 0.0},
+        }
+        return dict(record)
 
 
 def search_spec(**search: Any) -> Any:
@@ -290,3 +294,50 @@ def test_a_real_search_on_the_cnn_ends_with_a_report(tmp_path):
     assert (out / "search_trajectory.png").stat().st_size > 0
     assert any((out / "tb_hparams").iterdir())
     assert (out / STUDY_FILE).is_file()
+
+
+class InFlight(SimulatedSpace):
+    """An executor that takes runs in and finishes each after two polls, as SLURM jobs would (``submit`` and
+    ``ended``): what a search on SLURM with max_parallel sees, without a cluster."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pending: dict[str, int] = {}
+        self.most_in_flight = 0
+
+    def submit(self, runs: Sequence[Run], progress: Callable[[str], None]) -> None:
+        for run in runs:
+            self.pending.setdefault(run.key, 2)
+        self.most_in_flight = max(self.most_in_flight, len(self.pending))
+
+    def ended(self, runs: Sequence[Run]) -> list[tuple[dict, Run]]:
+        found = []
+        for run in runs:
+            self.pending[run.key] -= 1
+            if self.pending[run.key] <= 0:
+                del self.pending[run.key]
+                found.append((self.draw(run), run))
+        return found
+
+
+def test_a_parallel_search_keeps_configurations_in_flight_within_its_budget(tmp_path):
+    spec = parse_spec(
+        {
+            "name": "sim",
+            "grid": GRID,
+            "executor": "slurm",
+            "slurm": {"poll_s": 0.1},
+            "search": {"sampler": "tpe", "budget_runs": 30, "seed": 2, "max_parallel": 3},
+            "min_repeats": 3,
+            "max_repeats": 6,
+            "rerun_contended": 0,
+        }
+    )
+    executor = InFlight(landscape, 0.02, seed=2)
+    run_search(spec, tmp_path, executor, False, lambda line: None)
+    records = read_results(tmp_path / "results.jsonl")
+    assert executor.most_in_flight == 9  # three configurations of three runs each, at once
+    assert len(records) <= 30 and not executor.pending
+    assert len({r["key"] for r in records}) == len(records)
+    state = read_json(tmp_path / "search.json")
+    assert state["phase"] == "done" and state["runs"] == len(records)
