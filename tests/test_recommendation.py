@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 from test_report import record
@@ -18,6 +19,7 @@ from ignite_ddl.report import analyze, write_report
 from ignite_ddl.report.analysis import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
 from ignite_ddl.report.render import verdict_lines
 
+ROOT = Path(__file__).resolve().parents[1]
 PLAIN = [100.0, 101.0, 99.0]
 FAST = [130.0, 131.0, 129.0]
 
@@ -153,9 +155,13 @@ def _no_positive_interval_below_zero(report: str) -> None:
     """Throughputs, speed-ups and memory are positive and printed unsigned (differences carry a sign on both ends:
     "-3 to +5 %"): no unsigned range ("a to b") may start below zero, and no range is written with a hyphen that
     could be a minus sign ("-286-1553")."""
-    for low, high in re.findall(r"(?<![\w.+])(-?\d[\d.]*) to (\d[\d.]*)", report):
-        assert not low.startswith("-"), f"{low} to {high}"
+    _no_unsigned_range_below_zero(report)
     assert not re.search(r"\d-\d", report.replace("repeats-", ""))
+
+
+def _no_unsigned_range_below_zero(text: str) -> None:
+    for low, high in re.findall(r"(?<![\w.+])(-?\d[\d.]*) to (\d[\d.]*)", text):
+        assert not low.startswith("-"), f"{low} to {high}"
 
 
 def test_a_noisy_throughput_interval_is_clipped_at_zero_and_says_so(tmp_path):
@@ -313,3 +319,31 @@ def test_fits_only_where_a_limit_was_given_and_sharding_explained(tmp_path, limi
     assert (f"| fits {limit} MiB/rank |" in header) if limit else "No memory_limit_mb was given" in memory
     assert "cfg001 (fsdp) holds 112 MiB per rank against cfg000 (ddp)'s 224, yet its resident peak is 1244" in memory
     assert "| peak MiB in all |" in header  # memory in all beside memory per rank
+
+
+def _outputs(notebook: Path) -> str:
+    """Every text a notebook's executed copy shows, cell by cell."""
+    texts = []
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            text = output.get("text") or output.get("data", {}).get("text/plain") or []
+            texts.append("".join(text) if isinstance(text, list) else str(text))
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "docs" / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_the_shipped_notebooks_outputs_say_nothing_contradictory(notebook):
+    """The executed copies show what a reader sees: no interval of a positive quantity below zero or written with
+    a hyphen, no p-value without its corrected threshold, no relative difference without its base, no "equal" from
+    a tie, and nothing recommended that was not judged."""
+    shown = _outputs(notebook)
+    assert "treat them as equal" not in shown
+    assert not re.search(r"\(\d[\d.]*-\d[\d.]*\)", shown)  # "(1236-1613)": a hyphen could be a minus sign
+    _no_unsigned_range_below_zero(shown)
+    for line in shown.splitlines():
+        if re.search(r"Welch(?:'s t-test)? p = ", line):
+            assert "threshold" in line, line
+    assert not re.search(r"[-+]\d+(\.\d+)? %,? Welch", shown)
+    passed_over = set(re.findall(r"not judged[^:\n]*: (cfg\d{3})", shown))
+    recommended = set(re.findall(r"recommended: (cfg\d{3})", shown))
+    assert not passed_over & recommended

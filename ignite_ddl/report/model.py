@@ -44,7 +44,8 @@ EFFICIENCY_LOW = 0.7
 FLAG_MEANINGS = {
     "contended": "other processes used the CPUs (or GPUs) while the run measured, so its timings include waiting "
     "for them; it is left out of the verdict (re-run it, or sweep with --rerun-contended N), unless the report "
-    "counts contended runs (--include-contended): then every figure is marked as measured under contention",
+    "counts contended runs (--include-contended): then every figure is marked as measured under contention, and a "
+    "configuration with a contended run counted is not judged (never best nor recommended)",
     "superlinear": "more than N times the 1-process throughput on N processes is not how data parallelism "
     "scales: suspect noise, caching (a per-rank share that now fits in cache) or an unfair baseline",
     "high-variation": "repeats disagree by more than 10 % (standard deviation / mean): the machine was noisy or the "
