@@ -341,3 +341,13 @@ def test_a_parallel_search_keeps_configurations_in_flight_within_its_budget(tmp_
     assert len({r["key"] for r in records}) == len(records)
     state = read_json(tmp_path / "search.json")
     assert state["phase"] == "done" and state["runs"] == len(records)
+
+
+@pytest.mark.parametrize("sampler", ["gp", "random"])
+def test_every_sampler_searches(tmp_path, sampler):
+    """GP (noise fitted from the runs) and random: a few proposals each, measured, within the budget."""
+    executor = SimulatedSpace(landscape, 0.02, seed=0)
+    run_search(search_spec(budget_runs=15, seed=0, sampler=sampler), tmp_path, executor, False, lambda line: None)
+    state = read_json(tmp_path / "search.json")
+    assert state["sampler"] == sampler and state["phase"] == "done"
+    assert state["measured"] >= 3 and len(executor.started) == state["runs"] <= 15
