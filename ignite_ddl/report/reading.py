@@ -535,7 +535,9 @@ class Reader:
 
 
 def workload_of(config: dict[str, Any], axes: Sequence[str]) -> str:
-    return ", ".join(f"{axis}={config.get(axis)}" for axis in axes)
+    # A --workload brings its own model and data: model and dataset are then unused defaults, not worth a word.
+    unused = {"model", "dataset"} if config.get("workload") else set()
+    return ", ".join(f"{axis}={config.get(axis)}" for axis in axes if axis not in unused)
 
 
 def _world(config: dict[str, Any]) -> int:
