@@ -430,6 +430,14 @@ class Spec(Options):
                 f"{'max_repeats' if self.adaptive else 'repeats'}): at most {MAX_RUNS}; split it into several sweeps"
             )
 
+    def to_dict(self) -> dict[str, Any]:
+        """As plain data that :func:`parse_spec` reads back as this spec: no search is no ``search`` key (an empty
+        ``search: {}`` asks for one)."""
+        values = super().to_dict()
+        if not values.get("search"):
+            values.pop("search", None)
+        return values
+
     def slurm_options(self) -> SlurmOptions:
         return SlurmOptions.from_dict(self.slurm)
 
