@@ -9,6 +9,7 @@ import math
 import random
 import statistics
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import pytest
 from conftest import completed_record, rank_steps, run_cli
@@ -19,6 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from ignite_ddl.cli import main
 from ignite_ddl.core.results import append_record
+from ignite_ddl.core.schema import Shown, shown_figures
 from ignite_ddl.report import analyze, load, write_report
 from ignite_ddl.report.analysis import TABLE_ROWS
 from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
@@ -673,3 +675,19 @@ def test_a_utilisation_above_the_measured_matmul_rate_is_flagged_not_printed(tmp
     assert ("above-measured-peak", "cfg000") in flags
     report = write_report(tmp_path).read_text()
     assert "flagged: 130" in report and "| 130 |" not in report
+
+
+class _Inner(TypedDict):
+    rate: Annotated[float | None, "a rate", Shown("rate/s", scale=2.0)]
+    hidden: Annotated[float, "not shown"]
+
+
+class _Outer(TypedDict, total=False):
+    inner: Annotated[_Inner | None, "nested and optional"]
+    top: Annotated[int, "shown at the top", Shown("top")]
+
+
+def test_a_figure_marked_shown_is_found_wherever_it_is_declared():
+    """The report's generic figures come from the schema's declarations: shown_figures walks the typed records
+    (optional and nested ones too) and gives each Shown figure's path; a figure without the mark is not shown."""
+    assert shown_figures(_Outer) == [(("inner", "rate"), Shown("rate/s", 2.0)), (("top",), Shown("top"))]

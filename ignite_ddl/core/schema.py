@@ -12,12 +12,16 @@ Example:
 
 from __future__ import annotations
 
+import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Shown",
+    "shown_figures",
     "BatchInfo",
     "WorkloadInfo",
     "CommReference",
@@ -53,6 +57,34 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Put beside a figure's meaning (``Annotated[float | None, "meaning", Shown("column")]``), it makes the report
+    show the figure: the mean over a configuration's runs, in a column of the timing table headed ``column``, times
+    ``scale``. Declaring a figure so is all the report needs: a new measured figure is measured (where the rank
+    measures it), declared here, and shown, with no reading or table code of its own."""
+
+    column: str
+    scale: float = 1.0
+
+
+def shown_figures(kind: Any = None) -> list[tuple[tuple[str, ...], Shown]]:
+    """Every figure of ``kind`` (default: :class:`Summary`) marked :class:`Shown`, as its path of keys from the
+    top (``("steps", "global", "samples_per_s")``), in declaration order; lists are not entered."""
+    found: list[tuple[tuple[str, ...], Shown]] = []
+    for name, hint in typing.get_type_hints(kind or Summary, include_extras=True).items():
+        marks: tuple[Any, ...] = ()
+        while typing.get_origin(hint) in (Annotated, NotRequired):
+            if typing.get_origin(hint) is Annotated:
+                marks += hint.__metadata__
+            hint = typing.get_args(hint)[0]
+        found += [((name,), mark) for mark in marks if isinstance(mark, Shown)]
+        for inner in typing.get_args(hint) or (hint,):
+            if typing.is_typeddict(inner):
+                found += [((name, *path), mark) for path, mark in shown_figures(inner)]
+    return found
 
 
 class DeviceInfo(TypedDict):

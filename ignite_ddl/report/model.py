@@ -192,6 +192,8 @@ class ConfigResult:
     quality_note: str = ""
     quality_reference: str | None = None
     accuracy_difference: Estimate | None = None  # mean validation accuracy minus the reference's, over repeats
+    # The figures the schema marks Shown (core.schema.shown_figures): column -> mean over the runs used (scaled).
+    shown: dict[str, float | None] = field(default_factory=dict)
 
     def option(self, name: str) -> Any:
         """The run option ``name`` as this configuration's runs had it: its recorded value, or the declared default

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard, cast
 
+from ignite_ddl.core.schema import shown_figures
 from ignite_ddl.report.model import STEP_PARTS, ConfigResult, Flag, RunResult
 from ignite_ddl.report.stats import mean_interval
 
@@ -29,6 +30,9 @@ __all__ = ["Reader", "is_number", "workload_of"]
 ENVIRONMENT_FIELDS = ("torch", "Ignite", "CUDA", "torch_xla", "device", "CPU", "CPU cores")
 _Machine = tuple[Any, ...]  # one value per ENVIRONMENT_FIELDS entry, None where the run does not say
 CONFIG_JSON_LIMIT = 1 << 20  # a run's config.json is a few kB: more is not one
+
+
+SHOWN = shown_figures()  # (path, how) of each figure the report shows without code of its own
 
 
 class _Figures:
@@ -61,9 +65,15 @@ class _Figures:
         self.reasons: list[str] = []
         self.comm_bytes, self.cross_comm, self.cross_backward = _Mean(), _Mean(), _Mean()
         self.unsettled = 0
+        self.shown = {path: _Mean() for path, _ in SHOWN}  # every figure the schema marks Shown, read alike
 
     def add(self, summary: dict[str, Any], where: Any) -> None:
         self.summaries += 1
+        for path, mean in self.shown.items():
+            value: Any = summary
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            mean.add(value)
         if self.first is None or where < self.first[0]:
             self.first = (
                 where,
@@ -183,6 +193,7 @@ class _Figures:
             (self.held, other.held),
             (self.private, other.private),
             *((self.flops[key], other.flops[key]) for key in self.flops),
+            *((self.shown[path], other.shown[path]) for path in self.shown),
             (self.comm_bytes, other.comm_bytes),
             (self.cross_comm, other.cross_comm),
             (self.cross_backward, other.cross_backward),
@@ -220,6 +231,9 @@ class _Figures:
         if not self.summaries:
             return
         config.step_p50_s, config.step_p90_s = self.p50.value, self.p90.value
+        for path, shown in SHOWN:
+            value = self.shown[path].value
+            config.shown[shown.column] = None if value is None else value * shown.scale
         config.data_share = self.data_share.value
         if self.steps:
             parts = self.rank_parts[: self.world or 0]

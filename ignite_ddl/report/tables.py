@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from ignite_ddl.core.schema import shown_figures
 from ignite_ddl.report.analysis import superlinear
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
@@ -115,7 +116,9 @@ def _drop_empty(header: list[str], rows: list[list[Any]], optional: tuple[str, .
 
 
 def _timing_table(analysis: Analysis) -> Table:
-    header = ["config", "world", "runs", "cv %", "step p50 ms", "step p90 ms", "data wait %", "straggler", "val acc"]
+    shown = [mark.column for _, mark in shown_figures()]
+    header = ["config", "world", "runs", "cv %", "step p50 ms", "step p90 ms", "data wait %", *shown, "straggler"]
+    header.append("val acc")
     rows = []
     for c in analysis.configs:
         straggler = c.straggler
@@ -130,11 +133,12 @@ def _timing_table(analysis: Analysis) -> Table:
                 None if c.step_p50_s is None else 1e3 * c.step_p50_s,
                 None if c.step_p90_s is None else 1e3 * c.step_p90_s,
                 None if c.data_share is None else 100 * c.data_share,
+                *(c.shown.get(column) for column in shown),
                 f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
                 c.val_accuracy,
             ]
         )
-    return header, rows
+    return _drop_empty(header, rows, tuple(shown))  # a figure older runs lack: no empty column
 
 
 # Figures no configuration may have (one process: no communication; a CPU: no datasheet peak): a column only
