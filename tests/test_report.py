@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
+import torch
 from conftest import completed_record, rank_steps, run_cli
 from scipy import stats as scipy_stats
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -691,3 +692,28 @@ def test_a_figure_marked_shown_is_found_wherever_it_is_declared():
     """The report's generic figures come from the schema's declarations: shown_figures walks the typed records
     (optional and nested ones too) and gives each Shown figure's path; a figure without the mark is not shown."""
     assert shown_figures(_Outer) == [(("inner", "rate"), Shown("rate/s", 2.0)), (("top",), Shown("top"))]
+
+
+def test_optimizer_steps_per_second_are_measured_and_shown(tmp_path):
+    """The recorder measures optimizer steps per second (measured iterations over the window) and the report shows
+    their mean over the runs in the timing table, declared only in the schema; older runs without it show no
+    column."""
+    from ignite.engine import Engine
+
+    from ignite_ddl.measure.recorder import StepRecorder
+    from ignite_ddl.report.tables import _timing_table
+
+    engine = Engine(lambda engine, batch: None)
+    recorder = StepRecorder(warmup=1).attach(engine)
+    engine.run([(torch.zeros(4, 3), torch.zeros(4))] * 5)
+    figures = recorder.gather()["global"]
+    assert figures["optimizer_steps_per_s"] == pytest.approx(4 / figures["window_s"])
+
+    def steps(rate: float) -> dict:
+        return {"steps": {"ranks": [rank_steps(0, None, None)], "global": {"optimizer_steps_per_s": rate}}}
+
+    records = [record(0, r, 100.0 + r, summary=steps(10.0 + 2 * r)) for r in range(3)]
+    header, rows = _timing_table(analyze(records))
+    assert rows[0][header.index("optimizer steps/s")] == pytest.approx(12.0)
+    header, _ = _timing_table(analyze([record(0, r, 100.0 + r) for r in range(3)]))
+    assert "optimizer steps/s" not in header

@@ -159,6 +159,12 @@ class GlobalStats(TypedDict):
     samples: Annotated[int, "all ranks' measured samples"]
     window_s: Annotated[float, "the slowest rank's measured window"]
     samples_per_s: Annotated[float, "global throughput: `samples / window_s`"]
+    optimizer_steps_per_s: Annotated[
+        float | None,
+        "optimizer steps per second: the measured iterations (each one optimizer step, whatever `--accumulate`) / "
+        "`window_s`",
+        Shown("optimizer steps/s"),
+    ]
     step_s_p50: Annotated[float, "median step time over every rank's iterations"]
     step_s_p90: Annotated[float, "90th percentile, every rank's iterations"]
     step_s_p99: Annotated[float, "99th percentile, every rank's iterations"]

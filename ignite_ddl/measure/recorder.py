@@ -404,6 +404,8 @@ def _combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "samples": samples,
             "window_s": window,
             "samples_per_s": samples / window if window > 0 else math.nan,
+            # every rank takes the same optimizer steps: the fewest measured, over the slowest rank's window
+            "optimizer_steps_per_s": min(r["iterations"] for r in ranks) / window if window > 0 else math.nan,
             "step_s_p50": p50,
             "step_s_p90": p90,
             "step_s_p99": p99,
