@@ -219,6 +219,11 @@ def test_a_search_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_pat
     measured = [t.user_attrs["config_key"] for t in trials.get_trials() if "config_key" in t.user_attrs]
     assert len(measured) == len(set(measured)) == len(by_grid)
     assert all(t.state.name != "RUNNING" for t in trials.get_trials())
+    # Resumed once more, a finished search starts nothing: no second "next proposal", no round past its decision.
+    again = SimulatedSpace(landscape, 0.02, seed=6)
+    run_search(search_spec(budget_runs=30, seed=4), out, again, True, lambda line: None)
+    assert again.started == [] and read_results(out / "results.jsonl") == after
+    assert read_json(out / "search.json")["trajectory"][0]["runs"] == 3  # the first session's points kept
 
 
 BAD = {

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.core.jsonfiles import write_json
+from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
@@ -206,14 +206,17 @@ class Search:
         self.space = Space(spec)
         self.size = _valid_size(spec, out)
         self.configs: dict[str, Config] = {}
-        self.trajectory: list[dict[str, Any]] = []
+        earlier = read_json(out / SEARCH_FILE) if resume and (out / SEARCH_FILE).is_file() else {}
+        self.trajectory: list[dict[str, Any]] = list(earlier.get("trajectory") or [])  # the earlier sessions' too
         self.refused = self.repeated = 0
+        self.asked_final = False  # the sampler's next proposal was measured (by an earlier session too)
         for trial in self.study.get_trials(deepcopy=False):
             attrs = trial.user_attrs
             if "config_key" in attrs:
                 self.configs.setdefault(attrs["config_key"], Config(int(attrs["index"]), dict(attrs["grid"])))
             self.refused += "refused" in attrs
             self.repeated += "repeat_of" in attrs
+            self.asked_final |= attrs.get("phase") == "final"
         self.state: dict[str, Any] = {}
         self._analysis: tuple[int, Any] | None = None
         self.in_flight = 0  # runs submitted and not yet recorded (a parallel search on SLURM)
@@ -407,7 +410,10 @@ class Search:
                     self.save()
 
     def next_best(self) -> None:
-        """The sampler's next proposal of a new configuration, measured, if the budget has room."""
+        """The sampler's next proposal of a new configuration, measured, if the budget has room (once: a resumed
+        search that measured it goes on to the final rounds)."""
+        if self.asked_final:
+            return
         for _ in range(MAX_IDLE):
             if not self.fits(self.repeats) or (self.size is not None and len(self.configs) >= self.size):
                 return
