@@ -717,3 +717,23 @@ def test_optimizer_steps_per_second_are_measured_and_shown(tmp_path):
     assert rows[0][header.index("optimizer steps/s")] == pytest.approx(12.0)
     header, _ = _timing_table(analyze([record(0, r, 100.0 + r) for r in range(3)]))
     assert "optimizer steps/s" not in header
+
+
+def test_impossible_memory_figures_are_skipped_and_said_to_be(tmp_path):
+    """A negative peak, a CPU peak below the bytes the rank holds, a negative held count: no run produces these
+    (a hand edit, a damaged file). Each such record is skipped with its reason, never averaged into "peak MiB"."""
+    good = [_with_memory(record(0, r, v), 600) for r, v in enumerate([100.0, 101.0, 99.0])]
+    bad = [_with_memory(record(0, 3 + r, 100.0), 600) for r in range(3)]
+    bad[0]["summary"]["memory"]["max"]["peak_rss_bytes"] = -382 * 2**20
+    bad[1]["summary"]["memory"]["max"]["peak_rss_bytes"] = 1e5  # below its 1e6 held bytes
+    bad[2]["summary"]["memory"]["max"]["held_bytes"] = -1
+    for r in good + bad:
+        append_record(tmp_path / "results.jsonl", r)
+    analysis = load(tmp_path)
+    skipped = [f.detail for f in analysis.flags if f.kind == "unreadable"]
+    assert len(skipped) == 3 and all("not memory a run can have" in s for s in skipped), skipped
+    assert (
+        "max: peak_rss_bytes -4.00556e+08 is negative" in skipped[0] and "below the 1e+06 bytes it holds" in skipped[1]
+    )
+    (config,) = analysis.configs
+    assert config.peak_memory.value == pytest.approx(600 * 2**20)

@@ -186,7 +186,47 @@ def record_problem(record: Any) -> str | None:
         if isinstance(rate, bool) or not 0 < rate <= MAX_SAMPLES_PER_S:
             return f"not a throughput a run can produce (samples_per_s {rate!r:.30})"
     problem = schema_problem(record, RunRecord) or _options_problem(record)
-    return f"not a run record ({problem})" if problem else None
+    if problem:
+        return f"not a run record ({problem})"
+    summary = record.get("summary")
+    if isinstance(summary, dict) and isinstance(summary.get("memory"), dict):
+        device = summary.get("device")
+        problem = _memory_problem(summary["memory"], device.get("type") if isinstance(device, dict) else None)
+        return f"not memory a run can have ({problem})" if problem else None
+    return None
+
+
+def _byte_counts(figures: dict[str, Any]) -> dict[str, float]:
+    """The byte counts among a memory record's figures (``*_bytes``, and each part of ``held_bytes``)."""
+    held = figures.get("held_bytes")
+    found = {**figures, **held} if isinstance(held, dict) else figures
+    return {
+        k: v
+        for k, v in found.items()
+        if (k.endswith("_bytes") or k in ("params", "grads", "optimizer"))
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }
+
+
+def _memory_problem(memory: dict[str, Any], device: Any) -> str | None:
+    """An impossible memory figure of a run (the schema has checked the types): a negative byte count, or on the
+    CPU a peak resident set below the bytes the rank holds for parameters, gradients and optimizer state (they are
+    resident; on an accelerator they are not in the host's figure)."""
+    ranks = [r for r in memory.get("ranks") or [] if isinstance(r, dict)]
+    top = memory.get("max")
+    places = [(f"rank {r.get('rank')}", r) for r in ranks] + ([("max", top)] if isinstance(top, dict) else [])
+    for where, figures in places:
+        values = _byte_counts(figures)
+        negative = next((k for k, v in values.items() if v < 0), None)
+        if negative:
+            return f"{where}: {negative} {values[negative]:g} is negative"
+        held = figures.get("held_bytes")
+        total = sum(values.get(k, 0) for k in held) if isinstance(held, dict) else values.get("held_bytes")
+        peak = values.get("peak_rss_bytes")
+        if device == "cpu" and peak is not None and total is not None and total > peak:
+            return f"{where}: peak_rss_bytes {peak:g} below the {total:g} bytes it holds"
+    return None
 
 
 def _options_problem(record: dict[str, Any]) -> str | None:
