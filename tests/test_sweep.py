@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -203,3 +204,14 @@ def test_run_orders_cover_every_run_once_and_keep_their_keys(order):
         assert rounds == [[0, 1, 2], [2, 1, 0], [0, 1, 2]]
     if order == "shuffled":
         assert rounds == [[r.index for r in expand(parse_spec(spec)) if r.repeat == k] for k in range(3)]  # seeded
+
+
+@pytest.mark.parametrize("spec", sorted(Path(__file__).resolve().parents[1].glob("experiments/*/spec.yaml")))
+def test_a_spec_file_reads_back_as_itself(spec):
+    """The command line reads a spec file, adds its flags to the spec's plain data and parses that again: a spec
+    without a search must stay one (it once came back asking for a search without a budget: every
+    `ignite-ddl sweep SPEC.yaml` refused)."""
+    from ignite_ddl.sweep.spec import load_spec, parse_spec
+
+    loaded = load_spec(spec)
+    assert parse_spec(loaded.to_dict(), default_name=loaded.name) == loaded
