@@ -155,3 +155,22 @@ def test_every_declared_metric_carries_its_description(tmp_path):
     described = {info.name.tag: info.description for info in infos}
     assert described["hparam/samples_per_s_low"].startswith("the low end of the confidence interval")
     assert "quality_margin" in described["flag/learns-worse"]
+
+
+def test_a_report_written_again_replaces_its_hparams_files(tmp_path):
+    """TensorBoard shows the sessions of every event file in a folder: a second `ignite-ddl report` once added a
+    second file to each session's folder and the root, so every session appeared twice."""
+    from test_report import configs
+
+    from ignite_ddl.cli import main
+    from ignite_ddl.core.results import append_record
+
+    for r in configs([100.0, 101.0, 99.0], [150.0, 160.0, 155.0]):
+        append_record(tmp_path / "results.jsonl", r)
+    for _ in range(2):
+        assert main(["report", str(tmp_path)]) == 0
+    root = tmp_path / "tb_hparams"
+    folders = [root, *(p for p in root.rglob("*") if p.is_dir() and any(p.glob("events.out.tfevents.*")))]
+    assert len(folders) > 3
+    for folder in folders:
+        assert len(list(folder.glob("events.out.tfevents.*"))) == 1, folder

@@ -18,6 +18,7 @@ declares every hyperparameter and every metric of every session.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import math
@@ -195,6 +196,7 @@ def write_hparams(analysis: Analysis, logdir: Path, max_sessions: int = MAX_SESS
             "configurations' order)"
         )
         sessions = kept
+    previous = _event_files(logdir)  # an earlier report's: replaced once this one's are written
     # One value per hyperparameter for the description: the plugin takes each one's type from it.
     every_hparam: dict[str, Any] = {}
     for _, values, _ in sessions:
@@ -206,7 +208,21 @@ def write_hparams(analysis: Analysis, logdir: Path, max_sessions: int = MAX_SESS
         start = _plugin_summary("session_start_info", _session_start(values))
         end = _plugin_summary("session_end_info", _session_end())
         _write_events(logdir / name, [start, end, *(_scalar(metric, value) for metric, value in metrics.items())])
+    for path in previous:
+        with contextlib.suppress(OSError):
+            path.unlink()
     return left_out
+
+
+def _event_files(logdir: Path) -> list[Path]:
+    """The event files under ``logdir``: a report run again replaces them (TensorBoard shows every file's
+    sessions, so each earlier report's would appear as duplicates). Links are not followed."""
+    if logdir.is_symlink() or not logdir.is_dir():
+        return []
+    found = []
+    for folder, _, files in os.walk(logdir):  # os.walk does not descend into linked folders
+        found += [Path(folder) / name for name in files if name.startswith("events.out.tfevents.")]
+    return found
 
 
 # What torch.utils.tensorboard's SummaryWriter and its hparams() write, written here with TensorBoard's own protocol
