@@ -412,7 +412,7 @@ def _quality(configs: list[ConfigResult], margin: float, confidence: float) -> N
         c for c in configs if c.option("comm_hook") == declared_default("comm_hook") and len(c.val_accuracies) >= 2
     ]
     reference = min(plain, key=lambda c: (c.index, c.suffix), default=None)
-    points = f"{100 * margin:g} points"
+    points = f"{100 * margin:g} point{'' if 100 * margin == 1 else 's'}"
     for config in configs:
         if not config.used_runs:
             continue
