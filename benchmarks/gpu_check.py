@@ -544,7 +544,8 @@ def gpu_single_spec(cpu: bool) -> dict[str, Any]:
     spec = _base_spec("gpu_single")
     spec["name"] = "gpu_single_cut"
     if cpu:
-        spec["base"] |= {"model": "toy", "train_size": 64, "val_size": 16, "epochs": 1, "num_workers": 0}
+        spec["base"] |= {"model": "toy", "train_size": 128, "val_size": 16, "epochs": 1, "num_workers": 0}
+        spec["base"]["warmup_iters"] = 1  # 4-8 iterations a run: leave some measured
         spec["grid"] = {"batch_size": [16, 32], "amp": ["none", "bf16"]}  # fp16 needs a GPU (its GradScaler)
         spec |= {"repeats": 1, "timeout_s": 120}
     else:
