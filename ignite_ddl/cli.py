@@ -136,35 +136,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     train.set_defaults(handler=_train)
 
     sweep = commands.add_parser("sweep", help="run a grid of configurations and write a profiling report")
-    sweep.add_argument(
-        "spec",
-        nargs="?",
-        help="a YAML spec file, or the name of a shipped experiment (ignite-ddl experiments lists them); "
-        "or give the grid with --grid",
-    )
-    sweep.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="OPTION=V1,V2",
-        help="a grid axis, e.g. --grid nproc_per_node=1,2 (repeatable)",
-    )
-    sweep.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="OPTION=VALUE",
-        help="a train option for every configuration, e.g. --set epochs=1 (repeatable)",
-    )
-    # Every spec key (and the slurm executor's options) has its flag; given, it overrides the spec file's value.
-    add_to_parser(sweep, Spec, overrides=True)
-    add_to_parser(sweep, SlurmOptions, overrides=True)
+    _add_spec_arguments(sweep)
     sweep.add_argument("--resume", action="store_true", help="continue a sweep, skipping runs already recorded")
     sweep.add_argument("--no-report", dest="report", action="store_false", help="do not write the report at the end")
     sweep.set_defaults(handler=_sweep)
 
     listing = commands.add_parser("experiments", help="list the shipped experiments, each with the question it answers")
     listing.set_defaults(handler=_experiments)
+
+    plan = commands.add_parser(
+        "plan",
+        help="predict each configuration's peak memory per rank (and whether it fits memory_limit_mb) before running",
+        description="Predict every configuration's peak memory per rank, part by part, from a trace of its training "
+        "step on fake tensors and the runtime's own memory (measured once per machine by a run of a tiny model, "
+        "cached in <output_dir>/plan/runtime.json), and whether it fits the spec's memory_limit_mb. Nothing of the "
+        "configurations themselves is run.",
+    )
+    _add_spec_arguments(plan)
+    plan.add_argument(
+        "--no-measure",
+        dest="measure",
+        action="store_false",
+        help="do not run the probes that measure the runtime's own memory (peaks not yet measured are not predicted)",
+    )
+    plan.set_defaults(handler=_plan)
 
     report = commands.add_parser("report", help="write report.md/.html, plots and HParams for a sweep's results")
     report.add_argument("results_dir", help="a sweep's output directory (holding results.jsonl)")
@@ -226,24 +221,10 @@ def _sweep(args: argparse.Namespace) -> int:
     load = ForeignLoad().start()  # whether the machine is busy, counted while the imports below run
     from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
-    from ignite_ddl.sweep.experiments import spec_path
     from ignite_ddl.sweep.plan import sweep_dir
     from ignite_ddl.sweep.runner import sweep
-    from ignite_ddl.sweep.spec import load_spec, parse_spec
 
-    if not args.spec and not args.grid:
-        raise ConfigError("sweep needs a spec file (ignite-ddl sweep SPEC.yaml) or a grid axis (--grid OPTION=V1,V2)")
-    spec: dict[str, Any] = load_spec(spec_path(args.spec)).to_dict() if args.spec else {"name": "sweep", "grid": {}}
-    spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
-    spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
-    for key, declared in option_specs(Spec).items():
-        if declared.kind not in (dict, list) and getattr(args, key) is not None:  # base, grid, slurm, exclude
-            spec[key] = getattr(args, key)
-    if isinstance(args.repeats, int):  # a count on the command line replaces a spec's 'repeats: auto'
-        spec["adaptive"] = False
-    slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
-    spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
-    parsed = parse_spec(spec)
+    parsed = _spec_of(args)
     # The sweep's folder stays locked until the report's last file is written: a run started on it meanwhile
     # (train --output-dir <sweep folder>) would mix its files with the report's.
     with contextlib.ExitStack() as held:
@@ -257,10 +238,76 @@ def _sweep(args: argparse.Namespace) -> int:
             raise
         failed = [r for r in records if r["status"] != "completed"]
         print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
-        if args.report:
+        if args.report and not records:  # every configuration was predicted not to fit: nothing ran to report
+            print(f"{PROG}: no report: no run was launched (the plan is in {sweep_dir(parsed) / 'plan'})")
+        elif args.report:
             print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
             _print_verdicts(sweep_dir(parsed))
     return 1 if failed else 0
+
+
+def _add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """A spec (file or shipped experiment), grid axes and base options on the command line, and a flag for every
+    spec key: the arguments of ``sweep`` and ``plan``."""
+    parser.add_argument(
+        "spec",
+        nargs="?",
+        help="a YAML spec file, or the name of a shipped experiment (ignite-ddl experiments lists them); "
+        "or give the grid with --grid",
+    )
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="OPTION=V1,V2",
+        help="a grid axis, e.g. --grid nproc_per_node=1,2 (repeatable)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="a train option for every configuration, e.g. --set epochs=1 (repeatable)",
+    )
+    # Every spec key (and the slurm executor's options) has its flag; given, it overrides the spec file's value.
+    add_to_parser(parser, Spec, overrides=True)
+    add_to_parser(parser, SlurmOptions, overrides=True)
+
+
+def _spec_of(args: argparse.Namespace) -> Spec:
+    """The spec ``sweep`` or ``plan`` was given: its file, then the command line's grid axes, options and keys."""
+    from ignite_ddl.sweep.experiments import spec_path
+    from ignite_ddl.sweep.spec import load_spec, parse_spec
+
+    if not args.spec and not args.grid:
+        raise ConfigError(
+            f"{args.command} needs a spec file (ignite-ddl {args.command} SPEC.yaml) or a grid axis "
+            "(--grid OPTION=V1,V2)"
+        )
+    spec: dict[str, Any] = load_spec(spec_path(args.spec)).to_dict() if args.spec else {"name": "sweep", "grid": {}}
+    spec["base"] = {**spec.get("base", {}), **dict(_pair(item, many=False) for item in args.set)}
+    spec["grid"] = {**spec["grid"], **dict(_pair(item, many=True) for item in args.grid)}
+    for key, declared in option_specs(Spec).items():
+        if declared.kind not in (dict, list) and getattr(args, key) is not None:  # base, grid, slurm, exclude
+            spec[key] = getattr(args, key)
+    if isinstance(args.repeats, int):  # a count on the command line replaces a spec's 'repeats: auto'
+        spec["adaptive"] = False
+    slurm = {key: getattr(args, key) for key in option_specs(SlurmOptions) if getattr(args, key) is not None}
+    spec["slurm"] = {**(spec.get("slurm") or {}), **slurm}
+    return parse_spec(spec)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from ignite_ddl.sweep.forecast import format_plan, plan_memory, write_plan
+    from ignite_ddl.sweep.plan import check_configurations, sweep_dir
+
+    spec = _spec_of(args)
+    check_configurations(spec, files=spec.executor == "local")  # what a run would refuse, refused here too
+    out = sweep_dir(spec)
+    planned = plan_memory(spec, out, measure=args.measure, progress=lambda line: print(f"{PROG}: {line}"))
+    print(format_plan(planned, spec.memory_limit_mb))
+    print(f"{PROG}: plan: {write_plan(planned, out, spec.memory_limit_mb)}")
+    return 0
 
 
 class _WorkloadArgs(argparse.Action):

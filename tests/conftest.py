@@ -18,6 +18,9 @@ import pytest
 # (their runs are still flagged). tests/test_busy.py sets these per sweep to test the busy-machine behaviour.
 os.environ.setdefault("IGNITE_DDL_ON_BUSY", "run")
 os.environ.setdefault("IGNITE_DDL_BUSY_STOP_AFTER", "0")
+# A sweep's memory prediction runs a probe per launch layout (seconds each, in every fresh output folder): off for the
+# suite's many sweeps, on in the tests of the prediction itself (spec key predict: true).
+os.environ.setdefault("IGNITE_DDL_PREDICT", "0")
 
 # A run small enough for CI yet going through every part of the trainer.
 QUICK = ["--train-size", "512", "--val-size", "128", "--batch-size", "64", "--epochs", "1", "--no-progress"]

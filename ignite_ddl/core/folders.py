@@ -166,14 +166,15 @@ _SWEEP_MARKS = ("sweep.json", "results.jsonl")
 def claim_sweep_folder(folder: str | Path) -> None:
     """Refuse (:class:`ConfigError`) a sweep's output folder that is a file, or a folder holding files but no sweep
     (neither sweep.json nor results.jsonl): a sweep writes report.md, verdict.txt and plots there, and would
-    overwrite a user's files of those names. An empty folder, or one holding only a lock, is fine."""
+    overwrite a user's files of those names. An empty folder, or one holding only a lock and the plan that
+    ``ignite-ddl plan`` wrote there (``plan/``), is fine."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"output directory '{folder}' is a file, not a folder: choose another --output-dir")
     if not folder.is_dir() or any((folder / mark).exists() for mark in _SWEEP_MARKS):
         return
     try:
-        found = sorted(p.name for p in folder.iterdir() if p.name != ".lock")
+        found = sorted(p.name for p in folder.iterdir() if p.name not in (".lock", "plan"))
     except OSError as e:
         raise ConfigError(f"cannot read output directory '{folder}': {e.strerror or e}") from None
     if found:

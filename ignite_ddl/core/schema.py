@@ -38,7 +38,10 @@ __all__ = [
     "HeldBytes",
     "Memory",
     "MemoryMax",
+    "MemoryPlan",
+    "MemoryPrediction",
     "NodeContention",
+    "PlannedConfiguration",
     "ProfilerResult",
     "RankMemory",
     "RankStats",
@@ -456,6 +459,31 @@ class SlurmJobInfo(TypedDict):
     exit_code: Annotated[str | None, "SLURM's `exit status:signal` of the job"]
 
 
+class MemoryPrediction(TypedDict):
+    peak_bytes: Annotated[int | None, "predicted peak memory per rank, bytes (null: cannot predict, see `problem`)"]
+    parts: Annotated[
+        dict[str, int],
+        "its parts, bytes: params, grads, optimizer, activations (one micro-batch's, with the backward's "
+        "temporaries), buckets (DDP), checkpoint (FSDP rank 0's gathered full state while it saves), data (the "
+        "datasets a rank holds), runtime (measured by a tiny model's run)",
+    ]
+    problem: Annotated[str | None, "`cannot predict: <why>` where the training step could not be traced"]
+    unpredicted: Annotated[list[str], "what the figure leaves out (e.g. --compile's own memory)"]
+    method: Annotated[str, "the tracker that followed the step on fake tensors (MemTracker, FSDPMemTracker)"]
+
+
+class PlannedConfiguration(TypedDict):
+    index: Annotated[int, "the configuration's position in the grid"]
+    grid: Annotated[dict[str, Any], "its grid values"]
+    prediction: Annotated[MemoryPrediction, "its predicted peak memory per rank"]
+    unfit: Annotated[str | None, "`predicted not to fit: 9.4 GiB > 8 GiB` (null: fits, or no limit)"]
+
+
+class MemoryPlan(TypedDict):
+    memory_limit_mb: Annotated[float | None, "the spec's memory_limit_mb"]
+    configurations: Annotated[list[PlannedConfiguration], "every configuration of the grid, launched or not"]
+
+
 class RunRecord(TypedDict):
     key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
     index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
@@ -476,6 +504,9 @@ class RunRecord(TypedDict):
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
     summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]
     slurm: NotRequired[Annotated[SlurmJobInfo, "the run's SLURM job (only with `executor: slurm`)"]]
+    prediction: NotRequired[
+        Annotated[MemoryPrediction, "its configuration's predicted peak memory per rank (only with `predict`)"]
+    ]
 
 
 class SweepStop(TypedDict):
@@ -511,3 +542,12 @@ class SweepMeta(TypedDict):
     versions: Annotated[dict[str, str], "software versions of the sweep's process"]
     host: Annotated[dict[str, Any], "the machine"]
     sessions: Annotated[list[SweepSession], "one entry per start of the sweep (resumes add one)"]
+    plan: NotRequired[Annotated[MemoryPlan, "every configuration's predicted peak memory (only with `predict`)"]]
+    step_model: NotRequired[
+        Annotated[
+            dict[str, Any],
+            "the step-time model fitted after the first round's one-process runs (only with `predict`): `link` "
+            "(alpha_s, beta_Bps of this machine's all-reduce) and per configuration index its predicted `step_s` "
+            "with `low_s`..`high_s`, `compute_s`, `comm_s`, and its `basis` (the twin it came from, or why none)",
+        ]
+    ]

@@ -34,6 +34,7 @@ OPTIONAL_RECORD_KEYS: dict[str, tuple[type, ...]] = {
     "exit_code": (int, type(None)),
     "summary": (dict, type(None)),
     "slurm": (dict,),
+    "prediction": (dict,),
 }
 
 # The largest magnitude any recorded figure can have (bytes of memory on the largest machine are ~1e15; FLOP counts

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -76,6 +77,7 @@ from ignite_ddl.report.stats import (
     equivalent,
     leads,
     positive_range,
+    rank_correlation,
     ratio_interval,
     repeats_to_separate,
     welch_greater_p,
@@ -90,6 +92,7 @@ __all__ = [
     "analyze",
     "load",
     "notes",
+    "step_model_accuracy",
     "superlinear",
     "versus_text",
     "workload_of",
@@ -221,7 +224,9 @@ def _analysis(
     for config in configs:
         config.out_of_memory = sum(r.status == "out_of_memory" for r in config.runs)
         too_big = limit is not None and config.peak_memory.value is not None and config.peak_memory.value > limit
-        config.fits = not too_big and not config.out_of_memory
+        # Predicted above the limit and run anyway (run_unfit): never recommended, whatever this machine measured.
+        predicted_big = limit is not None and config.predicted_memory is not None and config.predicted_memory > limit
+        config.fits = not too_big and not predicted_big and not config.out_of_memory
     _speedups(configs, confidence)
     _versus(configs, confidence)
     _one_matmul_reference(configs)
@@ -568,6 +573,10 @@ def _memory_flags(configs: list[ConfigResult], limit: float | None) -> list[Flag
         if config.out_of_memory:
             flags.append(Flag("out-of-memory", config.name, f"{config.out_of_memory} run(s) ran out of memory"))
         elif not config.fits and limit is not None and config.peak_memory.value is not None:
+            if config.peak_memory.value <= limit:  # fits as measured: it was predicted not to
+                said = f"predicted peak {cast(float, config.predicted_memory) / MIB:.0f} MiB per rank > the limit"
+                flags.append(Flag("does-not-fit", config.name, f"{said} of {limit / MIB:.0f} MiB (run anyway)"))
+                continue
             flags.append(
                 Flag(
                     "does-not-fit",
@@ -852,3 +861,24 @@ def notes(analysis: Analysis) -> list[str]:
                 "per-process overhead dominate; try a larger batch per rank"
             )
     return found
+
+
+def step_model_accuracy(analysis: Analysis) -> dict[str, Any]:
+    """The step-time model's median absolute relative error and rank correlation (Spearman) with the measured step
+    times, over the configurations it predicted."""
+    predicted = _mapping(_mapping(analysis.meta.get("step_model")).get("configurations"))
+    pairs = []
+    for c in analysis.configs:
+        step = _mapping(predicted.get(str(c.index))).get("step_s")
+        if step and c.global_batch and c.throughput.value:
+            pairs.append((float(step), c.global_batch / c.throughput.value))
+    errors = [abs(p - m) / m for p, m in pairs]
+    return {
+        "configurations": len(pairs),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "rank_correlation": rank_correlation([p for p, _ in pairs], [m for _, m in pairs]),
+    }
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

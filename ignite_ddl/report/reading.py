@@ -322,6 +322,7 @@ class _Group:
     grid: dict[str, Any]
     config: dict[str, Any]
     repeats: dict[int, list[_Seen]] = field(default_factory=dict)
+    predicted: float | None = None  # bytes: the peak per rank its records say was predicted
 
 
 class Reader:
@@ -346,6 +347,9 @@ class Reader:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = _Group(record["index"], record["grid"], record["config"])
+        predicted = _dict(record.get("prediction")).get("peak_bytes")
+        if is_number(predicted):
+            group.predicted = _float(predicted)
         summary = _dict(record.get("summary"))
         contention = _dict(summary.get("contention"))
         window = _dict(_dict(summary.get("steps")).get("global")).get("window_s")
@@ -433,8 +437,10 @@ class Reader:
             figures.append(found)
         for where, i in sorted(again):
             figures[i].add(_dict(fetch(where).get("summary")), where)
+        predicted = {group.index: group.predicted for group in self.groups.values()}
         for config, found in zip(configs, figures):
             found.fill(config)
+            config.predicted_memory = predicted.get(config.index)
         order = sorted(range(len(configs)), key=lambda i: configs[i].index)  # stable: environments keep their order
         return [configs[i] for i in order]
 

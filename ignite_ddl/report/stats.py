@@ -46,6 +46,7 @@ __all__ = [
     "leads",
     "mean_interval",
     "outpaces",
+    "rank_correlation",
     "ratio_interval",
     "repeats_to_equivalence",
     "repeats_to_separate",
@@ -315,3 +316,10 @@ def repeats_to_equivalence(a: Estimate, b: Estimate, margin: float, limit: int =
         if _t(EQUIVALENCE_CONFIDENCE, round(df, 1)) * math.sqrt((ra + rb) / n) < room:
             return n
     return None
+
+
+def rank_correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman's rank correlation of two paired lists (scipy's); None for fewer than 3 pairs or a constant list."""
+    if len(a) != len(b) or len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return float(_scipy().spearmanr(a, b).statistic)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
-from ignite_ddl.report.analysis import superlinear
+from ignite_ddl.report.analysis import step_model_accuracy, superlinear
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate, positive_range
@@ -221,13 +221,18 @@ def _memory_table(analysis: Analysis) -> Table:
         "peak MiB in all",
         "held MiB",
         "workers' own MiB",
+        "predicted MiB",
+        "error %",
         *([fits] if judged else []),
     ]
-    rows = []
+    rows: list[list[Any]] = []
     for c in analysis.configs:
         e = c.peak_memory
-        if e.value is None and not c.out_of_memory:
+        if e.value is None and not c.out_of_memory and c.predicted_memory is None:
             continue
+        error = None
+        if c.predicted_memory is not None and e.value and c.memory_kind == "resident":
+            error = f"{100 * (c.predicted_memory - e.value) / e.value:+.1f}"
         rows.append(
             [
                 c.name,
@@ -239,10 +244,50 @@ def _memory_table(analysis: Analysis) -> Table:
                 None if e.value is None else e.value * c.world_size / MIB,
                 _mb(c.held_bytes),
                 _mb(c.workers_memory) or None,
+                _mb(c.predicted_memory),
+                error,
                 *(["yes" if c.fits else ("out of memory" if c.out_of_memory else "no")] if judged else []),
             ]
         )
-    return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
+    run = {c.index for c in analysis.configs}
+    for planned in _dict_of(analysis.meta.get("plan")).get("configurations") or []:
+        if judged and planned.get("unfit") and planned.get("index") not in run:  # skipped: predicted not to fit
+            peak = _dict_of(planned.get("prediction")).get("peak_bytes")
+            name = f"cfg{planned['index']:03d} ({options_text(_dict_of(planned.get('grid')))})"
+            rows.append([name, *[None] * 8, _mb(peak), None, "not launched: " + str(planned["unfit"])])
+    return _drop_empty(header, rows, (*_OPTIONAL_COLUMNS, "predicted MiB", "error %"))
+
+
+def _step_model_table(analysis: Analysis) -> Table:
+    """Each configuration's step time predicted after the first round's one-process runs beside what it measured."""
+    predicted = _dict_of(_dict_of(analysis.meta.get("step_model")).get("configurations"))
+    header = ["config", "predicted step ms", "interval", "measured step ms", "error %", "from"]
+    rows: list[list[Any]] = []
+    for c in analysis.configs:
+        p = _dict_of(predicted.get(str(c.index)))
+        if not p:
+            continue
+        measured = c.global_batch / c.throughput.value if c.global_batch and c.throughput.value else None
+        step = p.get("step_s")
+        error = f"{100 * (step - measured) / measured:+.1f}" if step and measured else None
+        interval = f"{1e3 * p['low_s']:.1f} - {1e3 * p['high_s']:.1f}" if p.get("low_s") and p.get("high_s") else None
+        shown = None if not step else f"{1e3 * step:.1f}"
+        rows.append([c.name, shown, interval, measured and f"{1e3 * measured:.1f}", error, p.get("basis")])
+    return header, rows
+
+
+def _accuracy_text(accuracy: dict[str, Any]) -> str:
+    if accuracy["median_abs_error"] is None:
+        return ""
+    text = (
+        f"Over {accuracy['configurations']} configuration(s): median |error| {100 * accuracy['median_abs_error']:.1f} %"
+    )
+    rho = accuracy["rank_correlation"]
+    return text + (f", rank correlation {rho:.2f}." if rho is not None else ".")
+
+
+def _dict_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _same_but_strategy(a: ConfigResult, b: ConfigResult) -> bool:
@@ -261,6 +306,8 @@ def memory_text(analysis: Analysis) -> str:
         "everything the process has in RAM at its peak: what it holds, plus the runtime's own baseline (torch's "
         "libraries, the process group's buffers, the allocator's caches) and any temporary copies made during "
         "a step. Workers' own = what the DataLoader workers hold beyond the pages they share with their rank. "
+        "Predicted = the peak per rank predicted before the sweep (ignite-ddl plan: the step traced on fake "
+        "tensors plus the runtime measured once), error = (predicted - measured) / measured. "
     )
     text += (
         f"Fits: within the spec's memory_limit_mb of {limit:.0f} MiB per rank."
@@ -404,6 +451,14 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             "FLOPs",
             _flops_table(analysis),
             "Model FLOPs (forward + backward) and what each rank achieved. " + _references(analysis),
+        ),
+        (
+            "Step time, predicted",
+            _step_model_table(analysis),
+            "Each configuration of several processes predicted before its runs from its one-process twin's measured "
+            "step and this machine's all-reduce (the sweep's step-time model), beside its measured step (global "
+            "batch / samples per second); error = (predicted - measured) / measured. "
+            + _accuracy_text(step_model_accuracy(analysis)),
         ),
         ("Memory", _memory_table(analysis), memory_text(analysis)),
     ):

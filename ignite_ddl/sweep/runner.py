@@ -22,18 +22,20 @@ LocalExecutor` and :class:`~ignite_ddl.sweep.slurm.SlurmExecutor`.
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.folders import claim_sweep_folder, lock
 from ignite_ddl.core.results import read_results
-from ignite_ddl.core.schema import SweepMeta, SweepSession
+from ignite_ddl.core.schema import MemoryPlan, SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import first_probe_from, machine_share, wait_until_quiet
+from ignite_ddl.sweep.forecast import fit_step_model
 from ignite_ddl.sweep.local import LocalExecutor
 from ignite_ddl.sweep.plan import Run, check_configurations, expand, make_run, sweep_dir
 from ignite_ddl.sweep.search import check_search, run_search, search_checks
@@ -84,19 +86,63 @@ def sweep(
             wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)
         if spec.search:
             return run_search(spec, out, executor, resume, progress)
-        return _sweep(spec, out, runs, executor, resume, progress)
+        plan = _memory_plan(spec, out, progress)
+        return _sweep(spec, out, runs, executor, resume, progress, plan)
+
+
+def _memory_plan(spec: Spec, out: Path, progress: Callable[[str], None]) -> MemoryPlan | None:
+    """Each configuration's predicted peak per rank (:mod:`ignite_ddl.sweep.forecast`), when the spec asks for
+    predictions (``predict``) and the runs are local (a SLURM node's runtime is not this machine's)."""
+    if not spec.predict or spec.executor != "local":
+        return None
+    from ignite_ddl.sweep.forecast import plan_memory, plan_record, write_plan
+
+    planned = plan_memory(spec, out, progress=progress)
+    write_plan(planned, out, spec.memory_limit_mb)
+    return plan_record(planned, spec.memory_limit_mb)
+
+
+def _skip_unfit(spec: Spec, plan: MemoryPlan, runs: list[Run], progress: Callable[[str], None]) -> list[Run]:
+    """``runs`` without those of configurations predicted not to fit ``memory_limit_mb`` (all of them with
+    ``run_unfit``), each such configuration said once."""
+    unfit = {c["index"]: c for c in plan["configurations"] if c["unfit"]}
+    for index, planned in sorted(unfit.items()):
+        label = " ".join(f"{k}={v}" for k, v in planned["grid"].items())
+        action = "launched anyway (run_unfit)" if spec.run_unfit else "not launched (run_unfit: true runs it)"
+        progress(f"cfg{index:03d} {label}: {planned['unfit']}: {action}")
+    return runs if spec.run_unfit else [run for run in runs if run.index not in unfit]
 
 
 def _sweep(
-    spec: Spec, out: Path, runs: list[Run], executor: Executor, resume: bool, progress: Callable[[str], None]
+    spec: Spec,
+    out: Path,
+    runs: list[Run],
+    executor: Executor,
+    resume: bool,
+    progress: Callable[[str], None],
+    plan: MemoryPlan | None = None,
 ) -> list[dict[str, Any]]:
     session = Session(spec, out, executor, resume, progress)
+    if plan is not None:
+        session.meta["plan"] = plan
+        session.predictions = {c["index"]: c["prediction"] for c in plan["configurations"]}
+        session.save()
+        runs = _skip_unfit(spec, plan, runs, progress)
     done = session.done()
     todo = [run for run in runs if run.key not in done]
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
     repeats = f"at most {spec.max_repeats}, adaptive" if spec.adaptive else str(spec.repeats)
     with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
+        if plan is not None and todo:
+            # The first round's one-process runs first: the step-time model fitted to them predicts the others,
+            # which then run likeliest winners first (a sweep cut short has measured the contenders).
+            first = [run for run in todo if run.repeat == 0 and _world(run) == 1]
+            if first:
+                session.execute(first, " one-process runs first", repeats)
+            session.meta["step_model"] = fit_step_model(spec, out, session.records(), progress)
+            session.save()
+            todo = _likeliest_first([run for run in todo if run not in first], session.meta["step_model"])
         session.execute(todo, "", repeats)
         session.rerun_contended(repeats)
         if spec.adaptive:
@@ -108,6 +154,23 @@ def _sweep(
                 session.execute(batch, f" round {batch[0].repeat + 1}", repeats)
                 session.rerun_contended(repeats)
     return session.records()
+
+
+def _world(run: Run) -> int:
+    return (run.config.nproc_per_node or 1) * run.config.nnodes
+
+
+def _likeliest_first(runs: list[Run], model: dict[str, Any]) -> list[Run]:
+    """``runs`` with the first round's in the order of their predicted throughput, fastest first (those without a
+    prediction after them, in their planned order); later rounds as planned."""
+    predicted = model.get("configurations") or {}
+
+    def rate(run: Run) -> float:
+        step = (predicted.get(str(run.index)) or {}).get("step_s")
+        return run.config.batch_size / step if step else 0.0
+
+    first = sorted((run for run in runs if run.repeat == 0), key=lambda run: -rate(run))
+    return first + [run for run in runs if run.repeat != 0]
 
 
 def _next_round(
@@ -138,6 +201,8 @@ def _next_round(
         return []
     grids = configurations(spec)
     order = decision.more[::-1] if rounds % 2 else decision.more  # the interleaving direction alternates
+    if spec.predict:  # likeliest winners first, as the first round's were: the best measured so far leads
+        order = sorted(decision.more, key=lambda i: -statistics.fmean(samples[i]) if samples.get(i) else 0.0)
     done = {r["key"] for r in records if r["status"] != "interrupted"}
     batch = [make_run(spec, i, grids[i], repeats.get(i, 0), out) for i in order]
     batch = [run for run in batch if run.key not in done]

@@ -77,6 +77,7 @@ class Session:
             "host": host(),
             "sessions": [*self.earlier, self.session],
         }
+        self.predictions: dict[int, Any] = {}  # configuration index -> its predicted memory, kept in its records
         self.save()
         self.began = time.monotonic()
         self.streak = BusyStreak(spec.busy_stop_after if spec.executor == "local" else 0)
@@ -109,7 +110,10 @@ class Session:
         self.executor.execute(batch, recorded, self.progress, where)
 
     def record(self, record: RunRecord, run: Run, where: str, runs_left: int = 0) -> None:
-        """Append a run's record, say it, and stop (:class:`MachineBusy`) when contention persists."""
+        """Append a run's record (with its configuration's predicted memory, where there is one), say it, and stop
+        (:class:`MachineBusy`) when contention persists."""
+        if run.index in self.predictions:
+            record["prediction"] = self.predictions[run.index]
         append_record(self.results, record)
         self.session.update({"wall_s": round(time.monotonic() - self.began, 3), "runs": self.session["runs"] + 1})
         self.save()

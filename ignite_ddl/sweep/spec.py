@@ -98,6 +98,15 @@ def _env_int(name: str, default: int) -> Any:
     return int(value) if value.strip().lstrip("-").isdigit() else value
 
 
+def _env_flag(name: str, default: bool) -> Any:
+    """A yes/no default from the environment (1/0, true/false, yes/no); another value is refused when a spec is
+    checked."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}.get(value, value)
+
+
 MAX_REPEATS = 10_000
 # The most configurations a grid may have, and runs a sweep may plan (configurations x repeats, or x max_repeats
 # when adaptive): each configuration is checked and each run planned before the first starts, so a grid of 10^6
@@ -313,6 +322,19 @@ class Spec(Options):
         low=0,
         low_open=True,
         high=1 << 40,
+    )
+    predict: bool = option(
+        _env_flag("IGNITE_DDL_PREDICT", True),
+        "predict each configuration's peak memory per rank before the sweep (ignite-ddl plan) and record it beside "
+        "what its runs measure; the runtime's own memory is measured once per machine by a short run of a tiny "
+        "model, kept in <output_dir>/plan/ (default: $IGNITE_DDL_PREDICT, else true)",
+        role=Role.SWEEP,
+    )
+    run_unfit: bool = option(
+        False,
+        "launch configurations predicted not to fit memory_limit_mb anyway (they are skipped otherwise; a run that "
+        "then runs out of memory is recorded as out_of_memory)",
+        role=Role.SWEEP,
     )
     executor: str = option(
         "local",

@@ -42,6 +42,7 @@ __all__ = [
     "create_trainer",
     "create_workload_evaluator",
     "move_batch",
+    "optimizer_step",
     "split_batch",
     "seed_everything",
     "to_device",
@@ -114,45 +115,65 @@ def create_trainer(
     if recorder is not None:
         recorder.micro_steps = accumulate
 
-    def backward(loss: torch.Tensor) -> None:
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-
     if step is not None:
         return _workload_trainer(
             model, optimizer, device, amp, scaler, mark, accumulate, no_sync, step, samples_in or _first_length
         )
 
     def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
-        model.train()
         x, y = to_device(batch, device, channels_last)
-        if accumulate == 1:
-            with autocast(device, amp):
-                loss = criterion(model(x), y)
-            mark("forward")
-            optimizer.zero_grad(set_to_none=True)
-            backward(loss)
-            mark("backward")
-        else:
-            total = torch.zeros((), device=device)
-            optimizer.zero_grad(set_to_none=True)
-            for i, (xi, yi) in enumerate(zip(x.chunk(accumulate), y.chunk(accumulate))):
-                with no_sync() if i < accumulate - 1 else contextlib.nullcontext():
-                    with autocast(device, amp):
-                        part = criterion(model(xi), yi) / accumulate
-                    mark("forward")
-                    backward(part)
-                    mark("backward")
-                total += part.detach().float()
-            loss = total
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        mark("optimizer")
+        loss = optimizer_step(model, optimizer, criterion, x, y, amp, scaler, accumulate, no_sync, mark)
         return {"loss": loss.item(), "samples": x.shape[0]}
 
     return Engine(train_step)
+
+
+def optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    criterion: Callable[..., torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    amp: str = "none",
+    scaler: torch.amp.GradScaler | None = None,
+    accumulate: int = 1,
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    mark: Callable[[str], None] = lambda phase: None,
+) -> torch.Tensor:
+    """One optimizer step of :func:`create_trainer` on this rank's batch ``(x, y)``; the loss as a tensor (its
+    ``item()`` would wait for the device, and cannot be read at all when the memory prediction runs the step on fake
+    tensors: :mod:`ignite_ddl.trainer.footprint`)."""
+
+    def backward(loss: torch.Tensor) -> None:
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+
+    model.train()
+    if accumulate == 1:
+        with autocast(x.device, amp):
+            loss = criterion(model(x), y)
+        mark("forward")
+        optimizer.zero_grad(set_to_none=True)
+        backward(loss)
+        mark("backward")
+    else:
+        total = torch.zeros((), device=x.device)
+        optimizer.zero_grad(set_to_none=True)
+        for i, (xi, yi) in enumerate(zip(x.chunk(accumulate), y.chunk(accumulate))):
+            with no_sync() if i < accumulate - 1 else contextlib.nullcontext():
+                with autocast(x.device, amp):
+                    part = criterion(model(xi), yi) / accumulate
+                mark("forward")
+                backward(part)
+                mark("backward")
+            total += part.detach().float()
+        loss = total
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    mark("optimizer")
+    return loss
 
 
 def _first_length(batch: Any) -> int:

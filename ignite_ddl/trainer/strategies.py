@@ -285,21 +285,25 @@ class FSDPStrategy(Strategy):
             )
 
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
         if idist.backend() not in ("gloo", "nccl"):
             raise ConfigError(f"strategy fsdp runs on gloo or nccl process groups, not {idist.backend()}")
+        return self.shard(model.to(idist.device()), config)
+
+    def shard(self, model: nn.Module, config: TrainConfig, mesh: Any = None) -> nn.Module:
+        """``model`` sharded as ``config``'s FSDP options say, on ``mesh`` (default: the world's). The memory
+        prediction (:mod:`ignite_ddl.trainer.footprint`) shards its fake model here too."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
         options = config.fsdp
         precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         self.reshard_after_forward = options.reshard_after_forward
         reshard = options.reshard_after_forward
-        model = model.to(idist.device())
         for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
-            fully_shard(model.get_submodule(name), mp_policy=policy, reshard_after_forward=reshard)
+            fully_shard(model.get_submodule(name), mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
         # the model itself, now an FSDP module
-        return cast(nn.Module, fully_shard(model, mp_policy=policy, reshard_after_forward=reshard))
+        return cast(nn.Module, fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard))
 
     def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         """Each unit (a direct child holding parameters) compiled, then sharded as it is, as torchtitan compiles

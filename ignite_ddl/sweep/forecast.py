@@ -1,0 +1,308 @@
+"""A sweep's plan: every configuration's predicted peak memory per rank, before any of its runs starts, and whether
+it fits the spec's ``memory_limit_mb`` (``ignite-ddl plan SPEC``; a sweep records each prediction beside what its
+runs measure, and does not launch a configuration predicted not to fit unless ``run_unfit`` is set).
+
+The model's part of each prediction is a trace on fake tensors (:mod:`ignite_ddl.trainer.footprint`). The rest is
+the **runtime**: what a rank of this launch holds before the model (Python, PyTorch, Ignite, the process group, the
+loaders and their DataLoader workers' hand-over). It depends on the machine and on how the ranks are launched, not on
+the model, so it is measured: one short run of the tiny ``toy`` model per launch layout (processes, strategy, AMP,
+loader workers, dataset, compile; the options in :data:`RUNTIME_OPTIONS`), started as the sweep starts its runs, its
+peak less its own model and data. Each is measured once per machine and kept in ``<output_dir>/plan/runtime.json``
+(with the host and the versions it was measured on: another machine's or release's entry is measured again), so that
+``ignite-ddl plan`` and the sweep that follows share it.
+
+Example:
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> probe = runtime_probe(TrainConfig(model="resnet18", nproc_per_node=2, batch_size=256, num_workers=2), "out")
+    >>> probe.model, probe.nproc_per_node, probe.num_workers, probe.batch_size
+    ('toy', 2, 2, 8)
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.environment import host, versions
+from ignite_ddl.core.jsonfiles import read_json, write_json
+from ignite_ddl.core.schema import MemoryPlan
+from ignite_ddl.core.text import format_table
+from ignite_ddl.sweep.plan import Run, make_run
+from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
+
+__all__ = [
+    "RUNTIME_OPTIONS",
+    "Planned",
+    "fit_step_model",
+    "format_plan",
+    "measured_link",
+    "plan_memory",
+    "plan_record",
+    "runtime_probe",
+    "unfit_reason",
+    "write_plan",
+]
+
+MIB = 2**20
+# The options that shape a rank's runtime (everything but the model's own tensors): a probe keeps them.
+RUNTIME_OPTIONS = (
+    "backend",
+    "nproc_per_node",
+    "nnodes",
+    "start_method",
+    "threads",
+    "num_workers",
+    "pin_memory",
+    "strategy",
+    "amp",
+    "compile",
+    "compile_mode",
+    "dataset",
+    "data_dir",
+    "checkpoints",
+    "record_steps",
+    "comm_timing",
+    "measure_flops",
+)
+_PROBE_STEPS = 8  # iterations of the probe run: past its warm-up (2), as a sweep's run measures after its own
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One configuration of the plan and its prediction (:class:`~ignite_ddl.trainer.footprint.Prediction`)."""
+
+    index: int
+    grid: dict[str, Any]
+    config: TrainConfig
+    prediction: Any
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.grid.items())
+
+
+def runtime_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
+    """The run that measures ``config``'s runtime: its launch layout (:data:`RUNTIME_OPTIONS`), the tiny ``toy``
+    model, 4 samples per rank, 8 steps, one epoch."""
+    world = (config.nproc_per_node or 1) * config.nnodes
+    kept = {name: getattr(config, name) for name in RUNTIME_OPTIONS}
+    options = {
+        **kept,
+        "model": "toy",
+        "batch_size": 4 * world,
+        "train_size": 4 * world * _PROBE_STEPS,
+        "val_size": 4 * world,
+        "epochs": 1,
+        "warmup_iters": 2,
+        "progress": False,
+        "overwrite": True,
+    }
+    digest = hashlib.sha1(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return TrainConfig.from_dict({**options, "output_dir": str(Path(folder) / "runtime" / digest)})
+
+
+def _key(probe: TrainConfig) -> str:
+    return Path(probe.output_dir).name
+
+
+class _Cache:
+    """Figures measured on this machine, kept in ``plan/<name>.json`` of an output folder: entries measured on
+    another host or with other versions are not read (they are measured again)."""
+
+    def __init__(self, folder: Path, name: str):
+        self.path = folder / f"{name}.json"
+        self.where = {"host": host(), "versions": versions()}
+        saved: Any = {}
+        if self.path.is_file():
+            try:
+                saved = read_json(self.path)
+            except (OSError, ValueError):
+                saved = {}  # a damaged cache is measured again
+        same = isinstance(saved, dict) and all(saved.get(k) == v for k, v in self.where.items())
+        self.entries: dict[str, Any] = dict(saved.get("entries") or {}) if same else {}
+
+    def get(self, key: str) -> Any:
+        return self.entries.get(key)
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        self.entries[key] = entry
+        write_json(self.path, {**self.where, "entries": self.entries})
+
+
+def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[str, Any]]:
+    """Run ``probe`` as the sweep starts its runs; its runtime (its largest rank's peak less its own model and
+    data), or None and why."""
+    from ignite_ddl.sweep.local import run_one
+    from ignite_ddl.trainer.footprint import data_bytes, trace_step
+
+    record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
+    summary: dict[str, Any] = dict(record.get("summary") or {})
+    peak = ((summary.get("memory") or {}).get("max") or {}).get("peak_rss_bytes")
+    if record["status"] != "completed" or not isinstance(peak, int):
+        return None, {"error": record.get("error") or "no peak recorded"}
+    own = data_bytes(probe) + sum(trace_step(probe).values())
+    entry = {
+        "bytes": peak - own,
+        "peak_bytes": peak,
+        "contended": record["contended"],
+        "measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "probe": {name: getattr(probe, name) for name in (*RUNTIME_OPTIONS, "model", "batch_size", "train_size")},
+    }
+    return peak - own, entry
+
+
+def plan_memory(
+    spec: Spec, out: str | Path, measure: bool = True, progress: Callable[[str], None] = print
+) -> list[Planned]:
+    """Every configuration of ``spec`` with its predicted peak per rank. ``measure``: run the probes of runtimes
+    not yet measured (else those configurations' peaks are not predicted, their parts still are)."""
+    from ignite_ddl.trainer.footprint import predict
+
+    folder = Path(out) / "plan"
+    runtimes = _Cache(folder, "runtime")
+    planned = []
+    for index, grid in enumerate(configurations(spec)):
+        config = make_run(spec, index, grid, 0, out).config
+        probe = runtime_probe(config, folder)
+        entry = runtimes.get(_key(probe))
+        runtime = int(entry["bytes"]) if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) else None
+        if runtime is None and measure:
+            progress(f"plan: measuring the runtime's own memory for {shown_grid(grid)} (a run of the toy model)")
+            runtime, measured = _measure_runtime(probe, spec)
+            if runtime is not None:
+                runtimes.put(_key(probe), measured)
+            else:
+                progress(f"plan: the runtime could not be measured: {measured['error']}")
+        planned.append(Planned(index, grid, config, predict(config, runtime)))
+    return planned
+
+
+def unfit_reason(planned: Planned, limit_mb: float | None) -> str | None:
+    """``predicted not to fit: 9.4 GiB > 8 GiB`` for a configuration predicted above the limit; None otherwise."""
+    if limit_mb is None or planned.prediction.fits(limit_mb * MIB) is not False:
+        return None
+    peak = planned.prediction.peak_bytes
+    return f"predicted not to fit: {_gib(peak)} > {_gib(limit_mb * MIB)}"
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / MIB:.0f} MiB"
+
+
+def format_plan(planned: list[Planned], limit_mb: float | None) -> str:
+    """The plan as a table: each configuration's parts, its predicted peak per rank and whether it fits; then what
+    could not be predicted."""
+    from ignite_ddl.trainer.footprint import PARTS
+
+    def mib(value: int | None) -> str:
+        return "-" if not value else f"{value / MIB:.1f}"
+
+    rows = []
+    notes = []
+    for p in planned:
+        pred = p.prediction
+        fits = pred.fits(limit_mb * MIB if limit_mb is not None else None)
+        said = {None: "-", True: "yes", False: "NO"}[fits] if not pred.problem else "?"
+        rows.append([f"cfg{p.index:03d}", p.label, *(mib(pred.parts.get(part)) for part in PARTS)])
+        rows[-1] += [mib(pred.peak_bytes) if pred.peak_bytes else "?", said]
+        if pred.problem:
+            notes.append(f"cfg{p.index:03d}: {pred.problem}")
+        for what in pred.unpredicted:
+            notes.append(f"cfg{p.index:03d}: not predicted: {what}")
+        reason = unfit_reason(p, limit_mb)
+        if reason:
+            notes.append(f"cfg{p.index:03d}: {reason}: a sweep does not launch it (run_unfit: true runs it anyway)")
+    limit = f"memory_limit_mb {limit_mb:g}" if limit_mb is not None else "no memory_limit_mb"
+    head = ["config", "grid", *PARTS, "peak", "fits"]
+    lines = [
+        f"predicted peak memory per rank, MiB ({limit}); parts at the traced peak of one step",
+        format_table(head, rows),
+    ]
+    return "\n".join(lines + notes)
+
+
+def plan_record(planned: list[Planned], limit_mb: float | None) -> MemoryPlan:
+    """The plan as kept in ``plan/plan.json`` and in ``sweep.json``: each configuration's prediction and fit."""
+    return {
+        "memory_limit_mb": limit_mb,
+        "configurations": [
+            {
+                "index": p.index,
+                "grid": p.grid,
+                "prediction": p.prediction.to_dict(),
+                "unfit": unfit_reason(p, limit_mb),
+            }
+            for p in planned
+        ],
+    }
+
+
+def write_plan(planned: list[Planned], out: str | Path, limit_mb: float | None) -> Path:
+    path = Path(out) / "plan" / "plan.json"
+    write_json(path, plan_record(planned, limit_mb))
+    return path
+
+
+def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> Any:
+    """This machine's all-reduce link (alpha, beta) fitted to all-reduces of 2 gloo processes
+    (:func:`~ignite_ddl.projection.inputs.measure_allreduce`), measured once and kept in ``plan/link.json``; None
+    where it could not be measured."""
+    from ignite_ddl.projection import fit_alpha_beta, measure_allreduce
+    from ignite_ddl.projection.model import Link
+
+    folder = Path(out) / "plan"
+    cache = _Cache(folder, "link")
+    entry = cache.get("gloo-2")
+    if not isinstance(entry, dict):
+        progress("plan: measuring this machine's all-reduce (2 gloo processes) for the step-time model")
+        try:
+            sizes, times = measure_allreduce(2, log_dir=str(folder / "link-logs"))
+            link = fit_alpha_beta(sizes, times, 2)
+        except Exception as e:  # a failed measurement leaves the model without communication, said, not fatal
+            progress(f"plan: the all-reduce could not be measured: {type(e).__name__}: {e}")
+            return None
+        entry = {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps, "residual": link.residual, "source": link.source}
+        cache.put("gloo-2", entry)
+    return Link("fitted (this machine)", float(entry["alpha_s"]), float(entry["beta_Bps"]), str(entry["source"]))
+
+
+def fit_step_model(
+    spec: Spec, out: str | Path, records: list[dict[str, Any]], progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """The step-time model (:mod:`ignite_ddl.sweep.steptime`) fitted to the one-process runs recorded so far and to
+    this machine's all-reduce: every configuration's prediction, as kept in ``sweep.json`` (``step_model``)."""
+    from ignite_ddl.report.analysis import analyze
+    from ignite_ddl.sweep.steptime import Observed, predict_steps
+    from ignite_ddl.trainer.footprint import gradient_bytes, world_size
+
+    # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
+    # is still one (the report judges the measurements with its own rules).
+    measured = {c.index: c for c in analyze(records, {"spec": spec.to_dict()}, include_contended=True).configs}
+    observed, grads = [], {}
+    for index, grid in enumerate(configurations(spec)):
+        config = make_run(spec, index, grid, 0, out).config
+        c = measured.get(index)
+        step = low = high = share = None
+        if c is not None and c.throughput.value and c.global_batch:
+            step = c.global_batch / c.throughput.value
+            low = c.global_batch / c.throughput.high if c.throughput.high else None
+            high = c.global_batch / c.throughput.low if c.throughput.low else None
+            total = sum(c.phases.values())
+            share = c.phases.get("backward_compute", 0.0) / total if total else None
+        world = world_size(config)
+        device = c.device_type if c is not None else None
+        observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share))
+        if world > 1:
+            grads[index] = gradient_bytes(config)
+    link = measured_link(out, progress) if grads else None
+    predictions = predict_steps(observed, link, grads)
+    return {
+        "link": None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
+        "configurations": {str(i): p.to_dict() for i, p in sorted(predictions.items())},
+    }

@@ -1,0 +1,129 @@
+"""Step time predicted from a sweep's first round: a cost model fitted to its one-process runs and to this machine's
+all-reduce, predicting every configuration of several processes before its figures are read, with an interval.
+
+**The model.** A configuration's *one-process twin* is the configuration with the same options but one process
+(the layout options, :data:`~ignite_ddl.core.config.LAYOUT_OPTIONS`, aside). Its measured step gives the compute
+per sample ``c`` (seconds per sample of the global batch, with the interval of its throughput). A configuration of
+N processes then takes
+
+- compute ``c x batch`` where the N ranks share the cores one process used (CPU: each rank gets cores / N threads),
+  ``c x batch / N`` where each rank has its own device;
+- DDP: the gradients' exposed all-reduce, DDP's buckets overlapping backward (backward as the twin measured its
+  share of the step; :func:`~ignite_ddl.projection.model.bucketed_exposed_s`), half the bytes with an fp16 / bf16
+  hook; once per optimizer step, whatever the accumulation;
+- FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
+  reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
+
+with the link (alpha, beta) fitted to all-reduces measured on this machine (:func:`~ignite_ddl.projection.inputs.
+measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory). PowerSGD's bytes depend on
+the rank it learns and its first plain iterations: not predicted. The interval is the twin's throughput interval
+carried through the compute term (the link's own fit error is left out: it is small beside run-to-run noise here).
+
+Example:
+    >>> from ignite_ddl.projection.model import Link
+    >>> one = Observed(0, {"nproc_per_node": 1, "batch_size": 64}, 1, "cpu", 0.64, 0.60, 0.70, 0.5)
+    >>> two = Observed(1, {"nproc_per_node": 2, "batch_size": 64, "strategy": "ddp"}, 2, "cpu", None, None, None, None)
+    >>> link = Link("made up", alpha_s=1e-4, beta_Bps=1e9, source="example")
+    >>> p = predict_steps([one, two], link, {1: 4_000_000})[1]
+    >>> round(p.compute_s, 3), round(p.comm_s * 1e3, 3)  # all 4 MB in one bucket, after backward's last gradient
+    (0.64, 4.2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ignite_ddl.core.config import LAYOUT_OPTIONS
+from ignite_ddl.projection.model import Link, bucketed_exposed_s
+
+__all__ = ["Observed", "StepPrediction", "predict_steps"]
+
+MIB = 2**20
+_DEFAULT_BUCKET_MB = 25.0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a configuration's first round measured (``step_s`` None: not measured yet, or not used)."""
+
+    index: int
+    config: dict[str, Any]
+    world_size: int
+    device_type: str | None
+    step_s: float | None  # seconds per optimizer step, from its throughput and global batch
+    low_s: float | None  # its interval's ends (faster, slower)
+    high_s: float | None
+    backward_share: float | None  # backward / step, as its runs timed it
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    index: int
+    step_s: float | None
+    low_s: float | None
+    high_s: float | None
+    compute_s: float | None
+    comm_s: float | None
+    basis: str  # "one-process twin cfgNNN" or why there is no prediction
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_s": self.step_s,
+            "low_s": self.low_s,
+            "high_s": self.high_s,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "basis": self.basis,
+        }
+
+
+def _twin_key(config: dict[str, Any]) -> str:
+    return repr(sorted((k, repr(v)) for k, v in config.items() if k not in LAYOUT_OPTIONS and k != "output_dir"))
+
+
+def predict_steps(observed: list[Observed], link: Link | None, grad_bytes: dict[int, int]) -> dict[int, StepPrediction]:
+    """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
+    ``grad_bytes``: each configuration's gradient bytes (float32)."""
+    twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
+    found = {}
+    for o in observed:
+        if o.world_size == 1:
+            continue
+        twin = twins.get(_twin_key(o.config))
+        if twin is None or twin.step_s is None:
+            found[o.index] = StepPrediction(o.index, None, None, None, None, None, "no one-process twin measured")
+            continue
+        shared = (o.device_type or twin.device_type) in (
+            None,
+            "cpu",
+        )  # CPU ranks split one machine's cores; a GPU rank has its own
+        scale = 1.0 if shared else 1 / o.world_size
+        compute = twin.step_s * scale
+        comm, why = _comm_s(o, link, grad_bytes.get(o.index), compute * (twin.backward_share or 2 / 3))
+        if comm is None:
+            found[o.index] = StepPrediction(o.index, None, None, None, compute, None, why)
+            continue
+        low = (twin.low_s or twin.step_s) * scale + comm
+        high = (twin.high_s or twin.step_s) * scale + comm
+        found[o.index] = StepPrediction(
+            o.index, compute + comm, low, high, compute, comm, f"one-process twin cfg{twin.index:03d}"
+        )
+    return found
+
+
+def _comm_s(o: Observed, link: Link | None, grad_bytes: int | None, backward_s: float) -> tuple[float | None, str]:
+    strategy = o.config.get("strategy", "auto")
+    n = o.world_size
+    if link is None or grad_bytes is None:
+        return None, "no all-reduce measured on this machine" if link is None else "gradient bytes unknown"
+    if strategy == "fsdp":
+        one = (n - 1) * link.alpha_s + (n - 1) / n * grad_bytes / link.beta_Bps
+        accumulate = int(o.config.get("accumulate") or 1)
+        return (2 * accumulate + 1) * one, ""
+    hook = o.config.get("comm_hook", "none")
+    if hook == "powersgd":
+        return None, "PowerSGD's bytes are learnt as it runs: not predicted"
+    nbytes = grad_bytes / 2 if hook in ("fp16", "bf16") else grad_bytes
+    bucket = float(o.config.get("bucket_cap_mb") or _DEFAULT_BUCKET_MB) * MIB
+    return bucketed_exposed_s(backward_s, nbytes, bucket, n, link), ""

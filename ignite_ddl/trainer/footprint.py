@@ -1,0 +1,289 @@
+"""Predicted memory of one rank, before any process starts: the training step traced on fake tensors.
+
+**How.** The model is built, placed as the run's strategy places it, and trained for two optimizer steps with the
+trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its accumulation, autocast and ``no_sync``)
+on the rank's batch, all under ``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a
+model far too large for the machine is traced, not built. PyTorch's own memory trackers follow the trace
+(``torch.distributed._tools``): ``MemTracker`` for one process and DDP, ``FSDPMemTracker`` for FSDP2, which knows
+FSDP's sharded and gathered parameters, its all-gather and reduce-scatter buffers and its mixed-precision copies.
+They were chosen over counting shapes here because they see what the step really allocates (temporaries of the
+backward, Adam's ``foreach`` buffers, the gradients accumulation keeps) and attribute the peak to its parts. FSDP is
+traced on a fake process group of the run's world size (``torch.testing._internal.distributed.fake_pg``, as PyTorch's
+own FSDP memory tests and torchtitan's estimator do), initialised only for the trace and destroyed after it; DDP is
+traced without its wrapper (its C++ reducer allocates outside the trace) and its gradient buckets, one flat copy of
+the gradients that DDP keeps for the whole run, are added (with ``gradient_as_bucket_view`` the gradients *are* the
+buckets and are not counted twice).
+
+**Parts** (bytes, the largest rank's, at the traced peak): ``params`` (parameters and buffers, FSDP's shards and the
+unit it has gathered), ``grads`` (FSDP's reduce-scatter input included), ``optimizer``, ``activations`` (activations
+of one micro-batch, the backward's temporaries, the input batch), ``buckets`` (DDP), ``checkpoint`` (FSDP's rank 0
+gathers the full model and optimizer state to save it: where that moment needs more than the training step, the
+parts are that moment's), ``data`` (the datasets every rank holds in memory), and ``runtime``: what a rank of this
+launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by a run of a
+tiny model and given by the caller (:mod:`ignite_ddl.sweep.forecast` measures it once per machine and caches it).
+
+**What it is not**: the resident set is the tensors *and what the C allocator keeps*. glibc raises its mmap threshold
+(up to 32 MiB) as large blocks are freed, and from then on keeps such blocks in its heaps, per thread; FSDP's
+per-step gathered units and reduce-scatter buffers (and gloo's copies of them, on its own threads) stay resident on
+CPU beyond what the trace counts (measured: an FSDP rank's steps hold 1115 MiB where the same run with
+``MALLOC_MMAP_THRESHOLD_=1048576`` holds 640 MiB, within 3 % of its prediction). The prediction is what the tensors
+need; docs/plan.md states how far the resident peak was from it.
+
+**What is not predicted** is said in ``unpredicted`` instead of being guessed: ``--compile`` (Inductor's compiler and
+its generated code live in the rank's memory, and the compiled graph's buffer reuse is not the eager trace's) and a
+CUDA rank's context and caching allocator (written, never measured here: no GPU).
+
+Example:
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> p = predict(TrainConfig(model="toy", batch_size=8), runtime_bytes=0)
+    >>> p.parts["params"] == (3 * 32 * 32 * 10 + 10 + 10 * 10 + 10) * 4 and p.fits(1 << 30)
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.text import format_bytes
+from ignite_ddl.trainer.data import dataset_info
+from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
+from ignite_ddl.trainer.models import build_model
+from ignite_ddl.trainer.strategies import FSDPStrategy, strategy_for
+
+__all__ = ["PARTS", "Prediction", "data_bytes", "gradient_bytes", "predict", "trace_step", "world_size"]
+
+PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "runtime")
+_STATE_PER_PARAMETER = {"adam": 2, "sgd": 1}  # optimizer state tensors per parameter (SGD: with momentum)
+_TRACED_STEPS = 2  # the second step is the steady one: optimizer state exists, last step's gradients are freed
+
+# The trackers' categories (their enum values), grouped into the parts shown.
+_CATEGORY_PART = {
+    "Parameter": "params",
+    "Buffer": "params",
+    "Sharded Param": "params",
+    "Unsharded Param": "params",
+    "All Gather": "params",
+    "Gradient": "grads",
+    "Sharded Grad": "grads",
+    "Unsharded Grad": "grads",
+    "Reduce Scatter": "grads",
+    "Optstate": "optimizer",
+    "OptState": "optimizer",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Inputs": "activations",
+    "Other": "activations",
+}
+
+# Bytes per sample of the datasets the trainer holds in memory (torchvision keeps CIFAR-10 and MNIST as uint8
+# arrays and their labels as int64 / a list; the synthetic and digits sets are float32 tensors).
+_SET_SIZES = {"digits": (1437, 360), "mnist": (60000, 10000), "cifar10": (50000, 10000)}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration's predicted peak per rank. ``problem`` (``cannot predict: <why>``) replaces the figure
+    where the step could not be traced; ``unpredicted`` names what the figure leaves out."""
+
+    parts: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
+    unpredicted: tuple[str, ...] = ()
+    method: str = ""
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The predicted peak per rank (None: cannot predict)."""
+        return None if self.problem else sum(self.parts.values())
+
+    def fits(self, limit_bytes: float | None) -> bool | None:
+        """Whether the peak is within ``limit_bytes`` (None: no limit, or no prediction)."""
+        peak = self.peak_bytes
+        return None if limit_bytes is None or peak is None else peak <= limit_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "parts": dict(self.parts),
+            "problem": self.problem,
+            "unpredicted": list(self.unpredicted),
+            "method": self.method,
+        }
+
+    def describe(self) -> str:
+        """One line: the peak and its parts, or why there is none."""
+        if self.problem:
+            return self.problem
+        parts = ", ".join(f"{name} {format_bytes(self.parts[name])}" for name in PARTS if self.parts.get(name))
+        text = f"{format_bytes(self.peak_bytes or 0)} ({parts})"
+        return text + "".join(f"; not predicted: {u}" for u in self.unpredicted)
+
+
+def world_size(config: TrainConfig) -> int:
+    return (config.nproc_per_node or 1) * config.nnodes
+
+
+def data_bytes(config: TrainConfig) -> int:
+    """Bytes of the training and validation sets a rank holds in memory (each rank builds both whole)."""
+    info = dataset_info(config)
+    pixels = info.in_channels * info.image_size * info.image_size
+    if config.dataset == "synthetic":
+        return ((config.train_size or 4096) + (config.val_size or 1024)) * (pixels * 4 + 8)
+    train, val = _SET_SIZES[config.dataset]
+    per_sample = pixels * 4 + 8 if config.dataset == "digits" else pixels + 8
+    return (train + val) * per_sample
+
+
+def gradient_bytes(config: TrainConfig) -> int:
+    """Bytes of the model's gradients (one per trainable parameter, in the parameters' dtype), counted on the meta
+    device: nothing is allocated."""
+    info = dataset_info(config)
+    with torch.device("meta"):
+        net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+    return sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
+
+
+def trace_step(config: TrainConfig) -> dict[str, int]:
+    """The parts (bytes) of one rank at the peak of its traced training step (see the module docstring). Raises
+    whatever the trace raises: a model that cannot run on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    world = world_size(config)
+    strategy = strategy_for(config.strategy, world)
+    info = dataset_info(config)
+    per_rank = config.batch_size // world
+    if per_rank < config.accumulate:
+        raise ConfigError(f"a rank's batch of {per_rank} cannot be split into {config.accumulate} micro-batches")
+    sharded = strategy.name == "fsdp"
+    with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, FakeTensorMode():
+        model: nn.Module = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        if config.channels_last:  # as the trainer lays the model and its batches out
+            model = model.to(memory_format=torch.channels_last)
+        no_sync: Any = contextlib.nullcontext
+        if sharded:
+            fsdp = FSDPStrategy()
+            model = fsdp.shard(model, config, mesh)
+            no_sync = lambda: fsdp.no_sync(model)  # noqa: E731 - as the trainer calls it
+        optimizer = build_optimizer(model, config)
+        criterion = nn.CrossEntropyLoss()
+        x = torch.empty(per_rank, info.in_channels, info.image_size, info.image_size)
+        if config.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = torch.zeros(per_rank, dtype=torch.long)
+        tracker = _tracker(model, optimizer, x, y, sharded)
+        with tracker:
+            for _ in range(_TRACED_STEPS):
+                # The trackers follow one forward per module between resets: reset after each micro-batch (their
+                # peak is kept across resets).
+                optimizer_step(
+                    model, optimizer, criterion, x, y, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
+                )
+        snapshot = tracker.get_tracker_snapshot("peak")
+    parts = dict.fromkeys(("params", "grads", "optimizer", "activations"), 0)
+    for device_parts in snapshot.values():
+        for category, nbytes in device_parts.items():
+            name = _CATEGORY_PART.get(getattr(category, "value", str(category)))
+            if name is not None:
+                parts[name] += int(nbytes)
+    return parts
+
+
+def _resetting(tracker: Any) -> Any:
+    def mark(phase: str) -> None:
+        if phase in ("backward", "optimizer"):
+            tracker.reset_mod_stats()
+
+    return mark
+
+
+def _tracker(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, sharded: bool
+) -> Any:
+    if sharded:
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+        fsdp = FSDPMemTracker(model, optimizer)
+        fsdp.track_inputs((x, y))
+        return fsdp
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    plain = MemTracker()
+    plain.track_external(model, optimizer, x, y)
+    return plain
+
+
+@contextlib.contextmanager
+def _fake_group(world: int) -> Iterator[Any]:
+    """A fake process group of ``world`` ranks (this process rank 0) and its device mesh, made outside the fake
+    tensor mode (the mesh reads real tensors), destroyed after the trace."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise ConfigError("an FSDP step is traced on a fake process group: predict outside a distributed run")
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        yield init_device_mesh("cpu", (world,))
+    finally:
+        dist.destroy_process_group()
+
+
+def _checkpoint_phase(config: TrainConfig, step: dict[str, int]) -> dict[str, int]:
+    """FSDP's rank 0 while it saves a checkpoint: it gathers the full model and optimizer state (the strategy's
+    ``full_state_dict``, offloaded to CPU) beside its shards, held between steps. The parts of that moment where it
+    needs more than the training step, else ``step``'s."""
+    full = gradient_bytes(config)
+    states = _STATE_PER_PARAMETER.get(config.optimizer, 0) if config.optimizer != "sgd" or config.momentum else 0
+    world = world_size(config)
+    shards = {"params": full // world, "grads": full // world, "optimizer": states * full // world}
+    saving = {**shards, "activations": 0, "buckets": 0, "checkpoint": full * (1 + states)}
+    return saving if sum(saving.values()) > sum(step.values()) else {**step, "checkpoint": 0}
+
+
+def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
+    """``config``'s predicted peak per rank: the traced step, DDP's buckets, the datasets and ``runtime_bytes``
+    (None: the runtime is not known, so neither is the peak). A model that cannot be traced gets ``problem``."""
+    unpredicted = []
+    if config.compile:
+        unpredicted.append("--compile (Inductor's own memory and the compiled graph's buffers; traced eagerly)")
+    if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
+        unpredicted.append("the CUDA context and caching allocator (unverified: never measured on a GPU here)")
+    method = "FSDPMemTracker" if strategy_for(config.strategy, world_size(config)).name == "fsdp" else "MemTracker"
+    if config.workload:  # its function builds a real model and data when called: not called here
+        return Prediction(
+            problem="cannot predict: a workload (--workload) is built by its own function, which the plan does not "
+            "call; activation checkpointing (workloads only) is not traced either",
+            method=method,
+        )
+    try:
+        parts = trace_step(config)
+    except Exception as e:  # any failure of the trace is this model's: it is listed, with why
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        why = f"{type(e).__name__}: {text}"
+        if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+            why = f"the model reads a tensor's value ({text}), which a trace on fake tensors (no data) cannot follow"
+        return Prediction(problem=f"cannot predict: {why}"[:300], method=method)
+    strategy = strategy_for(config.strategy, world_size(config)).name
+    parts["buckets"] = 0
+    if strategy == "ddp":
+        # DDP's flat bucket buffers, one copy of every gradient (float32: DDP reduces the parameters' dtype).
+        parts["buckets"] = gradient_bytes(config)
+        if config.gradient_as_bucket_view:
+            parts["grads"] = 0  # the gradients are views of the buckets
+    if strategy == "fsdp" and config.checkpoints:
+        parts = _checkpoint_phase(config, parts)
+    parts["data"] = data_bytes(config)
+    if runtime_bytes is None:
+        return Prediction(
+            parts, "cannot predict: the runtime's own memory was not measured", tuple(unpredicted), method
+        )
+    parts["runtime"] = runtime_bytes
+    return Prediction(parts, None, tuple(unpredicted), method)
