@@ -28,7 +28,7 @@ the straggler is the rank whose own time is largest; its figure is that time ove
 With a communication timer (:class:`~ignite_ddl.measure.comm.CommTimer`, DDP only) each row also holds the step's
 gradient communication and each bucket's all-reduce as a span from its gradients being ready to its reduction being
 done, in ms after the step's start on the same clock as the step's phases (``bucket_spans_ms``, see
-:func:`bucket_spans`).
+:func:`~ignite_ddl.core.steps_csv.format_bucket_spans`).
 
 Example:
     >>> import torch
@@ -54,7 +54,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
-from ignite_ddl.core.outputs import write_csv, writing
+from ignite_ddl.core.steps_csv import PHASES, STEP_COLUMNS, format_bucket_spans, write_steps
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.comm import NO_COMM, CommTimer, waits
@@ -65,29 +65,12 @@ from ignite_ddl.measure.steady import mser5
 __all__ = [
     "COLUMNS",
     "StepRecorder",
-    "bucket_spans",
     "format_steps",
     "wait_sentence",
 ]
 
-_PHASES = ("forward", "backward", "optimizer")
-_COMM_COLUMNS = ("comm_s", "exposed_comm_s", "comm_bytes", "buckets")
-COLUMNS = (
-    "iteration",
-    "epoch",
-    "warmup",
-    "data_s",
-    "step_s",
-    *(f"{p}_s" for p in _PHASES),
-    "iter_s",
-    "samples",
-    *_COMM_COLUMNS,
-    "handlers_s",
-    "micro_steps",
-    "memory_bytes",
-    "compiled",
-    "bucket_spans_ms",  # last, so that a reader of the earlier columns by position still reads them
-)
+_PHASES = PHASES
+COLUMNS = STEP_COLUMNS  # the CSV's columns, declared with its reader and writer (core.steps_csv)
 _WARMUP, _ITER_S, _COMPILED = COLUMNS.index("warmup"), COLUMNS.index("iter_s"), COLUMNS.index("compiled")
 
 
@@ -207,7 +190,7 @@ class StepRecorder:
                 self.micro_steps,
                 self.memory() if self.memory is not None else "",
                 int(compiled),
-                bucket_spans(comm.spans),
+                format_bucket_spans(comm.spans),
             )
         )
         self._last_end = (state.epoch, time.perf_counter())
@@ -288,22 +271,8 @@ class StepRecorder:
         }
 
     def write_csv(self, path: str | Path) -> None:
-        """All iterations of this rank, warm-up included (flagged), one row each."""
-        path = Path(path)
-        with writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        blank_nan = (("" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in self.rows)
-        write_csv(path, COLUMNS, blank_nan)
-
-
-def bucket_spans(spans: Sequence[tuple[float, float]]) -> str:
-    """A step's buckets' (ready, done) seconds after its start as the ``bucket_spans_ms`` cell: ``ready-done`` in ms
-    per bucket, ``;`` between buckets, in ready order; blank where nothing was timed.
-
-    >>> bucket_spans([(0.0211, 0.0234), (0.0225, 0.025)])
-    '21.100-23.400;22.500-25.000'
-    """
-    return ";".join(f"{1e3 * ready:.3f}-{1e3 * done:.3f}" for ready, done in spans)
+        """All iterations of this rank, warm-up included (flagged), one row each (:func:`write_steps`)."""
+        write_steps(path, self.rows)
 
 
 def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> dict[str, Any]:

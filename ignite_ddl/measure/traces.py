@@ -53,7 +53,6 @@ Example (one step of a hand-made trace; times in microseconds):
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 import math
@@ -63,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.core.text import format_table
 
 __all__ = [
@@ -255,21 +255,16 @@ def _cuda_steps(
 
 
 def read_step_rows(path: str | Path) -> list[dict[str, float]]:
-    """``steps_rank<r>.csv`` as the comparison needs it: iteration, comm_s and exposed_comm_s of each row as
-    numbers (a blank cell, a figure not measured, as NaN)."""
-
-    def number(cell: str | None) -> float:
-        return float(cell) if cell not in (None, "") else math.nan
-
-    with open(path, newline="") as f:
-        return [
-            {
-                "iteration": int(r["iteration"]),
-                "comm_s": number(r.get("comm_s")),
-                "exposed_comm_s": number(r.get("exposed_comm_s")),
-            }
-            for r in csv.DictReader(f)
-        ]
+    """``steps_rank<r>.csv`` as the comparison needs it (:func:`~ignite_ddl.core.steps_csv.read_steps`): iteration,
+    comm_s and exposed_comm_s of each row as numbers (a blank cell, a figure not measured, as NaN)."""
+    return [
+        {
+            "iteration": r["iteration"],
+            "comm_s": math.nan if r["comm_s"] is None else r["comm_s"],
+            "exposed_comm_s": math.nan if r["exposed_comm_s"] is None else r["exposed_comm_s"],
+        }
+        for r in read_steps(path)
+    ]
 
 
 def compare_with_steps(

@@ -4,13 +4,12 @@ picture, not a sweep's plot: :mod:`.plots` draws those)."""
 
 from __future__ import annotations
 
-import csv
-import re
 from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.figures import pyplot
 from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.report.model import PHASE_COLOURS
 from ignite_ddl.report.plots import FONT, TITLE_FONT
 
@@ -28,30 +27,6 @@ DDP_PARTS = (  # a step's parts in the order they happen, as steps_rank<r>.csv r
 )
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _number(row: dict[str, str], key: str) -> float | None:
-    value = row.get(key)
-    return float(value) if value not in (None, "") else None
-
-
-def _bucket_spans(cell: str | None) -> list[tuple[float, float]]:
-    """A ``bucket_spans_ms`` cell (``ready-done;ready-done``, ms after the step's start) as (ready, done) seconds;
-    [] for a blank cell or a CSV written before the column existed."""
-    spans = []
-    for part in (cell or "").split(";"):
-        if not part.strip():
-            continue
-        match = re.fullmatch(r"\s*(-?[0-9.]+)-(-?[0-9.]+)\s*", part)
-        if match is None:
-            raise ValueError(f"not a bucket's span in ms (ready-done): {part!r}")
-        spans.append((float(match[1]) / 1e3, float(match[2]) / 1e3))
-    return spans
-
-
 def ddp_step(run_dir: str | Path, iteration: int | None = None) -> dict[str, Any]:
     """One measured step of a DDP run, on every rank, as its ``steps_rank<r>.csv`` recorded it: ``iteration`` (by
     default the measured iteration whose step time on rank 0 is the median) and, per rank, the seconds of data wait,
@@ -63,26 +38,26 @@ def ddp_step(run_dir: str | Path, iteration: int | None = None) -> dict[str, Any
     paths = sorted(run.glob("steps_rank*.csv"), key=lambda p: int(p.stem.removeprefix("steps_rank")))
     if len(paths) < 2:
         raise ValueError(f"{run} has {len(paths)} steps_rank<r>.csv file(s): a DDP step needs a run of 2+ processes")
-    ranks = [_csv_rows(p) for p in paths]
-    timed = [r for r in ranks[0] if r["warmup"] == "0" and _number(r, "comm_s") is not None]
+    ranks = [read_steps(p) for p in paths]
+    timed = [r for r in ranks[0] if not r["warmup"] and r["comm_s"] is not None]
     if not timed:
         raise ValueError(
             f"{run} recorded no communication times for its measured steps (run it with --comm-timing, and more "
             "iterations than --warmup-iters)"
         )
     if iteration is None:
-        ordered = sorted(timed, key=lambda r: float(r["step_s"]))
+        ordered = sorted(timed, key=lambda r: r["step_s"])
         iteration = int(ordered[(len(ordered) - 1) // 2]["iteration"])
     per_rank = []
     for rank, rows in enumerate(ranks):
-        row = next((r for r in rows if int(r["iteration"]) == iteration), None)
-        if row is None or _number(row, "comm_s") is None:
+        row = next((r for r in rows if r["iteration"] == iteration), None)
+        if row is None or row["comm_s"] is None:
             raise ValueError(f"{run}: rank {rank} has no timed iteration {iteration}")
-        figures = {k: _number(row, k) or 0.0 for k in ("data_s", "step_s", "forward_s", "backward_s", "optimizer_s")}
-        comm, exposed = _number(row, "comm_s") or 0.0, _number(row, "exposed_comm_s") or 0.0
+        figures = {k: row[k] or 0.0 for k in ("data_s", "step_s", "forward_s", "backward_s", "optimizer_s")}
+        comm, exposed = row["comm_s"] or 0.0, row["exposed_comm_s"] or 0.0
         figures |= {"comm_s": comm, "exposed_comm_s": exposed, "backward_compute_s": figures["backward_s"] - exposed}
-        figures |= {"buckets": int(float(row["buckets"] or 0)), "comm_bytes": float(row["comm_bytes"] or 0)}
-        per_rank.append({**figures, "bucket_spans": _bucket_spans(row.get("bucket_spans_ms"))})
+        figures |= {"buckets": row["buckets"] or 0, "comm_bytes": float(row["comm_bytes"] or 0)}
+        per_rank.append({**figures, "bucket_spans": row["bucket_spans_ms"]})
     return {"iteration": iteration, "ranks": per_rank}
 
 

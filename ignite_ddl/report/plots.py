@@ -8,7 +8,6 @@ grow with what they show, and every figure uses constrained layout so titles and
 
 from __future__ import annotations
 
-import csv
 import math
 import textwrap
 from collections import defaultdict
@@ -18,6 +17,7 @@ from typing import Any, cast
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
+from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.report.model import MIB, PHASE_COLOURS, STEP_PARTS, Analysis, ConfigResult, RunResult
 from ignite_ddl.report.stats import Estimate, mean_interval
 
@@ -433,8 +433,7 @@ def _rank_times(config: ConfigResult) -> tuple[RunResult, list[list[float]]] | N
         path = Path(run.run_dir) / f"steps_rank{rank}.csv"
         if not path.is_file():
             return None
-        with open(path) as f:
-            per_rank.append([1e3 * float(r["step_s"]) for r in csv.DictReader(f) if r["warmup"] == "0"])
+        per_rank.append([1e3 * r["step_s"] for r in read_steps(path) if not r["warmup"] and r["step_s"] is not None])
     return run, per_rank
 
 
