@@ -64,3 +64,31 @@ def test_help_leaves_nothing_in_the_temporary_folder(tmp_path, command):
     result = run([sys.executable, *command], env={"TMPDIR": str(scratch)}, cwd=ROOT, timeout=120)
     assert result.returncode == 0 and "usage" in result.stdout, result.stderr
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_signal_while_a_sweep_waits_for_a_quiet_machine_ends_it_cleanly(tmp_path):
+    """A sweep waiting for a busy machine to quieten (a CPU burner beside it) is stopped by SIGTERM: one line,
+    exit 143, no scratch folder left, no run started."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    cmd = [sys.executable, "-m", "ignite_ddl", "sweep", "--grid", "seed=1", "--on-busy", "wait", "--wait-quiet", "300"]
+    cmd += ["--contention-threshold", "0.01", "--no-report", "--output-dir", str(tmp_path / "sweep")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(scratch)}, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("the machine is busy"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        burner.kill()
+        burner.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "ignite-ddl: interrupted by SIGTERM: stopped"
+    assert list(scratch.iterdir()) == [] and not (tmp_path / "sweep" / "runs").exists()
