@@ -260,6 +260,23 @@ def changed_flags(options: Options, group: type[Options], names: tuple[str, ...]
     return flags
 
 
+# Built-in workloads by short name: what --workload gpt stands for.
+BUILT_IN = {"gpt": "ignite_ddl.trainer.gpt:make"}
+
+
+def resolve(path: str) -> tuple[str, str]:
+    """``(module, function)`` of a workload path: ``package.module:function`` or a built-in name. Checked with the
+    other options, so a malformed path is refused before anything is imported or started."""
+    text = BUILT_IN.get(path.strip(), path.strip())
+    module, sep, function = text.partition(":")
+    if not sep or not all(part.isidentifier() for part in module.split(".")) or not function.isidentifier():
+        raise ConfigError(
+            f"workload '{path}' is not module:function (e.g. my_project.bench:make) nor a built-in workload "
+            f"({', '.join(BUILT_IN)})"
+        )
+    return module, function
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
     """Everything one training run needs. ``batch_size`` is the *global* batch, split across all ranks. The
@@ -489,6 +506,8 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
             raise ConfigError("early_stopping needs evaluations to compare: set eval_every to 1 or more")
         if self.workload is not None and not self.workload.strip():
             raise ConfigError("workload must not be empty (package.module:function, or gpt)")
+        if self.workload is not None:
+            resolve(self.workload)
         if self.workload_args and self.workload is None:
             raise ConfigError("workload_args are the arguments of a --workload's function: name the workload")
         keys: list[Any] = list(self.workload_args)  # from YAML: keys of any type

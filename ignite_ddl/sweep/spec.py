@@ -499,7 +499,9 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     values["slurm"] = data.get("slurm") or {}
     # 'search: {}' still asks for a search (and is told it needs a budget); absent or null, the grid is enumerated.
     search = data.get("search")
-    values["search"] = {"sampler": "tpe", **search} if isinstance(search, dict) else search or {}
+    if search is not None and not isinstance(search, dict):
+        raise ConfigError(f"search is a mapping (sampler, budget_runs, budget_s, seed), got {search!r:.40}")
+    values["search"] = {"sampler": "tpe", **search} if isinstance(search, dict) else {}
     specs = option_specs(Spec)
     repeats = values.get("repeats")
     # adaptive: the first rounds are the minimum, the rest are decided as they go ('auto ' as --repeats reads it)

@@ -50,7 +50,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.config import BUILT_IN, TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.measure.flops import FlopCount, count_step_flops
 
@@ -64,9 +64,6 @@ __all__ = [
     "load_workload",
     "resolve",
 ]
-
-# Built-in workloads by short name: what --workload gpt stands for.
-BUILT_IN = {"gpt": "ignite_ddl.trainer.gpt:make"}
 
 
 def _first_length(batch: Any) -> int:
@@ -159,18 +156,6 @@ class Loaded:
             "blocks": len(w.blocks),
             "flops_source": "workload" if w.flops is not None else "counted",
         }
-
-
-def resolve(path: str) -> tuple[str, str]:
-    """``(module, function)`` of a workload path: ``package.module:function`` or a built-in name."""
-    text = BUILT_IN.get(path.strip(), path.strip())
-    module, sep, function = text.partition(":")
-    if not sep or not module or not function or not function.isidentifier():
-        raise ConfigError(
-            f"workload '{path}' is not module:function (e.g. my_project.bench:make) nor a built-in workload "
-            f"({', '.join(BUILT_IN)})"
-        )
-    return module, function
 
 
 def search_path(config: TrainConfig) -> list[str]:
