@@ -200,3 +200,25 @@ def test_gpt_flops_formula_agrees_with_the_flop_counter():
     recompute = 2 * 2 * 64 * 64 * 64  # 2 L T d per token, 64 tokens
     assert counted.backward - formula.backward == pytest.approx(recompute, rel=1e-6)
     assert torch.isfinite(torch.tensor(counted.total))
+
+
+def test_a_workload_argument_axis_is_the_column_that_tells_workloads_apart():
+    """Two widths of one workload are two workloads; the grid's workload_args.width column already says which a row
+    is, so the decision table has no workload column, and the workload's name leaves out the unused model."""
+    from test_report import record
+
+    from ignite_ddl.report import analyze
+    from ignite_ddl.report.tables import decision_table
+
+    records = [
+        record(
+            i, r, v,
+            config={"workload": "gpt", "workload_args": {"d_model": width, "n_layer": 2}},
+            grid={"workload_args.d_model": width},
+        )
+        for i, width in enumerate([64, 128]) for r, v in enumerate([99, 100, 101])
+    ]  # fmt: skip
+    analysis = analyze(records)
+    assert len(analysis.verdicts) == 2 and not any(v.workload.startswith("model=") for v in analysis.verdicts)
+    header, rows = decision_table(analysis)
+    assert "workload" not in header and "workload_args.d_model" in header and len(rows[0]) == len(header)

@@ -84,7 +84,9 @@ def _workload_column(analysis: Analysis, grid_keys: list[str]) -> bool:
     axes = analysis.workload_axes
     varying = {a for a in axes if len({repr(c.config.get(a)) for c in analysis.configs}) > 1}
     by_options = {tuple(repr(c.config.get(a)) for a in axes) for c in analysis.configs}
-    return not varying <= set(grid_keys) or len({c.workload for c in analysis.configs}) > len(by_options)
+    # workload_args.KEY axes show how workload_args varies: its other arguments are the spec's base, everywhere alike
+    shown = set(grid_keys) | {"workload_args" for k in grid_keys if k.startswith("workload_args.")}
+    return not varying <= shown or len({c.workload for c in analysis.configs}) > len(by_options)
 
 
 def _efficiency_cell(c: ConfigResult) -> str:
