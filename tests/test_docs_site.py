@@ -47,10 +47,13 @@ def test_every_package_has_an_api_page():
 
 
 def test_every_navigation_entry_is_a_page():
-    """Pages outside the navigation still build (reached by their links); an entry without its page fails."""
+    """Pages outside the navigation still build (reached by their links); an entry without its page, or a page listed
+    twice, fails."""
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} | {"index.md"}
-    missing = set(_nav_pages(_config()["nav"])) - pages
+    nav = _nav_pages(_config()["nav"])
+    missing, twice = set(nav) - pages, {page for page in nav if nav.count(page) > 1}
     assert {"index.md", "results.md", "api/core.md"} <= pages and not missing, f"nav entries without a page: {missing}"
+    assert not twice, f"pages listed twice in the navigation: {twice}"
 
 
 def test_readme_links_resolve_on_the_site():
