@@ -459,7 +459,8 @@ def test_projection_inputs_are_refused_in_one_line_naming_the_flag(tmp_path, cap
     "summary, said",
     [
         ([1, 2], "its summary.json is not a run's (a JSON list)"),
-        ({"world_size": 1, "steps": [1]}, "is not a run's (a field missing or of another type: AttributeError)"),
+        ({"world_size": 1, "steps": [1]}, "its summary.json is not a run's (steps: expected an object, got list)"),
+        ({"world_size": 1, "steps": {"ranks": []}}, "has no per-phase step times"),
         ({"world_size": 2}, "ran 2 processes: a projection starts from a 1-process run"),
     ],
 )

@@ -22,11 +22,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.runfiles import read_summary
 from ignite_ddl.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
 
 __all__ = [
@@ -65,16 +66,19 @@ def compute_from_run(run_dir: str | Path) -> Compute:
     gradient bytes of its model."""
     run_dir = Path(run_dir)
     try:
-        summary, config = read_json(run_dir / "summary.json"), read_json(run_dir / "config.json")
+        summary, config = read_summary(run_dir), read_json(run_dir / "config.json")
     except FileNotFoundError as e:
         raise ConfigError(f"{run_dir} is not a finished run: {Path(e.filename).name} is missing") from None
-    except ValueError as e:
-        raise ConfigError(f"{run_dir}: cannot read its summary ({e})") from None
-    for name, data in (("summary.json", summary), ("config.json", config)):
+    except ValueError as e:  # read_summary says which file and why; a config.json that is not JSON, here
+        said = str(e)
+        raise ConfigError(
+            f"--run {run_dir}: {said}" if said.startswith("its ") else f"{run_dir}: cannot read its summary ({e})"
+        ) from None
+    for name, data in (("config.json", config),):
         if not isinstance(data, dict):  # a file of that name that no run wrote
             raise ConfigError(f"--run {run_dir}: its {name} is not a run's (a JSON {type(data).__name__})")
     try:
-        return _compute_of(run_dir, summary, config)
+        return _compute_of(run_dir, cast(dict[str, Any], summary), config)
     except ConfigError:  # a ValueError too: said already
         raise
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as e:  # a field missing or of another type
@@ -133,11 +137,12 @@ def run_warning(run_dir: str | Path, threshold: float | None = None) -> str | No
 
     threshold = CONTENTION_THRESHOLD if threshold is None else threshold
     try:
-        summary = read_json(Path(run_dir) / "summary.json")
+        summary = read_summary(run_dir)
     except (OSError, ValueError):
         return None  # compute_from_run says what is wrong with the folder
     reasons = []
-    share = (summary.get("contention") or {}).get("foreign_cpu_share")
+    contention = summary.get("contention")
+    share = contention.get("foreign_cpu_share") if contention else None
     if isinstance(share, (int, float)) and share > threshold:
         reasons.append(
             f"under contention (other processes used {share:.0%} of the CPUs, above {threshold:.0%}: its step "

@@ -9,6 +9,7 @@ from typing import Any
 
 from ignite_ddl.core.figures import pyplot
 from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.runfiles import SUMMARY_FILE, read_summary
 from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.report.model import PHASE_COLOURS
 from ignite_ddl.report.plots import FONT, TITLE_FONT
@@ -79,7 +80,7 @@ def ddp_diagram(run_dir: str | Path, iteration: int | None = None) -> Any:
     ranks = step["ranks"]
     world = len(ranks)
     config = read_json(run / "config.json").get("config", {}) if (run / "config.json").is_file() else {}
-    summary = read_json(run / "summary.json") if (run / "summary.json").is_file() else {}
+    summary: dict[str, Any] = dict(read_summary(run)) if (run / SUMMARY_FILE).is_file() else {}
     per_rank_batch = (summary.get("batch") or {}).get("per_rank")
     buckets, nbytes = ranks[0]["buckets"], ranks[0]["comm_bytes"]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.runfiles import SUMMARY_FILE, read_summary
 from ignite_ddl.core.schema import RunRecord
 from ignite_ddl.launcher.processes import out_of_memory
 from ignite_ddl.sweep.plan import Run
@@ -45,11 +45,15 @@ def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
 def finish_record(record: RunRecord, threshold: float) -> RunRecord:
     """Complete a run's record from its folder: its summary if it ended well, else why it did not."""
     code, run_dir = record["exit_code"], Path(record["run_dir"])
-    summary_path = run_dir / "summary.json"
-    if code == 0 and summary_path.is_file():
-        summary = read_json(summary_path)
-        share = (summary.get("contention") or {}).get("foreign_cpu_share") or 0.0
-        gpu = (summary.get("contention") or {}).get("foreign_gpu_share") or 0.0
+    if code == 0 and (run_dir / SUMMARY_FILE).is_file():
+        try:
+            summary = read_summary(run_dir)
+        except ValueError as e:  # a run that exited well and left a summary no run writes
+            record.update({"status": "failed", "error": f"{run_dir}: {e}"})
+            return record
+        contention = summary.get("contention")
+        share = (contention.get("foreign_cpu_share") if contention else None) or 0.0
+        gpu = (contention.get("foreign_gpu_share") if contention else None) or 0.0
         record.update({"summary": summary, "contended": max(share, gpu) > threshold})
         return record
     if record["status"] == "completed":

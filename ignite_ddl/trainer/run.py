@@ -39,6 +39,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.folders import claim_run_folder, lock
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
+from ignite_ddl.core.runfiles import write_summary
 from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary, WorkloadInfo
 from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
@@ -431,7 +432,7 @@ def _finish(
     if loaded is not None:
         summary["model"] = summary["dataset"] = loaded.path
     if idist.get_rank() == 0:
-        write_json(out / "summary.json", summary)
+        write_summary(out, summary)
         if handlers.tracker is not None:
             handlers.tracker.finish(summary)
         if steps is not None:
