@@ -122,8 +122,13 @@ def test_config_from_dict_refuses_unknown_keys_and_types():
         (["--grid", "nproc_per_node=2,1", "--set", "strategy=fsdp"], "strategy fsdp needs 2 or more processes"),
         (["--grid", "accumulate=1,2", "--set", "static_graph=true"], "--static-graph cannot be combined"),
         (["--grid", "batch_size=64,30", "--set", "nproc_per_node=2", "--set", "accumulate=2"], "make it a multiple"),
+        (
+            ["--grid", "powersgd_start_iter=2,6", "--set", "comm_hook=powersgd", "--set", "nproc_per_node=2"]
+            + ["--set", "batch_size=32"],
+            "it would measure no compressed step",
+        ),
     ],
-    ids=["fsdp-one-process", "static-graph-accumulate", "batch-split"],
+    ids=["fsdp-one-process", "static-graph-accumulate", "batch-split", "powersgd-window"],
 )
 def test_a_sweep_refuses_a_configuration_invalid_on_any_machine_before_its_first_run(tmp_path, grid, said):
     out = tmp_path / "sweep"

@@ -635,7 +635,6 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     check_arrangement(config, plan.world_size, plan.backend)
     if config.compile:
         check_compile(plan.backend, plan.cuda_devices)
-    _check_steady_window(config, plan.world_size)
     _check_writable(Path(config.output_dir))
 
 
@@ -663,6 +662,7 @@ def check_arrangement(config: TrainConfig, world_size: int, backend: str | None 
             f"batch_size is the global batch per optimizer step: {config.batch_size} cannot be split into "
             f"{world_size} process(es) x {config.accumulate} micro-batches (make it a multiple of {micro})"
         )
+    _check_steady_window(config, world_size)
 
 
 def _check_writable(path: Path) -> None:
