@@ -62,6 +62,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
+from ignite_ddl.core.schema import CommWait
 from ignite_ddl.measure.clock import device_synchronizer
 
 __all__ = ["NO_COMM", "CommTimer", "Hook", "StepComm", "allreduce", "summarize", "time_allreduce", "waits"]
@@ -253,7 +254,7 @@ def time_allreduce(nbytes: int, dtype: torch.dtype, device: torch.device, iters:
     return statistics.median(seconds)
 
 
-def waits(exposed_s: list[float]) -> dict[str, Any] | None:
+def waits(exposed_s: list[float]) -> CommWait | None:
     """Who waits for whom, from each rank's mean exposed communication per step (seconds, in rank order).
 
     The rank with the least exposed communication is the one the others wait for: its last bucket is the last to

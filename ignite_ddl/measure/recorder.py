@@ -47,13 +47,14 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
+from ignite_ddl.core.schema import CommWait, CompileStats, GlobalStats, SteadyState, Straggler
 from ignite_ddl.core.steps_csv import PHASES, STEP_COLUMNS, format_bucket_spans, write_steps
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
@@ -246,7 +247,7 @@ class StepRecorder:
         first = next((r[0] for r in self.rows if not r[_WARMUP] and not r[_COMPILED] and r[0] > since_iteration), None)
         return sum(1 for r in self.rows if start < r[0] and (first is None or r[0] < first))
 
-    def _compile_record(self) -> dict[str, Any] | None:
+    def _compile_record(self) -> CompileStats | None:
         """Collective: what compilation cost (None for a model not compiled): the iterations that compiled, the
         time they took beyond a steady iteration (the slowest rank's), the recompilations and their reasons."""
         if self.compile_watch is None:
@@ -262,20 +263,21 @@ class StepRecorder:
             "reasons": distinct(self.recompile_reasons),
         }
         parts = gather_objects(local)
-        return {
+        record: CompileStats = {
             "compile_s": max(p["compile_s"] for p in parts),
             "compile_s_per_rank": [p["compile_s"] for p in parts],
             "iterations": sorted({i for p in parts for i in p["iterations"]}),
             "recompilations": max(p["recompilations"] for p in parts),
             "reasons": next((p["reasons"] for p in parts if p["reasons"]), []),
         }
+        return record
 
     def write_csv(self, path: str | Path) -> None:
         """All iterations of this rank, warm-up included (flagged), one row each (:func:`write_steps`)."""
         write_steps(path, self.rows)
 
 
-def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> dict[str, Any]:
+def _steady_record(fixed: int, detection: list[dict[str, Any]], excluded: int) -> SteadyState:
     """How the measured window was found: the fixed warm-up, what MSER-5 cut on each rank, and whether every rank
     settled."""
     return {
@@ -351,14 +353,18 @@ def _comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: 
     }
 
 
-def _combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+# The figures over all ranks, as StepStats holds them ("global" is a keyword: the functional form).
+_Combined = TypedDict("_Combined", {"global": GlobalStats, "straggler": Straggler | None, "comm_wait": CommWait | None})
+
+
+def _combine(ranks: list[dict[str, Any]]) -> _Combined:
     """Global figures from all ranks' statistics."""
     samples = sum(r["samples"] for r in ranks)
     window = max((r["window_s"] for r in ranks), default=0.0)
     all_steps = [t for r in ranks for t in r["step_times"]]
     p50, p90, p99 = _quantiles(all_steps, (0.5, 0.9, 0.99))
     own = [r["own_s_mean"] for r in ranks]
-    straggler = None
+    straggler: Straggler | None = None
     if len(own) > 1 and not any(math.isnan(o) for o in own):
         slowest = max(range(len(ranks)), key=lambda i: own[i])
         median = statistics.median(own)
@@ -368,22 +374,23 @@ def _combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
             "median_own_s_mean": median,
             "ratio": own[slowest] / median if median > 0 else math.nan,
         }
+    figures: GlobalStats = {
+        "samples": samples,
+        "window_s": window,
+        "samples_per_s": samples / window if window > 0 else math.nan,
+        # every rank takes the same optimizer steps: the fewest measured, over the slowest rank's window
+        "optimizer_steps_per_s": min(r["iterations"] for r in ranks) / window if window > 0 else math.nan,
+        "step_s_p50": p50,
+        "step_s_p90": p90,
+        "step_s_p99": p99,
+        "data_share": _mean([r["data_share"] for r in ranks]),
+        "comm_s_mean": _mean([r.get("comm_s_mean", math.nan) for r in ranks]),
+        "exposed_comm_s_mean": _mean([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
+        "overlap": _mean([r.get("overlap", math.nan) for r in ranks]),
+        "busbw_Bps": _mean([r.get("busbw_Bps", math.nan) for r in ranks]),
+    }
     return {
-        "global": {
-            "samples": samples,
-            "window_s": window,
-            "samples_per_s": samples / window if window > 0 else math.nan,
-            # every rank takes the same optimizer steps: the fewest measured, over the slowest rank's window
-            "optimizer_steps_per_s": min(r["iterations"] for r in ranks) / window if window > 0 else math.nan,
-            "step_s_p50": p50,
-            "step_s_p90": p90,
-            "step_s_p99": p99,
-            "data_share": _mean([r["data_share"] for r in ranks]),
-            "comm_s_mean": _mean([r.get("comm_s_mean", math.nan) for r in ranks]),
-            "exposed_comm_s_mean": _mean([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
-            "overlap": _mean([r.get("overlap", math.nan) for r in ranks]),
-            "busbw_Bps": _mean([r.get("busbw_Bps", math.nan) for r in ranks]),
-        },
+        "global": figures,
         "straggler": straggler,
         # Who waits for whom inside the all-reduce: the fast ranks' extra exposed communication (measure.comm).
         "comm_wait": waits([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
