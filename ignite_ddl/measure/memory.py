@@ -37,7 +37,7 @@ import resource
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -46,6 +46,7 @@ from torch.distributed.tensor import DTensor
 from ignite_ddl.core.errors import OutputError
 from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.procfs import children_map, current_rss_bytes, memory_limit_bytes, reading_file
+from ignite_ddl.core.schema import CudaMemory, HeldBytes, Memory, MemoryMax, RankMemory
 from ignite_ddl.core.text import format_bytes
 
 __all__ = [
@@ -196,22 +197,22 @@ class MemoryMonitor:
             return int(torch.cuda.memory_allocated(self.device))
         return current_rss_bytes()
 
-    def part(self, held: dict[str, int] | None) -> dict[str, Any]:
-        """This rank's figures (schema: :class:`~ignite_ddl.core.schema.RankMemory`)."""
+    def part(self, held: dict[str, int] | None) -> RankMemory:
+        """This rank's figures, as the schema's :class:`~ignite_ddl.core.schema.RankMemory`."""
         workers = _workers(self._engines)
-        record: dict[str, Any] = {
+        record: RankMemory = {
             "rank": self.rank,
             "peak_rss_bytes": peak_rss_bytes(),
             "workers": len(workers),
             "workers_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers),
             "workers_private_bytes": sum(_private_bytes(pid) for pid in workers),
-            "held_bytes": held,
+            "held_bytes": cast(HeldBytes, held),  # params, grads, optimizer (held_bytes), or None
             "cuda": self._cuda_stats() if self._cuda else None,
             "reset_after_warmup": self.reset,
         }
         return record
 
-    def _cuda_stats(self) -> dict[str, int]:
+    def _cuda_stats(self) -> CudaMemory:
         stats = torch.cuda.memory_stats(self.device)
         return {
             "max_allocated_bytes": int(torch.cuda.max_memory_allocated(self.device)),
@@ -220,12 +221,12 @@ class MemoryMonitor:
             "ooms": int(stats.get("num_ooms", 0)),
         }
 
-    def gather(self, held: dict[str, int] | None = None) -> dict[str, Any]:
-        """Collective: every rank's memory and the largest figure of each over the ranks (schema:
-        :class:`~ignite_ddl.core.schema.Memory`)."""
+    def gather(self, held: dict[str, int] | None = None) -> Memory:
+        """Collective: every rank's memory and the largest figure of each over the ranks, as the schema's
+        :class:`~ignite_ddl.core.schema.Memory`."""
         from ignite_ddl.measure.gather import gather_objects
 
-        ranks = gather_objects(self.part(held))
+        ranks: list[RankMemory] = gather_objects(self.part(held))
         return {
             "source": "/proc (VmHWM)" if self.proc else "getrusage (ru_maxrss, whole run)",
             "window": "after warm-up" if all(r["reset_after_warmup"] for r in ranks) else "whole run",
@@ -235,7 +236,7 @@ class MemoryMonitor:
         }
 
 
-def _max_over(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _max_over(ranks: list[RankMemory]) -> MemoryMax:
     def top(values: Iterable[int | None]) -> int | None:
         found = [v for v in values if v is not None]
         return max(found) if found else None
@@ -245,7 +246,7 @@ def _max_over(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "peak_rss_bytes": top(r["peak_rss_bytes"] for r in ranks),
         "workers_peak_rss_bytes": top(r["workers_peak_rss_bytes"] for r in ranks),
-        "held_bytes": top(sum(h.values()) for h in held),
+        "held_bytes": top(h["params"] + h["grads"] + h["optimizer"] for h in held),
         "cuda_max_allocated_bytes": top(c["max_allocated_bytes"] for c in cuda),
         "cuda_max_reserved_bytes": top(c["max_reserved_bytes"] for c in cuda),
     }
