@@ -50,6 +50,9 @@ def test_the_sweeps_it_runs_are_valid_specs_of_the_cut_it_promises(cpu):
     assert parse_spec(module.gpu_single_spec(cpu)).repeats == (1 if cpu else 3)
     layout = {(g["strategy"], g["accumulate"], g["nproc_per_node"]) for g in grids["what_fits"]}
     assert layout == {("ddp", 1, 1), ("ddp", 4, 1), ("fsdp", 1, 2), ("fsdp", 4, 2)}
+    if not cpu:  # one GPU: two ranks cannot share it (Ignite gives process r the GPU cuda:r), DDP's rows alone
+        one = configurations(parse_spec(module.what_fits_spec(cpu, gpus=1)))
+        assert {(g["strategy"], g["accumulate"], g["nproc_per_node"]) for g in one} == {("ddp", 1, 1), ("ddp", 4, 1)}
     modes = {(g["compile"], g.get("compile_mode", "default")) for g in grids["faster_step"]}
     expected = {(False, "default"), (True, "default")} | (set() if cpu else {(True, "reduce-overhead")})
     assert modes == expected

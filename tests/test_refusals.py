@@ -84,6 +84,16 @@ def test_more_nccl_processes_than_gpus():
         plan_launch(LaunchSettings(backend="nccl", nproc_per_node=2), cuda_devices=1)
 
 
+def test_more_gloo_processes_than_visible_gpus():
+    """Ignite calls torch.cuda.set_device(local_rank) wherever CUDA is available, whatever the backend: two gloo
+    processes on one GPU failed in rank 1 with 'invalid device ordinal' on an H200. Refused before spawning; with no
+    GPU visible the same launch is planned."""
+    with pytest.raises(ConfigError, match="process r of a node the GPU cuda:r: 2 processes asked for, 1 GPU"):
+        plan_launch(LaunchSettings(backend="gloo", nproc_per_node=2), cuda_devices=1, environ={})
+    assert plan_launch(LaunchSettings(backend="gloo", nproc_per_node=2), cuda_devices=0, environ={}).world_size == 2
+    assert plan_launch(LaunchSettings(backend="gloo", nproc_per_node=2), cuda_devices=2, environ={}).world_size == 2
+
+
 def test_torchrun_environment_is_not_spawned_again():
     env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
     plan = plan_launch(LaunchSettings(), cuda_devices=0, environ=env)

@@ -80,9 +80,15 @@ def check_backend(
             raise ConfigError(f"backend {backend} needs CUDA GPUs and none is visible (use gloo on CPU)")
         if rule.one_process_per_device and nproc > cuda_devices:
             raise ConfigError(
-                f"{backend} runs one process per GPU: {nproc} processes asked for, {cuda_devices} GPU(s) visible "
-                "(use gloo to put several processes on one device)"
+                f"{backend} runs one process per GPU: {nproc} processes asked for, {cuda_devices} GPU(s) visible"
             )
+    elif backend == "gloo" and cuda_devices and nproc > cuda_devices:
+        # Ignite's native model calls torch.cuda.set_device(local_rank) in every process wherever CUDA is available,
+        # whatever the backend: process 1 on a one-GPU machine fails with "invalid device ordinal" (seen on an H200).
+        raise ConfigError(
+            f"Ignite gives process r of a node the GPU cuda:r: {nproc} processes asked for, {cuda_devices} GPU(s) "
+            "visible (hide the GPUs with CUDA_VISIBLE_DEVICES= to run more processes on the CPU)"
+        )
     if rule.device == "xla":
         if importlib.util.find_spec("torch_xla") is None:
             raise ConfigError(f"backend {backend} needs torch_xla (see docs/tpu.md)")
