@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ignite_ddl.core.procfs import children_map, process_tree_pids
+from ignite_ddl.core.schema import Contention, NodeContention
 
 __all__ = [
     "ContentionMonitor",
@@ -121,13 +122,13 @@ class ForeignLoad:
         self.stop()
 
 
-def _combine_nodes(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _combine_nodes(parts: list[dict[str, Any]]) -> Contention:
     """Per-node CPU accounting from every rank's window: the machine's busy time (the mean of what its ranks read)
     minus the sum of the ranks' own CPU time."""
     nodes: dict[int, list[dict[str, Any]]] = {}
     for part in parts:
         nodes.setdefault(part["node"], []).append(part)
-    result = []
+    result: list[NodeContention] = []
     for node, ranks in sorted(nodes.items()):
         if any(r["busy_cpu_s"] is None for r in ranks):
             continue
@@ -250,8 +251,9 @@ class ContentionMonitor:
             "gpu_share": self._gpu.share if self._gpu is not None else None,
         }
 
-    def gather(self) -> dict[str, Any] | None:
-        """Collective: the run's contention over all ranks and nodes."""
+    def gather(self) -> Contention | None:
+        """Collective: the run's contention over all ranks and nodes, as the schema's
+        :class:`~ignite_ddl.core.schema.Contention`."""
         from ignite_ddl.measure.gather import gather_objects
 
         parts = gather_objects(self.part())
