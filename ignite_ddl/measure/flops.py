@@ -64,13 +64,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ignite_ddl.core.environment import device_info
+from ignite_ddl.core.schema import Flops, FlopsRank
 
 __all__ = [
     "PEAKS",
@@ -354,11 +355,12 @@ def utilisation_record(
     peak: Peak | None,
     rates: list[MatmulRate | None],
     rank_samples_per_s: list[float],
-) -> dict[str, Any]:
-    """A run's FLOPs and utilisation as plain data (summary.json's ``flops``): per rank, the model FLOP/s it
-    achieved (FLOPs per sample x its own samples per second) against the matmul rate it measured (``rates``, in
-    rank order) and against the datasheet ``peak``; then the means over ranks."""
-    ranks = []
+) -> Flops:
+    """A run's FLOPs and utilisation as the schema's :class:`~ignite_ddl.core.schema.Flops` (summary.json's
+    ``flops``): per rank, the model FLOP/s it achieved (FLOPs per sample x its own samples per second) against the
+    matmul rate it measured (``rates``, in rank order) and against the datasheet ``peak``; then the means over
+    ranks."""
+    ranks: list[FlopsRank] = []
     for rank, (rate, samples_per_s) in enumerate(zip(rates, rank_samples_per_s)):
         achieved = achieved_flops(count.total, samples_per_s) if samples_per_s == samples_per_s else None  # NaN
         attainable = rate.flops_per_s if rate is not None else None
@@ -372,7 +374,7 @@ def utilisation_record(
             }
         )
 
-    def mean(key: str) -> float | None:
+    def mean(key: Literal["achieved_flops_per_s", "utilisation_attainable", "utilisation_peak"]) -> float | None:
         values = [v for v in (r[key] for r in ranks) if v is not None]
         return statistics.fmean(values) if values else None
 

@@ -37,6 +37,7 @@ from torch import nn
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.outputs import writing
+from ignite_ddl.core.schema import Flops
 from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer, time_allreduce
@@ -98,7 +99,7 @@ class FlopsProbe:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return cls(count, precision, datasheet_peak(name, precision), rate)
 
-    def record(self, steps: dict[str, Any] | None, world: int) -> dict[str, Any]:
+    def record(self, steps: dict[str, Any] | None, world: int) -> Flops:
         """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
         rates = gather_objects(self.rate)
         per_rank = [r["samples_per_s"] for r in steps["ranks"]] if steps is not None else [math.nan] * world
