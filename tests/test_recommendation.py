@@ -347,3 +347,16 @@ def test_the_shipped_notebooks_outputs_say_nothing_contradictory(notebook):
     passed_over = set(re.findall(r"not judged[^:\n]*: (cfg\d{3})", shown))
     recommended = set(re.findall(r"recommended: (cfg\d{3})", shown))
     assert not passed_over & recommended
+
+
+def test_one_unsettled_run_among_three_is_flagged_but_judged():
+    """One noisy run among several is in the interval's spread already: flagged, still judged; most runs
+    unsettled, the configuration is not."""
+    runs = _runs(1, [200.0, 202.0, 198.0], [0.2] * 3)
+    _unsettled(runs[0])
+    analysis = analyze(_runs(0, PLAIN, [0.2] * 3) + runs)
+    assert analysis.verdicts[0].best == "cfg001" and not analysis.verdicts[0].not_judged
+    assert any(f.kind == "unsettled" and f.config == "cfg001" for f in analysis.flags)
+    _unsettled(runs[1])
+    (verdict,) = analyze(_runs(0, PLAIN, [0.2] * 3) + runs).verdicts
+    assert verdict.not_judged["cfg001"] == "unsettled (2 of its 3 runs never settled)"

@@ -108,8 +108,9 @@ RULE = (
     "0.5 % of sweeps, where a t-test at the same level would in 3 to 5 %). Otherwise the configurations whose "
     "intervals overlap the fastest one's are reported as statistically tied. The one-sided Welch's t-test p-value "
     "(fastest vs runner-up) is shown beside the corrected threshold it is judged by. Only configurations judged "
-    "take part: one with fewer usable runs than min_repeats, a run that never settled, or a run counted that was "
-    "contended is listed as not judged, with why, and is never best nor recommended. Quality: each configuration's "
+    "take part: one with fewer usable runs than min_repeats, most of whose runs never settled, or with a counted run "
+    "that was contended is listed as not judged, with why, and is never best nor recommended. Quality: each "
+    "configuration's "
     "validation accuracy after its last epoch is compared with its workload's reference configuration (the first "
     "without gradient compression, comm_hook=none): the difference of the means over repeats with a Welch "
     "interval; a configuration whose whole interval lies below -quality_margin learns worse and is never "
@@ -392,7 +393,8 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
 
 def _judge(configs: list[ConfigResult], least: int) -> None:
     """Mark each configuration the verdict must pass over, and why: fewer usable runs than ``least``
-    (min_repeats), a run that never settled, a run counted that was measured under contention."""
+    (min_repeats), most of its runs never settled (one such run among several is flagged, and its spread is already
+    in the interval), a run counted that was measured under contention."""
     for config in configs:
         runs = len(config.samples_per_s)
         if not runs:
@@ -400,8 +402,8 @@ def _judge(configs: list[ConfigResult], least: int) -> None:
         reasons = []
         if runs < least:
             reasons.append(f"{runs} usable run{'s' if runs != 1 else ''} of the {least} needed (min_repeats)")
-        if config.unsettled_runs:
-            reasons.append(f"unsettled ({config.unsettled_runs} run(s) never settled)")
+        if 2 * config.unsettled_runs > runs:
+            reasons.append(f"unsettled ({config.unsettled_runs} of its {runs} runs never settled)")
         contended = sum(r.used and r.contended for r in config.runs)
         if contended:
             reasons.append(f"contended ({contended} of its runs counted were measured under contention)")
@@ -633,9 +635,9 @@ def _evidence(config: ConfigResult, confidence: float) -> str:
 
 
 RECOMMEND_RULE = (
-    "the fastest configuration that is judged (at least min_repeats usable runs, settled, not contended), fits, "
-    "and does not learn worse than its workload's reference; among configurations tied on speed with it, the "
-    "cheapest (fewest processes, then the lowest peak memory per rank)"
+    "the fastest configuration that is judged (at least min_repeats usable runs, most of them settled, none "
+    "contended), fits, and does not learn worse than its workload's reference; among configurations tied on speed "
+    "with it, the cheapest (fewest processes, then the lowest peak memory per rank)"
 )
 
 
