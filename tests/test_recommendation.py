@@ -85,7 +85,8 @@ def test_a_configuration_not_judged_is_never_best_nor_recommended(kind, change):
     fastest = change(_runs(1, [200.0, 202.0, 198.0], [0.2] * 3))
     analysis = analyze(_runs(0, PLAIN, [0.2] * 3) + fastest, include_contended=True)
     (verdict,) = analysis.verdicts
-    assert verdict.best == verdict.recommended == "cfg000", verdict
+    # The only one judged: recommended, but not "best": nothing was compared with it.
+    assert verdict.best is None and verdict.recommended == "cfg000", verdict
     assert "cfg001" in verdict.not_judged and verdict.provisional
     assert kind.split()[-1] in verdict.not_judged["cfg001"]  # says why it was passed over
     assert "cfg001 faster but not judged" in verdict.recommendation
@@ -355,7 +356,7 @@ def test_one_unsettled_run_among_three_is_flagged_but_judged():
     runs = _runs(1, [200.0, 202.0, 198.0], [0.2] * 3)
     _unsettled(runs[0])
     analysis = analyze(_runs(0, PLAIN, [0.2] * 3) + runs)
-    assert analysis.verdicts[0].best == "cfg001" and not analysis.verdicts[0].not_judged
+    assert analysis.verdicts[0].best == "cfg001" and not analysis.verdicts[0].not_judged  # one run of three: judged
     assert any(f.kind == "unsettled" and f.config == "cfg001" for f in analysis.flags)
     _unsettled(runs[1])
     (verdict,) = analyze(_runs(0, PLAIN, [0.2] * 3) + runs).verdicts

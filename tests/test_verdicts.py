@@ -40,9 +40,14 @@ def test_an_a_a_sweep_is_a_tie(tmp_path):
     result = sweep(tmp_path, "--grid", "seed=1,2", "--set", "model=mlp", *TINY, *ANY_LOAD, "--repeats", "3")
     analysis = load(tmp_path)
     (verdict,) = analysis.verdicts  # the seed does not change the workload
-    assert verdict.best is None and sorted(verdict.tied) == ["cfg000", "cfg001"], analysis.configs
-    assert not verdict.provisional and all(len(c.samples_per_s) == 3 for c in analysis.configs)
-    assert "statistically tied: cfg00" in result.stdout  # the CLI prints the verdict
+    assert verdict.best is None, analysis.configs  # never a winner between identical configurations
+    assert all(len(c.samples_per_s) == 3 for c in analysis.configs)
+    if verdict.not_judged:  # on a busy machine most runs of one may never settle: it is passed over, and says why
+        assert all("unsettled" in why for why in verdict.not_judged.values()) and verdict.provisional
+        assert "not judged: cfg00" in result.stdout
+    else:
+        assert sorted(verdict.tied) == ["cfg000", "cfg001"] and not verdict.provisional
+        assert "statistically tied: cfg00" in result.stdout  # the CLI prints the verdict
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +77,8 @@ def test_a_mixed_model_sweep_is_judged_per_model(mixed):
     for verdict in analysis.verdicts:
         models = {analysis.config(name).config["model"] for name in verdict.configs}
         assert len(models) == 1 and len(verdict.configs) == 2
-        assert (verdict.best is None) != (verdict.tied == [])  # a best or a tie, never both
+        # a best or a tie, never both; neither only where a configuration was passed over (not judged), saying why
+        assert (verdict.best is None) != (verdict.tied == []) or (verdict.best is None and verdict.not_judged)
     for config in analysis.configs:  # speed-up against the same model on one process
         base = analysis.config(config.baseline)
         assert base.config["model"] == config.config["model"] and base.world_size == 1

@@ -506,7 +506,10 @@ def _verdict(
         return Verdict(workload, names, None, [], True, reason=reason, unmeasured=unmeasured, not_judged=not_judged)
     top = measured[0]
     if len(measured) == 1:
-        reason = "the only configuration of its workload" if len(configs) == 1 else "the only one judged"
+        if not_judged:  # others measured but passed over: nothing it was compared with, so no "best"
+            reason = f"{top.name} is the only configuration judged: there is nothing it was compared with"
+            return Verdict(workload, names, None, [], True, reason=reason, unmeasured=unmeasured, not_judged=not_judged)
+        reason = "the only configuration of its workload" if len(configs) == 1 else "the only one with a usable run"
         return Verdict(
             workload, names, top.name, [], provisional, reason=reason, unmeasured=unmeasured, not_judged=not_judged
         )
@@ -676,8 +679,9 @@ def _recommend(
     if verdict.best is not None and verdict.best == lead.name:
         verdict.recommended = lead.name
         verdict.evidence = _evidence(lead, confidence)
-        separated = "separated from every other configuration judged" if len(judged) > 1 else "the only one judged"
-        verdict.recommendation = f"{lead.name}: the fastest, {separated}{passed}{quality}"
+        verdict.recommendation = (
+            f"{lead.name}: the fastest, separated from every other configuration judged{passed}{quality}"
+        )
         return
     peers = [lead]
     if lead.throughput.has_interval:  # tied with the lead by the verdict's own rule
@@ -693,7 +697,9 @@ def _recommend(
     verdict.evidence = _evidence(cheapest, confidence)
     if cheapest.quality == "not judged":
         quality = f"; {cheapest.quality_note}"
-    if len(peers) == 1:
+    if len(judged) == 1:
+        verdict.recommendation = f"{lead.name}: the only configuration judged{passed}{quality}"
+    elif len(peers) == 1:
         verdict.recommendation = f"{lead.name}: the fastest configuration that can be recommended{passed}{quality}"
     elif cheapest is lead:
         others = ", ".join(c.name for c in peers if c is not lead)

@@ -79,9 +79,9 @@ def verdict_lines(analysis: Analysis) -> list[str]:
         elif v.tied:
             lines.append(f"{where}{TIED_TEXT}: {v.tied_shown} ({v.reason}: {TIED_MEANS}){tag}")
         else:
-            lines.append(f"{where}no verdict: {v.reason}")
+            lines.append(f"{where}no verdict: {v.reason}" + (f" ({note})" if note else ""))
         if v.recommendation and not (v.best is not None and v.recommended == v.best):
-            lines.append(f"{where}recommended: {v.recommendation}")
+            lines.append(f"{where}recommended: {v.recommendation}" + (f" ({note})" if note else ""))
         for name, why in v.not_judged.items():
             lines.append(f"{where}not judged: {name}: {why}" + (f" ({note})" if note else ""))
     return lines
