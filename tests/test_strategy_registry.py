@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 
-import ignite.distributed as idist
 import pytest
-import torch
-import torch.distributed as dist
 from torch import nn
 
 from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig
@@ -88,30 +87,46 @@ def test_a_strategy_accepts_its_own_options(strategy, world, options):
     strategy_for(strategy, world).check_options(TrainConfig(**options), "gloo")
 
 
+# Run in a fresh interpreter: FSDP's backward in the test process would leave autograd's threads behind, and a later
+# test that forks ranks from the same process would fail ("Unable to handle autograd's threading in combination
+# with fork-based multiprocessing").
+_FSDP_CHECK = """
+import sys
+import ignite.distributed as idist, torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.trainer.strategies import FSDPStrategy
+store, wrap, reshard = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+dist.init_process_group("gloo", store=dist.FileStore(store, 1), rank=0, world_size=1)
+torch.manual_seed(0)
+strategy = FSDPStrategy()
+net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+model = strategy.place(net, TrainConfig(fsdp_wrap=wrap, reshard_after_forward=reshard))
+units = sum(isinstance(m, FSDPModule) for m in model.modules())
+model(torch.randn(3, 4)).sum().backward()
+model(torch.randn(3, 4))  # forward only: what stays gathered is what reshard_after_forward leaves
+gathered = sorted({not isinstance(p, DTensor) for p in model.parameters()})
+strategy.begin_evaluation(model)
+strategy.end_evaluation(model)
+resharded = all(isinstance(p, DTensor) for p in model.parameters())
+idist.finalize()
+print(units, gathered, resharded)
+"""
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("wrap, reshard, units", [("children", True, 3), ("model", False, 1)])
 def test_fsdp_shards_as_its_options_say(tmp_path, wrap, reshard, units):
     """FSDP's options reach fully_shard on a real (one-rank) gloo group: the units (each child holding parameters,
     then the model; or the model alone), and whether a unit's parameters are freed after forward (sharded
-    parameters are DTensors; gathered ones plain tensors) and kept so through evaluation's end."""
-    from torch.distributed.fsdp import FSDPModule
-    from torch.distributed.tensor import DTensor
-
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-        strategy = FSDPStrategy()
-        model = strategy.place(net, TrainConfig(fsdp_wrap=wrap, reshard_after_forward=reshard))
-        assert sum(isinstance(m, FSDPModule) for m in model.modules()) == units
-        model(torch.randn(3, 4)).sum().backward()
-        model(torch.randn(3, 4))  # forward only: what stays gathered is what reshard_after_forward leaves
-        gathered = [not isinstance(p, DTensor) for p in model.parameters()]
-        assert gathered == [not reshard] * len(gathered)
-        strategy.begin_evaluation(model)
-        strategy.end_evaluation(model)
-        assert all(isinstance(p, DTensor) for p in model.parameters())  # evaluation ends resharded
-    finally:
-        # Ignite took the group as its computation model (place asks idist for the backend): finalize ends both,
-        # so that the next test in this process finds neither.
-        idist.finalize()
+    parameters are DTensors; gathered ones plain tensors) and resharded when evaluation ends."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FSDP_CHECK, str(tmp_path / "store"), wrap, "1" if reshard else "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == f"{units} {[not reshard]} True"
