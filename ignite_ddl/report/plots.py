@@ -544,11 +544,11 @@ def _confusion(analysis: Analysis, plt: Any) -> Any:
         confusion_heatmap(matrix, ax=ax, title=f"{shown}{accuracy}")
     for ax in list(axes.flat)[len(chosen) :]:
         ax.set_visible(False)
-    fig.suptitle(
-        "Validation confusion matrix: numbers are counts summed over the runs used;\ncolour is each true class's "
-        "(row's) share",
-        fontsize=TITLE_FONT,
+    title = (
+        "Validation confusion matrix: numbers are counts summed over the runs used; colour is each true class's "
+        "(row's) share"
     )
+    fig.suptitle(_wrap(title, int(4.2 * columns * 9)), fontsize=TITLE_FONT)  # wrapped to the figure's width
     fig.tight_layout()
     return fig
 
