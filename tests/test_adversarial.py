@@ -11,9 +11,11 @@ import logging
 import math
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -248,8 +250,9 @@ def test_a_sweep_refuses_a_folder_that_is_not_a_sweeps(tmp_path, capsys):
 def test_a_sweep_with_loader_workers_leaves_nothing_in_the_temporary_folder(tmp_path):
     """multiprocessing's pymp-* folders (with the workers' sockets) and Inductor's torchinductor_<user> once stayed in
     $TMPDIR after a sweep ended well: every process of a sweep keeps its temporary files in one private folder."""
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # A short $TMPDIR of its own: under pytest's numbered folders (pytest-234/popen-gw0/...) a worker's socket
+    # (pymp-*/listener-*) can pass the 107 characters an AF_UNIX path may have, whatever the suite does.
+    scratch = Path(tempfile.mkdtemp(prefix="t"))
     result = run_cli(
         "sweep",
         "--grid",
@@ -260,8 +263,10 @@ def test_a_sweep_with_loader_workers_leaves_nothing_in_the_temporary_folder(tmp_
         env={"TMPDIR": str(scratch)},
         timeout=180,
     )
+    left = list(scratch.iterdir())
+    shutil.rmtree(scratch)
     assert result.returncode == 0, result.stderr
-    assert list(scratch.iterdir()) == []
+    assert left == []
 
 
 def test_a_sweep_refuses_a_file_as_its_folder(tmp_path, capsys):

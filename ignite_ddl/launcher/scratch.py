@@ -33,17 +33,39 @@ from collections.abc import Iterator
 
 __all__ = ["scratch_folder"]
 
-_VARIABLES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")
+_MARK = "IGNITE_DDL_SCRATCH"  # the scratch folder $TMPDIR points to, while one does
+_OUTSIDE = "IGNITE_DDL_TMPDIR_OUTSIDE"  # the temporary folder the outermost scratch folder was made in
+_VARIABLES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", _MARK, _OUTSIDE)
+
+
+def _multiprocessing_folder_in(folder: str) -> None:
+    """This process's multiprocessing folder (``pymp-*``, which holds the sockets of DataLoader workers), made in
+    ``folder`` unless it exists: in a scratch folder its sockets' paths could pass the 107 characters an AF_UNIX
+    path may have (a sweep's run is a process started inside the sweep's scratch folder)."""
+    previous = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        mp_util.get_temp_dir()
+    finally:
+        tempfile.tempdir = previous
 
 
 @contextlib.contextmanager
 def scratch_folder(prefix: str = "ignite-ddl-") -> Iterator[str]:
-    """A private temporary folder for everything started inside the ``with`` block; see the module docstring."""
-    mp_util.get_temp_dir()  # this process's own, in the usual place (see the module docstring)
+    """A private temporary folder for everything started inside the ``with`` block; see the module docstring.
+    Inside another one (a command's, around its runs') it is that one: a folder nested in a folder would make the
+    sockets of DataLoader workers (pymp-*/listener-*) pass the 107 characters an AF_UNIX path may have."""
+    if os.environ.get(_MARK) and os.environ.get(_MARK) == os.environ.get("TMPDIR"):
+        _multiprocessing_folder_in(os.environ.get(_OUTSIDE) or tempfile.gettempdir())
+        yield os.environ[_MARK]
+        return
+    outside = tempfile.gettempdir()
+    _multiprocessing_folder_in(outside)  # this process's own, in the usual place (see the module docstring)
     folder = tempfile.mkdtemp(prefix=prefix)
     saved = {name: os.environ.get(name) for name in _VARIABLES}
     previous = tempfile.tempdir
-    os.environ["TMPDIR"] = folder
+    os.environ["TMPDIR"] = os.environ[_MARK] = folder
+    os.environ[_OUTSIDE] = os.environ.get(_OUTSIDE) or outside
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
     tempfile.tempdir = folder
     try:
