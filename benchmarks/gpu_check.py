@@ -9,7 +9,7 @@ It runs, in this order, each step in a process of its own with its own time budg
    the tests measure collected from ``IGNITE_DDL_GPU_FIGURES``.
 3. ``overhead`` (60): ours vs a raw PyTorch loop per step on the GPU (``benchmarks/overhead.py --device cuda``):
    ResNet-18 at CIFAR size, batch 256, AMP bf16, each run in a fresh process, 5 runs a side alternating; then the
-   same with ``channels_last``.
+   same with ``channels_last``, alternating within one process (a fresh CUDA process takes 15-25 s to start).
 4. ``gpu_single`` (30): ``experiments/gpu_single`` cut to fit (AMP none / bf16 / fp16 x batch 256 / 512, 3 repeats,
    one short epoch) and its report's verdict.
 5. ``resnet50`` (15): ResNet-50 at 224 px (32 at toy size), AMP bf16, channels_last, one process, the suite's train
@@ -852,8 +852,9 @@ def _render_overhead(data: dict[str, Any]) -> list[str]:
             ]
         )
     return [
-        "Per-step time of ignite_ddl's trainer (ours) and a hand-written loop (raw), each run in a fresh process, "
-        "alternating; mean with its 95 % interval over the runs, ms per step.",
+        "Per-step time of ignite_ddl's trainer (ours) and a hand-written loop (raw), alternating (contiguous: each "
+        "run in a fresh process; channels_last: within one process); mean with its 95 % interval over the runs, "
+        "ms per step.",
         "",
         *_table(["layout", "workload", "ours ms/step", "raw ms/step", "ours/raw (95 % interval)"], rows),
     ]

@@ -118,9 +118,10 @@ def test_every_step_runs_at_toy_size_on_the_cpu(tmp_path):
     tests = steps["tests"]["tests"]
     assert tests["counts"]["skipped"] > 0 and tests["counts"]["passed"] == tests["counts"]["failed"] == 0
     assert all("needs a CUDA GPU" in s["reason"] for s in tests["skip_reasons"])
-    # ours vs raw in fresh processes, both layouts
-    for layout in ("contiguous", "channels_last"):
-        assert steps["overhead"][layout]["settings"]["fresh_processes"] is True
+    # ours vs raw in both layouts: contiguous in fresh processes, channels_last within one (a fresh CUDA process
+    # took 15-25 s to start on an H200)
+    for layout, fresh in (("contiguous", True), ("channels_last", False)):
+        assert steps["overhead"][layout]["settings"]["fresh_processes"] is fresh
         assert steps["overhead"][layout]["ours_over_raw"]["mean_ratio"] > 0
     # the sweeps ran and were reported
     assert steps["gpu_single"]["configs"] and steps["gpu_single"]["verdicts"]
