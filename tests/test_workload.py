@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import metadata as plugin_metadata
 
 from ignite_ddl.cli import main
+from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.measure.flops import count_step_flops
 from ignite_ddl.trainer.gpt import lm_loss, make, stream_entropy
 
@@ -109,6 +110,8 @@ def test_the_example_workload_through_train_and_sweep(tmp_path):
     assert summary["workload"]["args"] == {"width": 32} and summary["val_accuracy"] is None
     assert summary["val_loss"] is not None and summary["flops"]["per_sample"]["total"] > 0
     assert "rows/s" in result.stdout
+    # its batches are mappings: every step counted by the workload's samples_in (32 rows), not the mapping's keys
+    assert {row["samples"] for row in read_steps(out / "steps_rank0.csv")} == {32}
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(

@@ -88,7 +88,7 @@ class StepRecorder:
         self,
         warmup: int = 5,
         device: torch.device | None = None,
-        samples: Callable[[Engine], int] = _batch_samples,
+        samples: Callable[[Engine], int] | None = None,
         comm: CommTimer | None = None,
         memory: Callable[[], int] | None = None,
         compile_watch: CompileWatch | None = None,
@@ -98,7 +98,7 @@ class StepRecorder:
         self.warmup = warmup
         device = device if device is not None else idist.device()
         self._sync, self._sync_end = device_synchronizer(device), device_synchronizer(device, launch=True)
-        self._samples = samples
+        self._samples = samples if samples is not None else _batch_samples  # a workload counts its own batches
         self.comm = comm
         self.memory = memory  # a reading of memory in use, taken at each step's end (memory_bytes)
         self.micro_steps = 1  # micro-batches per iteration (an iteration is one optimizer step)

@@ -224,7 +224,9 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
     iterations = config.epochs * len(loaders.train)
     iterations = min(iterations, config.max_iters) if config.max_iters else iterations
     warmup = config.measured_warmup(idist.get_world_size(), iterations)  # past PowerSGD's start: steady phase only
-    recorder = StepRecorder(warmup, device, comm=comm, compile_watch=watch) if config.record_steps else None
+    # A workload's batches may be mappings: its own count of samples, not the length of the batch's first entry.
+    counted = _counter(workload.samples_in) if workload is not None else None
+    recorder = StepRecorder(warmup, device, counted, comm, compile_watch=watch) if config.record_steps else None
     trainer = create_trainer(
         model,
         optimizer,
@@ -252,6 +254,11 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
     return Parts(
         strategy, device, model, optimizer, criterion, scaler, recorder, comm, trainer, evaluator, flops, accuracy
     )
+
+
+def _counter(samples_in: Callable[[Any], int]) -> Callable[[Engine], int]:
+    """The step recorder's count of samples in an engine's current batch, by a workload's ``samples_in``."""
+    return lambda engine: samples_in(engine.state.batch)
 
 
 def _unplaced_model(config: TrainConfig, loaders: Loaders) -> nn.Module:
