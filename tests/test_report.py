@@ -485,6 +485,16 @@ def test_a_sweep_resumed_with_another_torch_is_split_and_flagged(tmp_path):
     assert len(verdicts) == 2 and "env 1 (torch 2.14.1)" in verdicts[0] and "env 2 (torch 2.15.0)" in verdicts[1]
 
 
+def test_a_workload_label_leaves_out_the_options_that_are_off():
+    """No "sync_bn=False, workload=None, workload_args={}" noise in the one-line summary and the group labels; a
+    --workload's arguments read as keywords."""
+    (plain,) = analyze(configs([100.0, 101.0, 99.0])).verdicts
+    assert plain.workload == "model=cnn, dataset=synthetic, amp=none, optimizer=sgd"
+    gpt = {"workload": "gpt", "workload_args": {"n_layer": 2}, "sync_bn": True}
+    (own,) = analyze(configs([100.0, 101.0, 99.0], config=gpt)).verdicts
+    assert own.workload == "amp=none, optimizer=sgd, sync_bn=True, workload=gpt, workload_args={n_layer=2}"
+
+
 def test_the_decision_table_shows_the_workload_only_where_its_columns_do_not():
     """Two models in the grid: the model column already says which workload a row is, so no workload column (the
     longest cell of the table); runs from two environments: the environment is in no column, so it is shown."""

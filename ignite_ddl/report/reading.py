@@ -555,9 +555,25 @@ class Reader:
 
 
 def workload_of(config: dict[str, Any], axes: Sequence[str]) -> str:
+    """The workload's label: its axes' values, "model=mlp, dataset=synthetic, amp=none, optimizer=sgd". An axis
+    that is off (None, False, empty: no --workload, no arguments, no sync_bn) is left out, not printed as noise; each
+    axis only ever takes one of those values, so two workloads never share a label."""
     # A --workload brings its own model and data: model and dataset are then unused defaults, not worth a word.
     unused = {"model", "dataset"} if config.get("workload") else set()
-    return ", ".join(f"{axis}={config.get(axis)}" for axis in axes if axis not in unused)
+    shown = [(axis, config.get(axis)) for axis in axes if axis not in unused]
+    return ", ".join(f"{axis}={_label_value(value)}" for axis, value in shown if _on(value)) or "all"
+
+
+def _on(value: Any) -> bool:
+    """Whether an option's value says something (0 and "none" do: they are chosen values, not absences)."""
+    return value is not None and value is not False and value != {} and value != [] and value != ""
+
+
+def _label_value(value: Any) -> str:
+    """A value as a label shows it: workload arguments as ``{n_layer=2}`` (each value's repr: 2 and "2" differ)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={v!r}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _world(config: dict[str, Any]) -> int:
