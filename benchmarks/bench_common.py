@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 from overhead import machine
 
 

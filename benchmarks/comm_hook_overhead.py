@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 import ignite.distributed as idist
 import torch
 from bench_common import finish, print_machine

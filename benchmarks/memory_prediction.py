@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 from bench_common import print_machine
 
 from ignite_ddl.core.jsonfiles import read_json

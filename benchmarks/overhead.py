@@ -60,6 +60,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 from overhead import Window, bench_config, machine, run_ours
 
 from ignite_ddl.measure.contention import ForeignLoad

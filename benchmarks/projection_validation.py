@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
+
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError

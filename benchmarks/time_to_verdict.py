@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
+
 from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.report import load
 

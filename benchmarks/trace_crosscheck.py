@@ -20,7 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.launcher.scratch import scratch_folder
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
+from bench_common import print_machine
+
+from ignite_ddl import TrainConfig, train
+from ignite_ddl.measure.traces import format_trace_comm, hta_reading
 
 
 def _ms(value: float | None) -> str:
@@ -28,18 +32,6 @@ def _ms(value: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    # Everything that imports torch comes inside the scratch folder: importing torch._dynamo creates Inductor's
-    # cache folder ($TMPDIR/torchinductor_<user>) unless TORCHINDUCTOR_CACHE_DIR points elsewhere, --help included.
-    with scratch_folder():
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> dict[str, Any]:
-    from bench_common import print_machine
-
-    from ignite_ddl import TrainConfig, train
-    from ignite_ddl.measure.traces import format_trace_comm, hta_reading
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--bucket-cap-mb", type=float, default=0.03, help="DDP bucket size (default 0.03: 3 buckets)")

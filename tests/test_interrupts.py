@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,19 +52,37 @@ def test_a_signal_while_writing_a_report_ends_it_cleanly(tmp_path, signum):
     assert list(scratch.iterdir()) == []  # neither ignite-ddl-* nor pymp-*
 
 
-@pytest.mark.parametrize(
-    "command",
-    [["-m", "ignite_ddl", "fsdp", "--help"], ["benchmarks/trace_crosscheck.py", "--help"]],
-    ids=["lab", "trace_crosscheck"],
-)
-def test_help_leaves_nothing_in_the_temporary_folder(tmp_path, command):
+def test_help_leaves_nothing_in_the_temporary_folder(tmp_path):
     """Importing torch._dynamo (a lab's module, the trainer) creates $TMPDIR/torchinductor_<user> unless
     TORCHINDUCTOR_CACHE_DIR already points elsewhere: the scratch folder must exist before those imports."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    result = run([sys.executable, *command], env={"TMPDIR": str(scratch)}, cwd=ROOT, timeout=120)
+    result = run([sys.executable, "-m", "ignite_ddl", "fsdp", "--help"], env={"TMPDIR": str(scratch)}, cwd=ROOT)
     assert result.returncode == 0 and "usage" in result.stdout, result.stderr
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_no_benchmark_leaves_anything_in_the_temporary_folder(tmp_path):
+    """Every script of benchmarks/ with --help, each with a fresh $TMPDIR that must stay empty (the scripts that
+    import torch enter their scratch folder through benchmarks/bench_scratch.py first). Four at a time: each pays
+    for importing torch, and one by one they would take minutes."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) > 10
+
+    def help_of(script: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        scratch = tmp_path / script.stem
+        scratch.mkdir()
+        return scratch, run([sys.executable, str(script), "--help"], env={"TMPDIR": str(scratch)}, cwd=ROOT)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = dict(zip(scripts, pool.map(help_of, scripts)))
+    for script, (_, result) in results.items():
+        assert result.returncode == 0, f"{script.name}: {result.stderr}"
+        if '__main__":' in script.read_text():  # bench_common and bench_scratch are modules the scripts import
+            assert "usage" in result.stdout, f"{script.name}: {result.stdout}"
+    left = {script.name: sorted(p.name for p in scratch.iterdir()) for script, (scratch, _) in results.items()}
+    assert {name: files for name, files in left.items() if files} == {}
 
 
 @pytest.mark.slow
