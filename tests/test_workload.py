@@ -65,6 +65,24 @@ BAD = textwrap.dedent(
 
     def no_loss():
         return Workload(model=nn.Linear(4, 2), train=_data(64), val=_data(8), training_step=lambda m, b: None)
+
+    def _own_step(model, optimizer, device):
+        def process_function(engine, batch):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(batch[0]), batch[1])
+            loss.backward()
+            optimizer.step()
+            return {"loss": loss.item()}
+        return process_function
+
+    def own_step():
+        return Workload(model=nn.Linear(4, 2), train=_data(64), val=_data(8), make_process_function=_own_step)
+
+    def own_no_loss():
+        return Workload(
+            model=nn.Linear(4, 2), train=_data(64), val=_data(8),
+            make_process_function=lambda model, optimizer, device: lambda engine, batch: {"accuracy": 1.0},
+        )
     """
 )
 
@@ -72,25 +90,30 @@ BAD = textwrap.dedent(
 def test_each_bad_workload_is_refused_in_one_line_with_status_2(tmp_path, capsys):
     """Checked in the launching process: nothing starts, nothing is written, one line says what is wrong."""
     (tmp_path / "badwork.py").write_text(BAD)
-    cases = {
-        "nosuchmodule_x1:make": "no module named 'nosuchmodule_x1'",
-        "badwork:nothing": "has no 'nothing'",
-        "badwork:VALUE": "VALUE is a int, not a function",
-        "badwork:boom": "workload badwork:boom raised ValueError: the data folder is not mounted",
-        "badwork:wrong_type": "returned a dict, not an ignite_ddl.trainer.workload.Workload",
-        "badwork:bad_field": "field 'model' must be a torch.nn.Module, got str",
-        "badwork:no_params": "the model has no parameters",
-        "badwork:tiny": "the training set holds 4 samples, fewer than one global batch of 8",
-        "badwork:no_loss": "its step returned NoneType, not a scalar loss",
-        "badwork": "is not module:function",
-    }
-    for path, words in cases.items():
-        out = tmp_path / "out" / path.replace(":", "_")
+    cases = [
+        ("nosuchmodule_x1:make", "no module named 'nosuchmodule_x1'"),
+        ("badwork:nothing", "has no 'nothing'"),
+        ("badwork:VALUE", "VALUE is a int, not a function"),
+        ("badwork:boom", "workload badwork:boom raised ValueError: the data folder is not mounted"),
+        ("badwork:wrong_type", "returned a dict, not an ignite_ddl.trainer.workload.Workload"),
+        ("badwork:bad_field", "field 'model' must be a torch.nn.Module, got str"),
+        ("badwork:no_params", "the model has no parameters"),
+        ("badwork:tiny", "the training set holds 4 samples, fewer than one global batch of 8"),
+        ("badwork:no_loss", "its step returned NoneType, not a scalar loss"),
+        ("badwork", "is not module:function"),
+        # A whole process_function of one's own: a loss it must return, the suite's own step's options refused.
+        ("badwork:own_no_loss", "its process_function returned dict, not a loss"),
+        ("badwork:own_step --accumulate=2", "--accumulate 2 splits the suite's own step into micro-batches"),
+        ("badwork:own_step --amp=bf16", "--amp bf16 wraps the suite's own step in autocast"),
+    ]
+    for case, words in cases:
+        path, *extra = case.split()
+        out = tmp_path / "out" / case.replace(":", "_").replace(" ", "")
         argv = ["train", f"--workload={path}", f"--workload-dir={tmp_path}", "--batch-size=8", f"--output-dir={out}"]
-        assert main(argv) == 2, path
+        assert main([*argv, *extra]) == 2, case
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and words in err, (path, err)
-        assert not out.exists(), f"{path}: something was written"
+        assert len(err.splitlines()) == 1 and words in err, (case, err)
+        assert not out.exists(), f"{case}: something was written"
 
 
 @pytest.mark.slow
@@ -141,6 +164,32 @@ def test_the_example_workload_through_train_and_sweep(tmp_path):
     content = root.PluginTagToContent(plugin_metadata.PLUGIN_NAME)[plugin_metadata.EXPERIMENT_TAG]
     experiment = plugin_metadata.parse_experiment_plugin_data(content)
     assert "workload_args.width" in {h.name for h in experiment.hparam_infos}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_workloads_own_process_function_is_timed_per_rank_under_ddp(tmp_path):
+    """The example with its own Ignite process function (own_step=true) on 2 gloo processes under DDP: every step of
+    every rank recorded whole (data wait and step, not split into phases) with the workload's count of samples, the
+    gradients all-reduced by DDP inside the user's backward (the communication timer saw bytes every step), and
+    validation by its training_step."""
+    out = tmp_path / "own"
+    result = run_cli(
+        "train", "--workload=bench:make", "--workload-args=width=16", "--workload-args=own_step=true",
+        "--nproc-per-node=2", "--strategy=ddp", "--max-iters=6", "--batch-size=32", "--warmup-iters=2",
+        f"--output-dir={out}", *QUICK, cwd=EXAMPLE, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = _summary(out)
+    assert summary["workload"]["step"] == "process_function" and summary["workload"]["args"]["own_step"] is True
+    assert summary["val_loss"] is not None and math.isfinite(summary["final_train_loss"])
+    for rank in (0, 1):
+        rows = read_steps(out / f"steps_rank{rank}.csv")
+        assert [r["iteration"] for r in rows] == list(range(1, 7)), rank
+        assert all(r["samples"] == 16 and r["step_s"] > 0 and r["data_s"] >= 0 for r in rows), rank
+        assert all(r["forward_s"] is None and r["backward_s"] is None for r in rows), rank  # the user's step, whole
+        assert all(r["comm_bytes"] > 0 for r in rows), rank
+    assert summary["samples_per_s"] > 0
 
 
 @pytest.mark.slow

@@ -3,16 +3,21 @@
 ``make`` returns an :class:`ignite_ddl.trainer.workload.Workload`: a small residual MLP that regresses a smooth
 function of tabular rows, with its own data (a Dataset of mappings), its own training step (mean squared error) and
 its own unit ("rows"). Its blocks are marked, so FSDP shards each of them and ``--activation-checkpointing``
-applies. Run it from this folder::
+applies. With ``own_step=true`` it brings its whole Ignite process function instead (forward, backward and
+optimizer step written here), which the suite times whole. Run it from this folder::
 
     ignite-ddl train --workload bench:make --workload-args width=64 --nproc-per-node 2 --strategy fsdp
+    ignite-ddl train --workload bench:make --workload-args own_step=true --nproc-per-node 2
     ignite-ddl sweep sweep.yaml
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+from ignite.engine import Engine
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -66,13 +71,32 @@ def training_step(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Ten
     return F.mse_loss(model(batch["features"]), batch["target"])
 
 
-def make(width: int = 64, depth: int = 2, features: int = 16, rows: int = 2048) -> Workload:
+def make_process_function(
+    model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> Callable[[Engine, dict[str, torch.Tensor]], dict[str, float]]:
+    """A whole Ignite step of one's own, given the model as the run placed it (wrapped by DDP or FSDP: its
+    gradients are averaged over the ranks in backward), the run's optimizer and device. The batch arrives on the
+    device; the step returns its loss, and what else it likes."""
+
+    def process_function(engine: Engine, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        optimizer.zero_grad(set_to_none=True)
+        prediction = model(batch["features"])
+        loss = F.mse_loss(prediction, batch["target"])
+        loss.backward()
+        optimizer.step()
+        return {"loss": loss.item(), "prediction_std": prediction.detach().std().item()}
+
+    return process_function
+
+
+def make(width: int = 64, depth: int = 2, features: int = 16, rows: int = 2048, own_step: bool = False) -> Workload:
     model = Regressor(features, width, depth)
     return Workload(
         model=model,
         train=Rows(rows, features, split=0),
         val=Rows(256, features, split=1),
-        training_step=training_step,
+        training_step=training_step,  # with own_step, still the validation loss and the FLOP count
+        make_process_function=make_process_function if own_step else None,
         sample_unit="rows",
         samples_in=lambda batch: len(batch["target"]),
         blocks=list(model.blocks),

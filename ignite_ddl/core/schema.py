@@ -393,6 +393,11 @@ class WorkloadInfo(TypedDict):
     parameters: Annotated[int, "the model's parameters"]
     blocks: Annotated[int, "blocks the workload marked (FSDP units, activation checkpointing)"]
     flops_source: Annotated[str, "`workload` (its own formula) or `counted` (torch.utils.flop_counter)"]
+    step: Annotated[
+        str,
+        "whose step ran: `process_function` (the workload's whole Ignite step, timed whole), `training_step` or "
+        "`loss` (inside the suite's step)",
+    ]
     units_per_s: Annotated[float, "global throughput in `sample_unit`s: samples_per_s x units_per_sample"]
 
 

@@ -138,6 +138,7 @@ def check_configurations(spec: Spec, files: bool = True, grids: list[dict[str, A
             world = (config.nproc_per_node or 1) * config.nnodes
             key: tuple[Any, ...] = ("workload", config.workload, repr(config.workload_args), config.workload_dir)
             key += (config.batch_size, world, config.activation_checkpointing, config.early_stopping)
+            key += (config.accumulate, config.amp)  # refused with a workload's own process_function
             checks.append((key, functools.partial(_check_workload, config, world)))
         if config.tracker != "none":
             checks.append((("tracker", config.tracker, config.tracking_uri), functools.partial(check_tracker, config)))

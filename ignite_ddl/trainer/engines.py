@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ignite.distributed as idist
@@ -43,6 +43,7 @@ __all__ = [
     "create_workload_evaluator",
     "move_batch",
     "optimizer_step",
+    "output_loss",
     "split_batch",
     "seed_everything",
     "to_device",
@@ -95,6 +96,7 @@ def create_trainer(
     channels_last: bool = False,
     step: Callable[[nn.Module, Any], torch.Tensor] | None = None,
     samples_in: Callable[[Any], int] | None = None,
+    process_function: Callable[[Engine, Any], Any] | None = None,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
@@ -110,10 +112,18 @@ def create_trainer(
     ``step(model, batch) -> loss`` replaces ``criterion(model(x), y)`` for batches of any structure (tensors in
     tuples, lists or mappings: moved to ``device`` and split along their first dimension for accumulation), and
     ``samples_in(batch)`` counts its samples (a workload's, :mod:`ignite_ddl.trainer.workload`).
+
+    ``process_function(engine, batch) -> output`` (Ignite's) replaces the whole step: it runs its own forward,
+    backward and optimizer step, so the step is timed whole (no phases), ``amp`` and ``accumulate`` must be left
+    at their defaults (the workload's check refuses them), and the output's loss is read by :func:`output_loss`.
     """
     mark = recorder.mark if recorder is not None else lambda phase: None
     if recorder is not None:
         recorder.micro_steps = accumulate
+    if process_function is not None:
+        if accumulate != 1 or amp != "none":
+            raise ValueError("a process_function runs its own step: accumulate and amp are its own to apply")
+        return _own_step_trainer(model, device, process_function, samples_in or _first_length)
 
     if step is not None:
         return _workload_trainer(
@@ -240,6 +250,41 @@ def _workload_trainer(
             optimizer.step()
         mark("optimizer")
         return {"loss": total.item(), "samples": samples_in(batch)}
+
+    return Engine(train_step)
+
+
+def output_loss(output: Any) -> float | None:
+    """The loss in a process function's ``output``: a number, a one-element floating tensor, or either under the key
+    ``"loss"`` of a mapping (what Ignite's own steps return); None when it holds none."""
+    if isinstance(output, Mapping):
+        output = output.get("loss")
+    if isinstance(output, torch.Tensor):
+        return float(output.detach().item()) if output.numel() == 1 and output.is_floating_point() else None
+    if isinstance(output, (int, float)) and not isinstance(output, bool):
+        return float(output)
+    return None
+
+
+def _own_step_trainer(
+    model: nn.Module,
+    device: torch.device,
+    process_function: Callable[[Engine, Any], Any],
+    samples_in: Callable[[Any], int],
+) -> Engine:
+    """The train step of :func:`create_trainer` around a workload's own Ignite ``process_function``: the batch moved
+    to ``device`` and the model back in train mode (the evaluator leaves it in eval mode), then the user's step,
+    whole; its output (a mapping's keys kept) with the loss and the samples the run's epochs and records count."""
+
+    def train_step(engine: Engine, batch: Any) -> dict[str, Any]:
+        model.train()
+        batch = move_batch(batch, device)
+        output = process_function(engine, batch)
+        loss = output_loss(output)
+        if loss is None:  # checked before the run on two samples; a step that stops returning one ends it here
+            raise ValueError(f"the workload's process_function returned {type(output).__name__}, not a loss")
+        kept = dict(output) if isinstance(output, Mapping) else {}
+        return {**kept, "loss": loss, "samples": samples_in(batch)}
 
     return Engine(train_step)
 

@@ -218,6 +218,10 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
     # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
+    process_function = None
+    if workload is not None and workload.make_process_function is not None:
+        # The workload's own step, given the model as placed (DDP still averages its gradients) and the optimizer.
+        process_function = workload.make_process_function(model, optimizer, device)
     scaler = torch.amp.GradScaler("cuda") if config.amp == "fp16" else None
     comm = strategy.communication(model, config, device)  # the communication hook, timed where it can be
     watch = CompileWatch() if config.compile else None
@@ -240,6 +244,7 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
         channels_last=config.channels_last,
         step=workload.step if workload is not None else None,
         samples_in=workload.samples_in if workload is not None else None,
+        process_function=process_function,
     )
     if workload is None:
         evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)

@@ -1,8 +1,9 @@
 """Your own training, measured: a :class:`Workload` is what a function of yours returns — the model, the data, the
-loss or the step, how to count a sample and, if you know them, its FLOPs — and ``--workload package.module:function``
-(``workload:`` in a spec's ``base``) names that function. Everything else of a run works on it unchanged: every
-strategy (FSDP2 shards the blocks you mark), accumulation, compile, communication hooks, AMP, activation
-checkpointing, the step recorder, memory and communication figures, checkpoints, sweeps and their report.
+loss or the step (or a whole Ignite process function), how to count a sample and, if you know them, its FLOPs — and
+``--workload package.module:function`` (``workload:`` in a spec's ``base``) names that function. Everything else of
+a run works on it unchanged: every strategy (FSDP2 shards the blocks you mark), accumulation, compile, communication
+hooks, AMP, activation checkpointing, the step recorder, memory and communication figures, checkpoints, sweeps and
+their report (accumulation and AMP apply to the suite's own step, not to a process function of yours).
 
 **Where the module is looked for.** As ``python -m`` finds a module: the folder ``workload_dir`` names (a sweep sets
 it to its spec's folder), then the working folder, then the installed packages. Every rank imports it again (a
@@ -14,8 +15,9 @@ module and the file that ran, and so does the report.
 refuses, in one line (exit 2), a path that does not import, a name the module lacks or that is not callable, a
 function that raises (its own message, with the workload's name), a return value that is not a :class:`Workload` or
 holds a field of the wrong type, a model without parameters, a training set smaller than one global batch or a
-validation set smaller than the world size, and a ``training_step`` that returns no loss (it is run once, forward
-only, on two samples).
+validation set smaller than the world size, a ``training_step`` that returns no loss (it is run once, forward
+only, on two samples), and a process function of one's own (``make_process_function``) that returns no loss (run
+once, on copies, on two samples) or is given ``--accumulate`` or ``--amp``, which are the suite's own step's.
 
 Example:
     >>> import torch
@@ -47,12 +49,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from ignite.engine import Engine
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
 from ignite_ddl.core.config import BUILT_IN, TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.measure.flops import FlopCount, count_step_flops
+from ignite_ddl.trainer.engines import build_optimizer, output_loss
 
 __all__ = [
     "BUILT_IN",
@@ -89,6 +93,15 @@ class Workload:
         training_step: ``training_step(model, batch) -> loss`` (a scalar tensor) for batches of any other shape; the
             suite runs backward, the optimizer, accumulation and AMP around it. Evaluation then reports the loss
             only (no accuracy).
+        make_process_function: your own whole Ignite step instead: ``make_process_function(model, optimizer,
+            device)`` is called in every rank with the model as the run's strategy placed it (DDP, FSDP2,
+            compiled), the optimizer the suite built and the rank's device, and returns
+            ``process_function(engine, batch) -> output`` that runs forward, backward and the optimizer step itself
+            and returns the loss (a number, a one-element tensor, or a mapping holding it under ``"loss"``). The
+            suite still moves the batch to the device, times each step per rank (data wait and step, not split
+            into phases), counts samples, and its strategy still averages the gradients; ``--accumulate`` and
+            ``--amp`` are refused (they are the suite's own step's). Validation and the FLOP count still use
+            ``training_step`` (or ``loss`` on ``(x, y)`` batches).
         sample_unit: what a throughput counts, e.g. "tokens", "images"; ``units_per_sample`` of them per dataset
             item (a sequence of 128 tokens: ``sample_unit="tokens", units_per_sample=128``).
         samples_in: the number of dataset items in a batch (default: the length of its first tensor).
@@ -106,6 +119,7 @@ class Workload:
     datasets: Callable[[], tuple[Dataset, Dataset]] | None = None
     loss: Callable[..., torch.Tensor] = field(default_factory=nn.CrossEntropyLoss)
     training_step: Callable[[nn.Module, Any], torch.Tensor] | None = None
+    make_process_function: Callable[[nn.Module, torch.optim.Optimizer, torch.device], Callable[..., Any]] | None = None
     sample_unit: str = "samples"
     units_per_sample: int = 1
     samples_in: Callable[[Any], int] = _first_length
@@ -119,6 +133,13 @@ class Workload:
             return self.training_step(model, batch)
         x, y = batch[0], batch[1]
         return self.loss(model(x), y)
+
+    def step_kind(self) -> str:
+        """Whose training step runs: ``process_function`` (the workload's whole step), ``training_step`` (its loss,
+        in the suite's step) or ``loss`` (``loss(model(x), y)`` in the suite's step)."""
+        if self.make_process_function is not None:
+            return "process_function"
+        return "training_step" if self.training_step is not None else "loss"
 
     def data(self) -> tuple[Dataset, Dataset]:
         """``(train, val)``: the datasets given, or built by ``datasets()``."""
@@ -155,6 +176,7 @@ class Loaded:
             "parameters": sum(p.numel() for p in w.model.parameters()),
             "blocks": len(w.blocks),
             "flops_source": "workload" if w.flops is not None else "counted",
+            "step": w.step_kind(),
         }
 
 
@@ -233,7 +255,7 @@ def _check_fields(path: str, workload: Any) -> None:
         value = getattr(workload, name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ConfigError(f"workload {path}: field '{name}' must be {words}, got {type(value).__name__}")
-    for name in ("datasets", "training_step", "loss", "samples_in"):
+    for name in ("datasets", "training_step", "make_process_function", "loss", "samples_in"):
         value = getattr(workload, name)
         if value is not None and not callable(value):
             raise ConfigError(f"workload {path}: field '{name}' must be callable, got {type(value).__name__}")
@@ -285,6 +307,7 @@ def check_workload(config: TrainConfig, world_size: int) -> Loaded:
     if config.early_stopping and not workload.accuracy:
         raise ConfigError(f"workload {path}: --early-stopping compares validation accuracy, which it does not report")
     _check_step(path, workload, train)
+    _check_process_function(config, path, workload, train)
     return loaded
 
 
@@ -298,7 +321,9 @@ def _check_step(path: str, workload: Workload, train: Dataset) -> None:
             loss: Any = workload.step(model, batch)  # whatever the user's code returned
     except Exception as e:
         what = "training_step" if workload.training_step is not None else "loss(model(x), y)"
-        raise ConfigError(f"workload {path}: its {what} raised {_one_line(e)} on a batch of two samples") from None
+        # With a process_function, this step is still what validation and the FLOP count run.
+        why = " (validation runs it: give a training_step)" if workload.make_process_function is not None else ""
+        raise ConfigError(f"workload {path}: its {what} raised {_one_line(e)} on a batch of two samples{why}") from None
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
         kind = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ConfigError(f"workload {path}: its step returned {kind}, not a scalar loss")
@@ -310,6 +335,51 @@ def _check_step(path: str, workload: Workload, train: Dataset) -> None:
         raise ConfigError(f"workload {path}: samples_in raised {_one_line(e)}") from None
     if not isinstance(samples, int) or samples < 1:
         raise ConfigError(f"workload {path}: samples_in counted {samples!r} samples in a batch of two, not an int")
+
+
+def _check_process_function(config: TrainConfig, path: str, workload: Workload, train: Dataset) -> None:
+    """Refuse the options a workload's own process function cannot be given (they are the suite's step's), then
+    build it on copies of the model and of an optimizer and run it once on two samples: it must return a loss."""
+    make = workload.make_process_function
+    if make is None:
+        return
+    if config.accumulate > 1:
+        raise ConfigError(
+            f"workload {path}: --accumulate {config.accumulate} splits the suite's own step into micro-batches; its "
+            "process_function runs its own step (accumulate inside it, or give a training_step instead)"
+        )
+    if config.amp != "none":
+        raise ConfigError(
+            f"workload {path}: --amp {config.amp} wraps the suite's own step in autocast; its process_function runs "
+            "its own step (autocast inside it, or give a training_step instead)"
+        )
+    batch = default_collate([train[i] for i in range(min(2, _length(path, "train", train)))])
+    model = copy.deepcopy(workload.model).train()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            process: Any = make(model, build_optimizer(model, config), torch.device("cpu"))
+        except Exception as e:
+            raise ConfigError(f"workload {path}: its make_process_function raised {_one_line(e)}") from None
+        if not callable(process):
+            raise ConfigError(
+                f"workload {path}: its make_process_function returned a {type(process).__name__}, not a function "
+                "(engine, batch) -> output"
+            )
+        engine = Engine(process)
+        engine.state.iteration = engine.state.epoch = 1
+        engine.state.batch = batch
+        try:
+            output: Any = process(engine, batch)  # called directly: Engine.run would log the failure as well
+        except Exception as e:
+            raise ConfigError(
+                f"workload {path}: its process_function raised {_one_line(e)} on a batch of two samples"
+            ) from None
+    if output_loss(output) is None:
+        kind = f"a tensor of shape {tuple(output.shape)}" if isinstance(output, torch.Tensor) else type(output).__name__
+        raise ConfigError(
+            f"workload {path}: its process_function returned {kind}, not a loss (a number, a one-element tensor, "
+            "or a mapping with 'loss')"
+        )
 
 
 def count_workload_flops(workload: Workload, batch: Any) -> FlopCount:
