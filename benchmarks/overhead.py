@@ -224,26 +224,33 @@ def raw_worker(
             dist.destroy_process_group()
 
 
-def raw_rank(rank: int, *args: Any) -> None:
-    """``start_processes`` target: :func:`raw_worker` in a fresh thread of the forked process.
+RawWorker = Callable[[int, TrainConfig, int, int, int, Window, Path], None]
+
+
+def raw_rank(rank: int, worker: RawWorker, *args: Any) -> None:
+    """``start_processes`` target: ``worker`` (:func:`raw_worker`, or another workload's hand-written loop) in a
+    fresh thread of the forked process.
 
     This parent has already run multi-threaded ops (the one-process runs), so a forked child's main thread must not
     run torch ops (see ``launcher.in_fresh_thread``, plain threading: no Ignite involved); ignite_ddl's launcher
     does the same, so doing it here also keeps the two sides alike.
     """
-    threads = args[2]  # raw_worker's arguments: config, world, threads, port, window, run_dir
-    in_fresh_thread(threads, raw_worker, rank, *args)
+    threads = args[2]  # the worker's arguments: config, world, threads, port, window, run_dir
+    in_fresh_thread(threads, worker, rank, *args)
 
 
-def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
+def run_raw(config: TrainConfig, window: Window, run_dir: Path, worker: RawWorker = raw_worker) -> float:
+    """One run of the hand-written loop ``worker`` on ``plan_launch(config)``'s processes; seconds per step."""
     plan = plan_launch(config)  # the same threads per process and start method as ours gets
     run_dir.mkdir(parents=True)
     world = plan.world_size
     args = (config, world, plan.threads, plan.master_port or free_port(plan.master_addr), window, run_dir)
     if world == 1:
-        raw_worker(0, *args)
+        worker(0, *args)
     else:
-        torch_mp.start_processes(raw_rank, args=args, nprocs=world, join=True, start_method=plan.start_method)
+        torch_mp.start_processes(
+            raw_rank, args=(worker, *args), nprocs=world, join=True, start_method=plan.start_method
+        )
     return _read_clocks(run_dir, world, window)
 
 
@@ -298,20 +305,28 @@ def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainC
 def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path) -> dict[str, Any]:
     """Alternate ours and raw ``args.repeats`` times with ``procs`` processes; per-step figures in seconds."""
     config = bench_config(procs, args, window)
+
+    def one_run(side: str, run_dir: Path) -> float:
+        return run_fresh(side, procs, args, run_dir) if args.fresh else RUNNERS[side](config, window, run_dir)
+
+    return alternate(one_run, config, args.repeats, tmp)
+
+
+def alternate(one_run: Callable[[str, Path], float], config: TrainConfig, repeats: int, tmp: Path) -> dict[str, Any]:
+    """``one_run(side, run_dir)`` (seconds per step) for ours then raw, ``repeats`` times, with ``config``'s
+    processes, each timed beside :class:`ForeignLoad`: alternating, so that a change of the machine's load spreads
+    over both sides. The medians, minima, every run and the other processes' CPU share, per side; ours/raw."""
+    procs = plan_launch(config).world_size
     runs: dict[str, list[float]] = {side: [] for side in RUNNERS}
     foreign: dict[str, list[float | None]] = {side: [] for side in RUNNERS}
-    for repeat in range(args.repeats):
-        for side, runner in RUNNERS.items():
-            run_dir = tmp / f"p{procs}-r{repeat}-{side}"
+    for repeat in range(repeats):
+        for side in RUNNERS:
             with ForeignLoad() as other:
-                if args.fresh:
-                    step = run_fresh(side, procs, args, run_dir)
-                else:
-                    step = runner(config, window, run_dir)
+                step = one_run(side, tmp / f"p{procs}-r{repeat}-{side}")
             runs[side].append(step)
             foreign[side].append(other.share)
             busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
-            print(f"  {procs} proc run {repeat + 1}/{args.repeats} {side:4s}: {step * 1e3:7.2f} ms/step{busy}")
+            print(f"  {procs} proc run {repeat + 1}/{repeats} {side:4s}: {step * 1e3:7.2f} ms/step{busy}")
     stats = {
         side: {"median_s": statistics.median(r), "min_s": min(r), "runs_s": r, "foreign_cpu": foreign[side]}
         for side, r in runs.items()
@@ -319,7 +334,7 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
     return {
         "procs": procs,
         "threads_per_process": plan_launch(config).threads,
-        "per_rank_batch": args.batch_size // procs,
+        "per_rank_batch": config.batch_size // procs,
         **stats,
         "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],
         "ratio_min": stats["ours"]["min_s"] / stats["raw"]["min_s"],

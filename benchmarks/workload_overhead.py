@@ -25,32 +25,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
-from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as torch_mp
-from overhead import StepClock, Window, _read_clocks, _write_clock, machine, print_table
+from overhead import Window, _write_clock, alternate, machine, print_table, run_ours, run_raw
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from ignite_ddl import TrainConfig, plan_launch, train
-from ignite_ddl.launcher import free_port, in_fresh_thread
-from ignite_ddl.measure.contention import ForeignLoad
+from ignite_ddl import TrainConfig
 from ignite_ddl.trainer.gpt import lm_loss, make
-
-
-def run_ours(config: TrainConfig, window: Window, run_dir: Path) -> float:
-    summary = train(replace(config, output_dir=str(run_dir)), setup=StepClock(window, run_dir))
-    if summary["iterations"] != window.last:
-        raise RuntimeError(f"ours ran {summary['iterations']} iterations, expected {window.last}")
-    return _read_clocks(run_dir, summary["world_size"], window)
 
 
 def raw_worker(rank: int, config: TrainConfig, world: int, threads: int, port: int, window: Window, out: Path) -> None:
@@ -92,23 +81,9 @@ def raw_worker(rank: int, config: TrainConfig, world: int, threads: int, port: i
             dist.destroy_process_group()
 
 
-def raw_rank(rank: int, *args: Any) -> None:
-    """A forked rank runs torch in a fresh thread, as ignite_ddl's launcher does (see overhead.raw_rank)."""
-    in_fresh_thread(args[2], raw_worker, rank, *args)
-
-
-def run_raw(config: TrainConfig, window: Window, run_dir: Path) -> float:
-    plan = plan_launch(config)
-    run_dir.mkdir(parents=True)
-    args = (config, plan.world_size, plan.threads, plan.master_port or free_port(plan.master_addr), window, run_dir)
-    if plan.world_size == 1:
-        raw_worker(0, *args)
-    else:
-        torch_mp.start_processes(raw_rank, args=args, nprocs=plan.world_size, join=True, start_method="fork")
-    return _read_clocks(run_dir, plan.world_size, window)
-
-
-RUNNERS = {"ours": run_ours, "raw": run_raw}
+def run_side(config: TrainConfig, window: Window, side: str, run_dir: Path) -> float:
+    """One run of ours (the trainer, timed as overhead.py times it) or raw (this GPT's hand-written loop)."""
+    return run_ours(config, window, run_dir) if side == "ours" else run_raw(config, window, run_dir, raw_worker)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -145,30 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 max_iters=window.last,
                 progress=False,
             )
-            runs: dict[str, list[float]] = {side: [] for side in RUNNERS}
-            foreign: dict[str, list[float | None]] = {side: [] for side in RUNNERS}
-            for repeat in range(args.repeats):
-                for side, runner in RUNNERS.items():
-                    with ForeignLoad() as other:
-                        step = runner(config, window, Path(tmp) / f"p{procs}-r{repeat}-{side}")
-                    runs[side].append(step)
-                    foreign[side].append(other.share)
-                    busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
-                    print(f"  {procs} proc run {repeat + 1}/{args.repeats} {side:4s}: {step * 1e3:7.1f} ms/step{busy}")
-            stats = {
-                side: {"median_s": statistics.median(r), "min_s": min(r), "runs_s": r, "foreign_cpu": foreign[side]}
-                for side, r in runs.items()
-            }
-            results.append(
-                {
-                    "procs": procs,
-                    "threads_per_process": plan_launch(config).threads,
-                    "per_rank_batch": args.batch_size // procs,
-                    **stats,
-                    "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],
-                    "ratio_min": stats["ours"]["min_s"] / stats["raw"]["min_s"],
-                }
-            )
+            results.append(alternate(partial(run_side, config, window), config, args.repeats, Path(tmp)))
     print()
     print_table(results)
     report = {"benchmark": "workload_overhead", "machine": info, "gpt": sizes, "results": results}
