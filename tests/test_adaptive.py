@@ -5,19 +5,18 @@ the rule on A/A sweeps, and one real sweep."""
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from conftest import SMALL_SWEEP, run_cli
+from simulated import Simulated
 
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import read_results
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
-from ignite_ddl.sweep.plan import Run, expand
-from ignite_ddl.sweep.records import new_record
+from ignite_ddl.sweep.plan import expand
 from ignite_ddl.sweep.runner import _sweep
 from ignite_ddl.sweep.spec import parse_spec
 
@@ -69,38 +68,6 @@ def test_workloads_are_decided_apart():
     samples = {0: [100.0, 101, 99], 1: [80.0, 81, 79], 2: [100.0, 102, 98], 3: [99.0, 101, 97]}
     decision = decide(samples, {0: "a", 1: "a", 2: "b", 3: "b"}, RULE, 3)
     assert decision.outcome == {"a": "separated", "b": "undecided"} and decision.more == [2, 3]
-
-
-class Simulated:
-    """An executor whose runs draw their throughput from Normal(mean[index], cv * mean) with a fixed seed: the
-    truth is known, so what the sweep concludes can be checked."""
-
-    def __init__(self, means: Sequence[float], cv: float, seed: int = 0, run_s: float = 10.0, sleep: bool = False):
-        self.means, self.cv, self.rng, self.run_s, self.sleep = means, cv, random.Random(seed), run_s, sleep
-        self.started: list[tuple[int, int]] = []
-
-    def check(self) -> None:
-        pass
-
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[..., None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None:
-        for number, run in enumerate(runs, 1):
-            self.started.append((run.index, run.repeat))
-            if self.sleep:  # runs that take the time they report, for the budget
-                time.sleep(self.run_s)
-            mean = self.means[run.index]
-            record = new_record(run, self.run_s, 0)
-            record["summary"] = {
-                "world_size": 1,
-                "samples_per_s": self.rng.gauss(mean, self.cv * mean),
-                "contention": {"foreign_cpu_share": 0.0},
-            }
-            recorded(record, run, number)
 
 
 def simulate(

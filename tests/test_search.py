@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
-from test_adaptive import Simulated
+from simulated import Simulated
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import read_results
 from ignite_ddl.report import analyze
 from ignite_ddl.sweep.plan import Run
-from ignite_ddl.sweep.records import new_record
 from ignite_ddl.sweep.search import STUDY_FILE, run_search
 from ignite_ddl.sweep.spec import parse_spec, space_size
 
@@ -40,36 +39,6 @@ def landscape(grid: dict[str, Any]) -> float:
     batch = {16: 0.45, 32: 0.62, 64: 0.78, 128: 0.9, 256: 1.0}[grid["batch_size"]]
     procs = 1.25 if grid["nproc_per_node"] == 2 else 1.0
     return 100 * batch * procs * (1.0 if grid["accumulate"] == 1 else 0.9) * (1.0 if grid["threads"] == 1 else 0.93)
-
-
-class SimulatedSpace(Simulated):
-    """Runs whose samples/s is drawn from Normal(mean(grid), cv * mean), seeded."""
-
-    def __init__(self, mean: Callable[[dict[str, Any]], float], cv: float, seed: int = 0, run_s: float = 10.0):
-        super().__init__([], cv, seed, run_s)
-        self.mean = mean
-
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[..., None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None:
-        for number, run in enumerate(runs, 1):
-            recorded(self.draw(run), run, number)
-
-    def draw(self, run: Run) -> dict[str, Any]:
-        """A run started and ended: its record, its samples/s drawn."""
-        self.started.append((run.index, run.repeat))
-        mean = self.mean(run.grid)
-        record = new_record(run, self.run_s, 0)
-        record["summary"] = {
-            "world_size": 1,
-            "samples_per_s": self.rng.gauss(mean, self.cv * mean),
-            "contention": {"foreign_cpu_share": 0.0},
-        }
-        return dict(record)
 
 
 def search_spec(**search: Any) -> Any:
@@ -88,7 +57,7 @@ def search_spec(**search: Any) -> Any:
 def study(tmp: Path, seed: int, mean: Callable[[dict[str, Any]], float], budget: int, cv: float = 0.02):
     """One seeded search; (the verdict's best as grid values or None, runs started, search.json)."""
     spec = search_spec(budget_runs=budget, seed=seed)
-    executor = SimulatedSpace(mean, cv, seed)
+    executor = Simulated(mean, cv, seed)
     run_search(spec, tmp, executor, False, lambda line: None)
     records = read_results(tmp / "results.jsonl")
     verdict = analyze(records, read_json(tmp / "sweep.json")).verdicts[0]
@@ -120,7 +89,7 @@ def test_a_search_of_a_flat_space_names_no_best(tmp_path):
 
 
 def test_the_budget_in_seconds_is_never_overrun(tmp_path):
-    class Slow(SimulatedSpace):
+    class Slow(Simulated):
         def execute(self, runs, recorded, progress, where):  # runs that take the time they report
             for run in runs:
                 time.sleep(self.run_s)
@@ -149,7 +118,7 @@ def test_refused_and_measured_configurations_start_no_run(tmp_path):
             "rerun_contended": 0,
         }
     )
-    executor = SimulatedSpace(lambda grid: 100.0 + grid["batch_size"] / 10, 0.02)
+    executor = Simulated(lambda grid: 100.0 + grid["batch_size"] / 10, 0.02)
     run_search(spec, tmp_path, executor, False, lambda line: None)
     records = read_results(tmp_path / "results.jsonl")
     grids = [r["grid"] for r in records]
@@ -166,10 +135,11 @@ _KILLED_SEARCH = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    from test_search import SimulatedSpace, landscape, search_spec
+    from simulated import Simulated
+    from test_search import landscape, search_spec
     from ignite_ddl.sweep.search import run_search
 
-    class Stalls(SimulatedSpace):
+    class Stalls(Simulated):
         def execute(self, runs, recorded, progress, where):
             for run in runs:
                 if len(self.started) == {kill_at}:  # mid-trial: some of its repeats recorded, the next running
@@ -199,7 +169,7 @@ def test_a_search_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_pat
     before = read_results(out / "results.jsonl")
     assert len(before) == 7 and before[-1]["repeat"] == 0  # killed inside a trial (min_repeats 2)
 
-    executor = SimulatedSpace(landscape, 0.02, seed=5)
+    executor = Simulated(landscape, 0.02, seed=5)
     run_search(search_spec(budget_runs=30, seed=4), out, executor, True, lambda line: None)
     after = read_results(out / "results.jsonl")
     assert after[: len(before)] == before  # nothing lost
@@ -220,7 +190,7 @@ def test_a_search_killed_mid_trial_resumes_with_nothing_lost_or_repeated(tmp_pat
     assert len(measured) == len(set(measured)) == len(by_grid)
     assert all(t.state.name != "RUNNING" for t in trials.get_trials())
     # Resumed once more, a finished search starts nothing: no second "next proposal", no round past its decision.
-    again = SimulatedSpace(landscape, 0.02, seed=6)
+    again = Simulated(landscape, 0.02, seed=6)
     run_search(search_spec(budget_runs=30, seed=4), out, again, True, lambda line: None)
     assert again.started == [] and read_results(out / "results.jsonl") == after
     assert read_json(out / "search.json")["trajectory"][0]["runs"] == 3  # the first session's points kept
@@ -301,7 +271,7 @@ def test_a_real_search_on_the_cnn_ends_with_a_report(tmp_path):
     assert (out / STUDY_FILE).is_file()
 
 
-class InFlight(SimulatedSpace):
+class InFlight(Simulated):
     """An executor that takes runs in and finishes each after two polls, as SLURM jobs would (``submit`` and
     ``ended``): what a search on SLURM with max_parallel sees, without a cluster."""
 
@@ -351,7 +321,7 @@ def test_a_parallel_search_keeps_configurations_in_flight_within_its_budget(tmp_
 @pytest.mark.parametrize("sampler", ["gp", "random"])
 def test_every_sampler_searches(tmp_path, sampler):
     """GP (noise fitted from the runs) and random: a few proposals each, measured, within the budget."""
-    executor = SimulatedSpace(landscape, 0.02, seed=0)
+    executor = Simulated(landscape, 0.02, seed=0)
     run_search(search_spec(budget_runs=15, seed=0, sampler=sampler), tmp_path, executor, False, lambda line: None)
     state = read_json(tmp_path / "search.json")
     assert state["sampler"] == sampler and state["phase"] == "done"
