@@ -4,7 +4,7 @@ It runs, in this order, each step in a process of its own with its own time budg
 
 1. ``environment`` (15): device, driver, torch, CUDA and cuDNN versions; the achievable bf16 / fp16 / tf32 / fp32
    matmul rate, measured once (:func:`ignite_ddl.measure.flops.measured_peak`) and kept in
-   ``<out>/work/matmul_peak.json`` (a later run into the same folder reads it back), beside the datasheet peak.
+   ``<out>/runs/matmul_peak.json`` (a later run into the same folder reads it back), beside the datasheet peak.
 2. ``tests`` (100): ``pytest -m gpu`` (``tests/test_gpu_cuda.py`` and every other test marked ``gpu``), the figures
    the tests measure collected from ``IGNITE_DDL_GPU_FIGURES``.
 3. ``overhead`` (60): ours vs a raw PyTorch loop per step on the GPU (``benchmarks/overhead.py --device cuda``):
@@ -33,7 +33,7 @@ process): the figures mean nothing, what it tests is the script itself (tests/te
 ``--cpu`` a machine without a CUDA GPU is refused.
 
 It writes ``summary.md`` and ``figures.json`` at the top of the output folder and everything else (each step's log,
-the sweeps' folders, the matmul-peak cache) under ``<out>/work/``.
+the sweeps' folders, the matmul-peak cache) under ``<out>/runs/``.
 
 Usage:
     python benchmarks/gpu_check.py OUT              # on a CUDA machine
@@ -89,7 +89,7 @@ LAMBDA_RESNET50_H100 = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="output folder: summary.md, figures.json, work/")
+    parser.add_argument("out", type=Path, help="output folder: summary.md, figures.json, runs/")
     parser.add_argument("--cpu", action="store_true", help="the same steps on the CPU at toy size (tests the script)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated steps (default all: {STEPS})")
     parser.add_argument("--budget", action="append", default=[], metavar="NAME=SECONDS", help="a step's budget")
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"gpu_check: {out} exists and is not a folder\n")
     if out.is_dir() and any(out.iterdir()) and not (out / "figures.json").is_file():
         parser.exit(2, f"gpu_check: {out} holds files of something else; give an empty or new folder\n")
-    (out / "work" / "steps").mkdir(parents=True, exist_ok=True)
-    (out / "work" / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / "steps").mkdir(parents=True, exist_ok=True)
+    (out / "runs" / "logs").mkdir(parents=True, exist_ok=True)
     total = CPU_TOTAL_S if args.cpu else GPU_TOTAL_S
     started = time.time()
     results: dict[str, Any] = {}
@@ -159,8 +159,8 @@ def run_child(name: str, out: Path, cpu: bool, budget: float) -> dict[str, Any]:
     if cpu:
         argv.append("--cpu")
         env["CUDA_VISIBLE_DEVICES"] = ""  # every process of the step computes on the CPU, GPU or not
-    log = out / "work" / "logs" / f"{name}.log"
-    fragment = out / "work" / "steps" / f"{name}.json"
+    log = out / "runs" / "logs" / f"{name}.log"
+    fragment = out / "runs" / "steps" / f"{name}.json"
     fragment.unlink(missing_ok=True)
     begin = time.time()
     with open(log, "w") as sink:
@@ -229,14 +229,14 @@ class Step:
 
     def __init__(self, name: str, out: Path, cpu: bool, deadline: float):
         self.name, self.out, self.cpu, self.deadline = name, out, cpu, deadline
-        self.work = out / "work"
+        self.runs = out / "runs"
         self.figures: dict[str, Any] = {}
 
     def left(self) -> float:
         return self.deadline - time.time()
 
     def save(self) -> None:
-        path = self.work / "steps" / f"{self.name}.json"
+        path = self.runs / "steps" / f"{self.name}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.figures, indent=1, default=str) + "\n")
         tmp.replace(path)
@@ -304,7 +304,7 @@ def _peak_for(step: Step, precision: str) -> dict[str, Any]:
 
     device = _device()
     size = None if device.type == "cuda" else 256
-    rate, _ = measured_peak(device, precision, step.work / "matmul_peak.json", size=size, seconds=0.3)
+    rate, _ = measured_peak(device, precision, step.runs / "matmul_peak.json", size=size, seconds=0.3)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
     return {"measured": rate, "datasheet": datasheet_peak(name, precision)}
 
@@ -359,7 +359,7 @@ def step_environment(step: Step) -> None:
         rate, cached = measured_peak(
             device,
             precision,
-            step.work / "matmul_peak.json",
+            step.runs / "matmul_peak.json",
             size=None if device.type == "cuda" else 256,
             seconds=1.0 if device.type == "cuda" else 0.3,
         )
@@ -404,7 +404,7 @@ _SKIP_LINE = re.compile(r"^SKIPPED \[\d+\] (\S+): (.*)$")
 
 
 def step_tests(step: Step) -> None:
-    figures_dir = step.work / "test_figures"
+    figures_dir = step.runs / "test_figures"
     targets = ["tests/test_gpu_cuda.py"] if step.cpu else ["tests"]  # toy size: the GPU tests' file alone
     argv = [sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist"]
     # a test module whose optional imports the GPU machine lacks (a browser driver, Jupyter) must not stop the rest
@@ -440,7 +440,7 @@ def step_overhead(step: Step) -> None:
     # minutes: the contiguous layout alternates fresh processes, channels_last alternates within one process.
     layouts = (("contiguous", ["--fresh"], 0.75), ("channels_last", ["--channels-last"], 1.0))
     for layout, extra, share in layouts:
-        path = step.work / f"overhead_{layout}.json"
+        path = step.runs / f"overhead_{layout}.json"
         code, _ = step.run([sys.executable, "benchmarks/overhead.py", *common, *extra, f"--json={path}"], share=share)
         report = _read_json(path)
         if report is None:
@@ -463,9 +463,9 @@ def step_overhead(step: Step) -> None:
 
 
 def _sweep(step: Step, name: str, spec: dict[str, Any], share: float = 1.0) -> tuple[int | None, Path]:
-    """Run ``spec`` as a sweep into ``work/<name>`` (with its report); ``(exit status or None, folder)``."""
-    folder = step.work / name
-    spec_path = step.work / f"{name}.yaml"
+    """Run ``spec`` as a sweep into ``runs/<name>`` (with its report); ``(exit status or None, folder)``."""
+    folder = step.runs / name
+    spec_path = step.runs / f"{name}.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
     code, output = step.run(
         [sys.executable, "-m", "ignite_ddl", "sweep", str(spec_path), f"--output-dir={folder}"], share

@@ -110,7 +110,7 @@ def test_every_step_runs_at_toy_size_on_the_cpu(tmp_path):
     # the matmul peak: measured once on this CPU, kept, read back by the steps that report MFU
     peaks = steps["environment"]["matmul_peak"]
     assert peaks["fp32"]["measured_flops_per_s"] > 0 and not peaks["fp32"]["from_cache"]
-    assert json.loads((out / "work" / "matmul_peak.json").read_text())["entries"]
+    assert json.loads((out / "runs" / "matmul_peak.json").read_text())["entries"]
     mfu = steps["resnet50"]["mfu"]
     assert mfu["of_measured"] > 0 and mfu["of_datasheet"] is None  # no datasheet for a CPU
     assert steps["resnet50"]["per_step_samples_per_s"]["n"] >= 3
