@@ -16,8 +16,8 @@ from test_report import record
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.core.results import append_record
 from ignite_ddl.report import analyze, write_report
-from ignite_ddl.report.analysis import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
 from ignite_ddl.report.render import verdict_lines
+from ignite_ddl.report.verdicts import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = [100.0, 101.0, 99.0]

@@ -23,7 +23,7 @@ from ignite_ddl.cli import main
 from ignite_ddl.core.results import append_record
 from ignite_ddl.core.schema import Shown, shown_figures
 from ignite_ddl.report import analyze, load, write_report
-from ignite_ddl.report.analysis import TABLE_ROWS
+from ignite_ddl.report.model import TABLE_ROWS
 from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
 
 

@@ -4,7 +4,11 @@
 - :mod:`~ignite_ddl.report.model` — what an analysis is, as data: its dataclasses and the thresholds it judges by;
 - :mod:`~ignite_ddl.report.reading` — a sweep's records read into configurations, a few figures kept per run;
 - :mod:`~ignite_ddl.report.analysis` — per configuration, workload and sweep, as plain data (:func:`load`,
-  :func:`analyze`), for the report and for notebooks;
+  :func:`analyze`), for the report and for notebooks; its steps: :mod:`~ignite_ddl.report.comparisons` (speed-ups,
+  an option against its plain twin), :mod:`~ignite_ddl.report.quality` (what a configuration learnt),
+  :mod:`~ignite_ddl.report.verdicts` (best, tied or equivalent), :mod:`~ignite_ddl.report.recommendation` (the
+  configuration to use), :mod:`~ignite_ddl.report.flags` (reasons to doubt a number) and
+  :mod:`~ignite_ddl.report.notes` (where time is lost, what to try);
 - :mod:`~ignite_ddl.report.render` — ``report.md`` / ``report.html`` / ``verdict.txt`` (:func:`write_report`),
   written with :mod:`~ignite_ddl.report.document` (Markdown and HTML), :mod:`~ignite_ddl.report.sections` (what
   the report says) and :mod:`~ignite_ddl.report.tables` (its tables of configurations);

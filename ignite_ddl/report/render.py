@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
-from ignite_ddl.report.analysis import load, notes, versus_text
+from ignite_ddl.report.analysis import load
+from ignite_ddl.report.comparisons import versus_text
 from ignite_ddl.report.document import Document
 from ignite_ddl.report.glossary import add_glossary
 from ignite_ddl.report.hparams import write_hparams
+from ignite_ddl.report.notes import notes
 from ignite_ddl.report.plots import make_plots
 from ignite_ddl.report.search import search_section
 from ignite_ddl.report.sections import (

@@ -7,7 +7,10 @@ from typing import Any
 
 from ignite_ddl.measure.profile_text import format_profile
 from ignite_ddl.measure.traces import TRACE_COMM_HEADER, trace_comm_rows
-from ignite_ddl.report.analysis import (
+from ignite_ddl.report.document import Document
+from ignite_ddl.report.model import FLAG_MEANINGS, FLAGS_LISTED, Analysis, ConfigResult, Verdict
+from ignite_ddl.report.tables import interval_text, options_text, rate_text
+from ignite_ddl.report.verdicts import (
     EQUIVALENT_MEANS,
     EQUIVALENT_TEXT,
     INSEPARABLE_TEXT,
@@ -15,9 +18,6 @@ from ignite_ddl.report.analysis import (
     TIED_TEXT,
     relative,
 )
-from ignite_ddl.report.document import Document
-from ignite_ddl.report.model import FLAG_MEANINGS, FLAGS_LISTED, Analysis, ConfigResult, Verdict
-from ignite_ddl.report.tables import interval_text, options_text, rate_text
 
 __all__ = [
     "ADAPTIVE_OUTCOMES",

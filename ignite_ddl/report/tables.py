@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
-from ignite_ddl.report.analysis import step_model_accuracy, superlinear
+from ignite_ddl.report.analysis import step_model_accuracy
 from ignite_ddl.report.document import Document, Table
+from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate, positive_range
 
