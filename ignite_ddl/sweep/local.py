@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +22,7 @@ from ignite_ddl.core.outputs import open_output
 from ignite_ddl.core.schema import RunRecord
 from ignite_ddl.launcher.signals import end_with, sigterm_with_parent
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
-from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where
 from ignite_ddl.sweep.records import finish_record, new_record
 
 __all__ = ["LocalExecutor", "RunInterrupted", "run_one"]
@@ -41,13 +41,7 @@ class LocalExecutor:
     def check(self) -> None:
         """Nothing to check before a local sweep starts."""
 
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[[RunRecord, Run, int], None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None:
+    def execute(self, runs: Sequence[Run], recorded: Recorded, progress: Progress, where: Where) -> None:
         """Run ``runs`` in order; ``recorded(record, run, number)`` as each ends. Interrupted (SIGINT / SIGTERM),
         the run going is stopped, recorded as interrupted, and the interruption raised."""
         for number, run in enumerate(runs, 1):

@@ -27,10 +27,14 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
+from ignite_ddl.core.schema import RunRecord
 from ignite_ddl.sweep.spec import Spec, configurations, run_options, shown_grid
 
 __all__ = [
+    "Progress",
+    "Recorded",
     "Run",
+    "Where",
     "check_configurations",
     "contended_reruns",
     "expand",
@@ -63,6 +67,14 @@ class Run:
     @property
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.grid.items())
+
+
+# What an executor is handed with a batch of runs (:class:`ignite_ddl.sweep.session.Executor`): called with each
+# run's record as it ends (``recorded(record, run, number)``), with a progress line, and for a run's place in its
+# batch (``where(run, number)``).
+Recorded = Callable[[RunRecord, Run, int], None]
+Progress = Callable[[str], None]
+Where = Callable[[Run, int], str]
 
 
 def _plain(value: Any) -> Any:

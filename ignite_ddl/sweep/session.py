@@ -18,7 +18,7 @@ from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
 from ignite_ddl.core.schema import RunRecord, SweepMeta, SweepSession
 from ignite_ddl.sweep.busy import BusyStreak
-from ignite_ddl.sweep.plan import Run, contended_reruns
+from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where, contended_reruns
 from ignite_ddl.sweep.records import describe_outcome
 from ignite_ddl.sweep.spec import Spec
 
@@ -30,13 +30,7 @@ class Executor(Protocol):
 
     def check(self) -> None: ...
 
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[[RunRecord, Run, int], None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None: ...
+    def execute(self, runs: Sequence[Run], recorded: Recorded, progress: Progress, where: Where) -> None: ...
 
 
 def where_text(run: Run, number: int, total: int, what: str, repeats: str) -> str:

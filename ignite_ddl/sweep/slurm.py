@@ -46,7 +46,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.schema import RunRecord
-from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where
 from ignite_ddl.sweep.records import finish_record, last_error, new_record
 from ignite_ddl.sweep.spec import SlurmOptions
 
@@ -359,13 +359,7 @@ class SlurmExecutor:
                 found.append((_slurm_record(run, outcome, self.threshold), run))
         return found
 
-    def execute(
-        self,
-        runs: Sequence[Run],
-        recorded: Callable[[RunRecord, Run, int], None],
-        progress: Callable[[str], None],
-        where: Callable[[Run, int], str],
-    ) -> None:
+    def execute(self, runs: Sequence[Run], recorded: Recorded, progress: Progress, where: Where) -> None:
         self.submit(runs, progress)
         waiting, number = list(runs), 0
         try:
