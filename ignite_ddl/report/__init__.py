@@ -3,6 +3,9 @@
 - :mod:`~ignite_ddl.report.stats` — intervals over repeats, the verdict's separation rule, Welch's test;
 - :mod:`~ignite_ddl.report.model` — what an analysis is, as data: its dataclasses and the thresholds it judges by;
 - :mod:`~ignite_ddl.report.reading` — a sweep's records read into configurations, a few figures kept per run;
+  with :mod:`~ignite_ddl.report.summaries` (a configuration's figures, a run's summary at a time),
+  :mod:`~ignite_ddl.report.environments` (where a run ran) and :mod:`~ignite_ddl.report.values` (foreign data
+  checked);
 - :mod:`~ignite_ddl.report.analysis` — per configuration, workload and sweep, as plain data (:func:`load`,
   :func:`analyze`), for the report and for notebooks; its steps: :mod:`~ignite_ddl.report.comparisons` (speed-ups,
   an option against its plain twin), :mod:`~ignite_ddl.report.quality` (what a configuration learnt),

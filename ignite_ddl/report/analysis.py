@@ -65,9 +65,10 @@ from ignite_ddl.report.model import STEP_PARTS as STEP_PARTS
 from ignite_ddl.report.model import TABLE_ROWS as TABLE_ROWS
 from ignite_ddl.report.notes import notes as notes
 from ignite_ddl.report.quality import judge_quality
-from ignite_ddl.report.reading import Reader, is_number, workload_of
+from ignite_ddl.report.reading import Reader, workload_of
 from ignite_ddl.report.recommendation import recommend
 from ignite_ddl.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, rank_correlation
+from ignite_ddl.report.values import is_number
 from ignite_ddl.report.verdicts import mark_not_judged, rule_text, verdict_of
 from ignite_ddl.report.verdicts import relative as relative
 
