@@ -212,6 +212,24 @@ def test_a_powersgd_run_is_measured_after_its_start_and_its_bytes_are_the_compre
     expected = sum(int(r["comm_bytes"]) for r in measured) / len(measured)
     rank0 = next(r for r in steps["ranks"] if r["rank"] == 0)
     assert rank0["comm_bytes_per_step"] == pytest.approx(expected) and rank0["comm_bytes_per_step"] <= max(compressed)
+    # The warm-up phase is measured apart, beside the steady one: iterations 6-10 (after the fixed warm-up of 5).
+    phase = steps["warmup_phase"]
+    assert (phase["cause"], phase["first_iteration"], phase["last_iteration"]) == ("powersgd_start_iter", 6, 10)
+    early = [int(r["comm_bytes"]) for r in rows if 6 <= int(r["iteration"]) <= 10]
+    assert phase["comm_bytes_per_step"] >= 20 * rank0["comm_bytes_per_step"]
+    assert min(early) <= phase["comm_bytes_per_step"] <= max(early)  # the ranks' mean: rank 0's rows bound it
+    assert phase["samples_per_s"] > 0 and phase["step_s_p50"] > 0
+    # The report shows both phases side by side; its other figures are the steady phase's.
+    hook = {"comm_hook": "powersgd", "powersgd_start_iter": 10}
+    rate = summary["samples_per_s"]
+    for repeat in range(3):
+        append_record(tmp_path / "results.jsonl", record(0, repeat, rate, procs=2, config=hook, summary=summary))
+    report = write_report(tmp_path).read_text()
+    table = report.split("### Two phases", 1)[1].split("###", 1)[0]
+    (row,) = [line for line in table.splitlines() if line.startswith("| cfg000 |")]
+    early, steady = phase["comm_bytes_per_step"] / 1e6, rank0["comm_bytes_per_step"] / 1e6
+    assert "plain all-reduces until powersgd_start_iter" in row and "iterations 6 to 10" in row
+    assert f"{early:.3g} -> " in row and f" -> {steady:.3g}" in row.split("|")[4]
 
 
 def test_compilation_pays_back_only_from_a_separated_difference():

@@ -41,6 +41,7 @@ __all__ = [
     "MemoryPlan",
     "MemoryPrediction",
     "NodeContention",
+    "PhaseStats",
     "PlannedConfiguration",
     "ProfilerResult",
     "RankMemory",
@@ -218,6 +219,19 @@ class CompileStats(TypedDict):
     reasons: Annotated[list[str], "TorchDynamo's reasons for recompiling (guard failures), first lines"]
 
 
+class PhaseStats(TypedDict):
+    cause: Annotated[
+        str,
+        "what makes these iterations behave otherwise than the steady phase: `powersgd_start_iter` (PowerSGD's plain "
+        "all-reduces before it starts compressing) or `compile` (the iterations of the first compilation)",
+    ]
+    first_iteration: Annotated[int, "the phase's first iteration (1-based; after `--warmup-iters` where it can be)"]
+    last_iteration: Annotated[int, "its last iteration: the steady phase's window starts after it"]
+    samples_per_s: Annotated[float, "global throughput over the phase: all ranks' samples / the slowest rank's time"]
+    step_s_p50: Annotated[float, "median step time over every rank's iterations of the phase"]
+    comm_bytes_per_step: Annotated[float | None, "bytes a rank sent per step in the phase (null: not timed)"]
+
+
 StepStats = TypedDict(
     "StepStats",
     {
@@ -235,6 +249,13 @@ StepStats = TypedDict(
         ],
         "steady": NotRequired[Annotated[SteadyState, "how the measured window was found"]],
         "compile": NotRequired[Annotated[CompileStats | None, "what `torch.compile` cost (null: not compiled)"]],
+        "warmup_phase": NotRequired[
+            Annotated[
+                PhaseStats | None,
+                "the iterations before an option changes the run's behaviour, measured apart from the steady phase "
+                "the other figures come from (null: no option does)",
+            ]
+        ],
     },
 )
 

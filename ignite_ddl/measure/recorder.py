@@ -54,7 +54,7 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
-from ignite_ddl.core.schema import CommWait, CompileStats, GlobalStats, SteadyState, Straggler
+from ignite_ddl.core.schema import CommWait, CompileStats, GlobalStats, PhaseStats, SteadyState, Straggler
 from ignite_ddl.core.steps_csv import PHASES, STEP_COLUMNS, format_bucket_spans, write_steps
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
@@ -92,10 +92,16 @@ class StepRecorder:
         comm: CommTimer | None = None,
         memory: Callable[[], int] | None = None,
         compile_watch: CompileWatch | None = None,
+        changes_at: int = 0,
     ):
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup}")
+        if not 0 <= changes_at <= warmup:
+            raise ValueError(f"changes_at must be within the warm-up (0 to {warmup}), got {changes_at}")
         self.warmup = warmup
+        # The iteration up to which an option makes the run behave otherwise (PowerSGD's start, inside ``warmup``):
+        # those iterations are measured apart, as the warm-up phase beside the steady one.
+        self.changes_at = changes_at
         device = device if device is not None else idist.device()
         self._sync, self._sync_end = device_synchronizer(device), device_synchronizer(device, launch=True)
         self._samples = samples if samples is not None else _batch_samples  # a workload counts its own batches
@@ -239,7 +245,36 @@ class StepRecorder:
         if steady:
             gathered["steady"] = _steady_record(self.warmup, detection or [], excluded)
             gathered["compile"] = self._compile_record()
+            gathered["warmup_phase"] = self._warmup_phase()
         return gathered
+
+    def _warmup_phase(self) -> PhaseStats | None:
+        """Collective: the figures of the iterations before an option changes the run's behaviour, PowerSGD's plain
+        all-reduces (after the fixed warm-up where any are left) or the first compilation; None when no option
+        does. Every rank has the same ``changes_at`` and compile setting: all of them gather, or none."""
+        rows = self.all_rows()
+        if self.changes_at:
+            fixed = self.warmup - self.changes_at  # the fixed warm-up counts from the change
+            first = fixed if self.changes_at > fixed else 0  # cold first iterations left out where some are left
+            cause, phase = "powersgd_start_iter", [r for r in rows if first < r["iteration"] <= self.changes_at]
+        elif self.compile_watch is not None:
+            ends = next((i for i, r in enumerate(rows) if not r["compiled"]), len(rows))
+            cause, phase = "compile", rows[:ends]
+        else:
+            return None
+        ranks = gather_objects(_rank_stats(phase, idist.get_rank(), idist.get_world_size()) if phase else None)
+        if any(r is None for r in ranks):
+            return None
+        figures = _combine(ranks)["global"]
+        comm = _mean([r["comm_bytes_per_step"] for r in ranks])
+        return {
+            "cause": cause,
+            "first_iteration": phase[0]["iteration"],
+            "last_iteration": phase[-1]["iteration"],
+            "samples_per_s": figures["samples_per_s"],
+            "step_s_p50": figures["step_s_p50"],
+            "comm_bytes_per_step": None if math.isnan(comm) else comm,
+        }
 
     def _excluded(self, start: int, since_iteration: int) -> int:
         """Iterations after ``start`` left out before the first measured one: warm-up, the first compilation, then

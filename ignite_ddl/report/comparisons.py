@@ -144,9 +144,10 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
             phase = ""
             if found["value"] == "powersgd":
                 start = config.option("powersgd_start_iter")
+                early = (config.warmup_phase or {}).get("comm_bytes_per_step") or before  # measured, where it was
                 phase = (
                     f" (its steady phase, measured after iteration {start} (powersgd_start_iter): its first {start} "
-                    f"iterations send the uncompressed {before / 1e6:.3g} MB)"
+                    f"iterations send the uncompressed {early / 1e6:.3g} MB; see Two phases)"
                 )
             parts.append(f"bytes per step {before / 1e6:.3g} -> {after / 1e6:.3g} MB{phase}")
         before, after = found["exposed_ms"]

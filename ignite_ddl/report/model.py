@@ -182,6 +182,10 @@ class ConfigResult:
     recompilations: int = 0  # the most recompilations of any run
     recompile_reasons: list[str] = field(default_factory=list)
     comm_bytes_per_step: float | None = None  # bytes a rank puts on the wire per step (a hook may compress them)
+    # The iterations before an option changes the run's behaviour (PowerSGD's start, the first compilation),
+    # measured apart: {"cause", "first_iteration", "last_iteration" (the first run's), "samples_per_s",
+    # "step_s_p50", "comm_bytes_per_step" (means over the runs)}; every other figure is the steady phase's.
+    warmup_phase: dict[str, Any] | None = None
     unsettled_runs: int = 0  # runs whose step times never settled (MSER-5)
     ddp_crosscheck: dict[str, float] | None = None  # ours / DDP's own statistics: "comm" and "backward", mean ratios
     versus: list[dict[str, Any]] = field(default_factory=list)  # against the same configuration without compile/hook

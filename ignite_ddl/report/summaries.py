@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from typing import Any, TypeGuard, cast
 
 from ignite_ddl.core.schema import shown_figures
@@ -17,6 +18,7 @@ __all__ = ["FLOPS_FIGURES", "SHOWN", "Figures", "Mean"]
 
 SHOWN = shown_figures()  # (path, how) of each figure the report shows without code of its own
 FLOPS_FIGURES = ("achieved_flops_per_s", "utilisation_attainable", "utilisation_peak")
+PHASE_FIGURES = ("samples_per_s", "step_s_p50", "comm_bytes_per_step")  # of the warm-up phase, averaged over runs
 
 
 class Figures:
@@ -49,6 +51,8 @@ class Figures:
         self.reasons: list[str] = []
         self.comm_bytes, self.cross_comm, self.cross_backward = Mean(), Mean(), Mean()
         self.unsettled = 0
+        self.phase_span: tuple[Any, str, int, int] | None = None  # (where, cause, first, last) of the first run
+        self.phase = {key: Mean() for key in PHASE_FIGURES}  # the warm-up phase's figures (an option's change)
         self.shown = {path: Mean() for path, _ in SHOWN}  # every figure the schema marks Shown, read alike
 
     def add(self, summary: dict[str, Any], where: Any) -> None:
@@ -97,7 +101,7 @@ class Figures:
         rates = [as_float(as_dict(r).get("attainable_flops_per_s")) for r in flops_ranks]
         self.matmul_rates += [r for r in rates if r is not None and r > 0]
 
-    def _add_step_extras(self, steps: dict[str, Any]) -> None:
+    def _add_step_extras(self, steps: dict[str, Any], where: Any) -> None:
         """Compilation, bytes on the wire, steady state and the DDP cross-check of one run's steps."""
         compiled = as_dict(steps.get("compile"))
         if is_number(compiled.get("compile_s")):
@@ -109,6 +113,13 @@ class Figures:
                 self.reasons = [str(r)[:200] for r in reasons[:3]]
         if as_dict(steps.get("steady")).get("settled") is False:
             self.unsettled += 1
+        phase = as_dict(steps.get("warmup_phase"))
+        if isinstance(phase.get("cause"), str) and as_count(phase.get("first_iteration")):
+            for key, mean in self.phase.items():
+                mean.add(phase.get(key))
+            last = as_count(phase.get("last_iteration")) or phase["first_iteration"]
+            if self.phase_span is None or where < self.phase_span[0]:
+                self.phase_span = (where, sys.intern(phase["cause"][:40]), phase["first_iteration"], last)
         for rank in steps["ranks"]:
             if isinstance(rank, dict):
                 self.comm_bytes.add(rank.get("comm_bytes_per_step"))
@@ -120,7 +131,7 @@ class Figures:
 
     def _add_steps(self, steps: dict[str, Any], where: Any) -> None:
         self.steps += 1
-        self._add_step_extras(steps)
+        self._add_step_extras(steps, where)
         figures, ranks = steps["global"], steps["ranks"]
         self.p50.add(figures.get("step_s_p50"))
         self.p90.add(figures.get("step_s_p90"))
@@ -181,6 +192,7 @@ class Figures:
             (self.comm_bytes, other.comm_bytes),
             (self.cross_comm, other.cross_comm),
             (self.cross_backward, other.cross_backward),
+            *((self.phase[key], other.phase[key]) for key in self.phase),
         ):
             mine.merge(theirs)
         self.compile_s += other.compile_s
@@ -188,6 +200,8 @@ class Figures:
         self.recompilations = max(self.recompilations, other.recompilations)
         self.reasons = self.reasons or other.reasons
         self.unsettled += other.unsettled
+        if other.phase_span is not None and (self.phase_span is None or other.phase_span[0] < self.phase_span[0]):
+            self.phase_span = other.phase_span
         self.steps += other.steps
         if other.world is not None:
             self.world = other.world if self.world is None else min(self.world, other.world)
@@ -258,6 +272,10 @@ class Figures:
         config.compile_s = mean_interval(self.compile_s) if self.compile_s else None
         config.recompilations, config.recompile_reasons = self.recompilations, self.reasons
         config.comm_bytes_per_step, config.unsettled_runs = self.comm_bytes.value, self.unsettled
+        if self.phase_span is not None:
+            _, cause, start, end = self.phase_span
+            figures = {key: mean.value for key, mean in self.phase.items()}
+            config.warmup_phase = {"cause": cause, "first_iteration": start, "last_iteration": end, **figures}
         if self.cross_comm.value is not None:
             config.ddp_crosscheck = {"comm": self.cross_comm.value, "backward": self.cross_backward.value or math.nan}
 

@@ -402,6 +402,36 @@ def _faster_step_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, ("compile s", "pays back after", "bytes/step MB", "val acc"))
 
 
+PHASE_CAUSES = {  # what each warm-up phase is, in words
+    "powersgd_start_iter": "comm_hook=powersgd: plain all-reduces until powersgd_start_iter",
+    "compile": "compile=True: the first compilation",
+}
+
+
+def _phases_table(analysis: Analysis) -> Table:
+    """Each configuration whose behaviour changes at an iteration: its warm-up phase beside its steady one."""
+    header = ["config", "option", "warm-up phase", "bytes/step MB", "step p50 ms", "samples/s"]  # warm-up -> steady
+    rows: list[list[Any]] = []
+    for c in analysis.configs:
+        phase = c.warmup_phase
+        if phase is None:
+            continue
+        span = f"iterations {phase['first_iteration']} to {phase['last_iteration']}"
+        before, steady = phase["comm_bytes_per_step"], c.comm_bytes_per_step
+        early_ms, steady_ms = phase["step_s_p50"], c.step_p50_s
+        rows.append(
+            [
+                c.name,
+                PHASE_CAUSES.get(phase["cause"], phase["cause"]),
+                span,
+                None if before is None or steady is None else f"{before / 1e6:.3g} -> {steady / 1e6:.3g}",
+                None if early_ms is None or steady_ms is None else f"{1e3 * early_ms:.1f} -> {1e3 * steady_ms:.1f}",
+                f"{rate_text(phase['samples_per_s'])} -> {rate_text(c.throughput.value)}",
+            ]
+        )
+    return _drop_empty(header, rows, ("bytes/step MB", "step p50 ms"))
+
+
 def _references(analysis: Analysis) -> str:
     """The one matmul rate per device that "% of matmul rate" is against, in words."""
     found = {
@@ -449,6 +479,16 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             "compilation time (beyond a steady iteration, a cold cache: what a first run pays) and the iterations "
             "after which the faster steps have paid for it; for a communication hook the bytes a rank puts on the "
             "wire per step and the validation accuracy after the run, which is what compression may cost.",
+        ),
+        (
+            "Two phases",
+            _phases_table(analysis),
+            "An option that changes a run's behaviour at an iteration, measured in each phase apart: the warm-up "
+            "phase (its iterations, in the first run; the first warmup_iters left out where the phase is longer) "
+            "-> the steady phase, the measured window, which starts only after it (warmup_iters iterations after "
+            "PowerSGD's start). Bytes per step, speed-ups, payback and every verdict of this report are the steady "
+            "phase's; the warm-up phase is what every run pays first. Samples/s: global, over the phase's "
+            "iterations (a compilation's include its compile time).",
         ),
         (
             "FLOPs",

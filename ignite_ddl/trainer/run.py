@@ -230,7 +230,12 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
     warmup = config.measured_warmup(idist.get_world_size(), iterations)  # past PowerSGD's start: steady phase only
     # A workload's batches may be mappings: its own count of samples, not the length of the batch's first entry.
     counted = _counter(workload.samples_in) if workload is not None else None
-    recorder = StepRecorder(warmup, device, counted, comm, compile_watch=watch) if config.record_steps else None
+    changes_at = config.behaviour_changes_at(idist.get_world_size(), iterations)  # measured apart: its own phase
+    recorder = (
+        StepRecorder(warmup, device, counted, comm, compile_watch=watch, changes_at=changes_at)
+        if config.record_steps
+        else None
+    )
     trainer = create_trainer(
         model,
         optimizer,
