@@ -274,3 +274,22 @@ def test_a_workload_argument_axis_is_the_column_that_tells_workloads_apart():
     assert len(analysis.verdicts) == 2 and not any(v.workload.startswith("model=") for v in analysis.verdicts)
     header, rows = decision_table(analysis)
     assert "workload" not in header and "workload_args.d_model" in header and len(rows[0]) == len(header)
+
+
+def test_the_flops_table_gives_a_workloads_throughput_in_its_own_unit():
+    """A GPT's runs count sequences; the report's FLOPs table also gives tokens/s (samples/s x 64), with the
+    interval scaled alike, beside the MFLOPs per sample."""
+    from test_report import record
+
+    from ignite_ddl.report import analyze
+    from ignite_ddl.report.tables import _flops_table
+
+    workload = {"sample_unit": "tokens", "units_per_sample": 64}
+    flops = {"per_sample": {"forward": 1e6, "backward": 2e6, "total": 3e6}}
+    records = [
+        record(0, r, v, config={"workload": "gpt"}, summary={"workload": workload, "flops": flops})
+        for r, v in enumerate([99.0, 100.0, 101.0])
+    ]
+    header, rows = _flops_table(analyze(records))
+    cell = rows[0][header.index("units/s")]
+    assert cell.startswith("6400 tokens/s, ") and header.index("units/s") < header.index("MFLOPs per sample"), cell

@@ -151,6 +151,7 @@ _OPTIONAL_COLUMNS = (
     "exposed comm %",
     "busbw GB/s",
     "isolated GB/s",
+    "units/s",
     "GFLOP/s per rank",
     "% of matmul rate",
     "% of datasheet peak",
@@ -178,11 +179,25 @@ def _communication_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
 
 
+def _units_cell(c: ConfigResult) -> str | None:
+    """Global throughput in a workload's own unit (the GPT's tokens), with its interval: samples/s times the units
+    in one sample; None where the unit is the sample itself."""
+    info = c.workload_info or {}
+    unit, per = info.get("sample_unit"), info.get("units_per_sample")
+    if not isinstance(unit, str) or not isinstance(per, int) or (unit == "samples" and per == 1):
+        return None
+    e = c.throughput.scaled(per)
+    if e.value is None:
+        return None
+    return f"{e.value:.0f} {unit}/s" + (f", {interval_text(e)}" if e.has_interval else "")
+
+
 def _flops_table(analysis: Analysis) -> Table:
-    header = ["config", "MFLOPs per sample", "GFLOP/s per rank", "% of matmul rate", "% of datasheet peak"]
+    header = ["config", "units/s", "MFLOPs per sample", "GFLOP/s per rank", "% of matmul rate", "% of datasheet peak"]
     rows = [
         [
             c.name,
+            _units_cell(c),
             c.flops_per_sample / 1e6,
             None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
             _measured_share(c.utilisation_attainable),
@@ -493,7 +508,8 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
         (
             "FLOPs",
             _flops_table(analysis),
-            "Model FLOPs (forward + backward) and what each rank achieved. " + _references(analysis),
+            "Model FLOPs (forward + backward) and what each rank achieved; units/s is the global throughput in the "
+            "workload's own unit (tokens for the GPT workload), with its interval. " + _references(analysis),
         ),
         (
             "Step time, predicted",
