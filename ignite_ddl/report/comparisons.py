@@ -134,6 +134,12 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
                 f"{head}; its {found['compile_s']:.0f} s of compilation: no payback figure, the compiled speed is not "
                 f"separated from {found['plain']}'s (the speed-up's interval reaches 1 or below, or is missing)"
             )
+        if payback is None and speedup.high is not None and speedup.high > 1:
+            # Slower on the mean, but not shown slower: "never" would claim what these runs cannot tell.
+            return (
+                f"{head}; its {found['compile_s']:.0f} s of compilation: no payback shown (not faster per step on the "
+                "mean, and the speed-up's interval reaches above 1: more repeats may tell)"
+            )
         if payback is None:
             return f"{head}; its {found['compile_s']:.0f} s of compilation never pay back (not faster per step)"
         return f"{head}; pays its {found['compile_s']:.0f} s of compilation back after {payback:.0f} iterations"
