@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_report import record
+from test_report import _with_memory, record
 
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.core.results import append_record
@@ -385,3 +385,49 @@ def test_one_unsettled_run_among_three_is_flagged_but_judged():
     _unsettled(runs[1])
     (verdict,) = analyze(_runs(0, PLAIN, [0.2] * 3) + runs).verdicts
     assert verdict.not_judged["cfg001"] == "unsettled (2 of its 3 runs never settled)"
+
+
+def _memory_plot(records: list[dict]) -> tuple[object, list[float], list[float]]:
+    """The analysis, and the memory (MiB, x) of the configurations throughput_vs_memory.png rings and stars."""
+    from matplotlib.collections import PathCollection
+
+    from ignite_ddl.core.figures import pyplot
+    from ignite_ddl.report.plots import figures
+
+    analysis = analyze(records)
+    made = figures(analysis)
+    try:
+        (panel,) = [ax for ax in made["throughput_vs_memory.png"].axes if ax.get_xlabel()]
+        assert panel.get_xlabel().startswith("peak memory in all")
+        ringed = [x for c in panel.collections if isinstance(c, PathCollection) for x, _ in c.get_offsets()]
+        starred = [x for line in panel.get_lines() if line.get_marker() == "*" for x in line.get_xdata()]
+    finally:
+        for fig in made.values():
+            pyplot().close(fig)
+    return analysis, sorted(ringed), starred
+
+
+def test_the_pareto_front_and_the_recommendation_weigh_memory_in_all():
+    """One process at 525 MiB against two at 556 MiB each, tied on speed: 53 % less memory in all, which both the
+    sentence and the plot say (it once read "6 % less memory per rank" while the plot, per rank, ringed the other);
+    two processes at 300 MiB each against one at 700 MiB: the two, 14 % less in all though 2.3x more per rank."""
+    records = [_with_memory(record(0, r, v, procs=1), 525) for r, v in enumerate([1424.0, 1500.0, 1350.0])]
+    records += [_with_memory(record(1, r, v, procs=2), 556) for r, v in enumerate([1500.0, 1520.0, 1480.0])]
+    analysis, ringed, starred = _memory_plot(records)
+    (verdict,) = analysis.verdicts
+    assert verdict.recommended == "cfg000" and "53 % less in all (525 against 2 x 556 = 1112 MiB)" in (
+        verdict.recommendation
+    )
+    assert ringed == pytest.approx([525, 1112]) and starred == pytest.approx([525])  # both on the front
+
+    records = [_with_memory(record(0, r, v, procs=1), 700) for r, v in enumerate([101.0, 99.0, 103.0])]
+    records += [_with_memory(record(1, r, v, procs=2), 300) for r, v in enumerate([99.0, 102.0, 100.0])]
+    records += [_with_memory(record(2, r, v, procs=2), 400) for r, v in enumerate([100.0, 98.0, 99.0])]
+    analysis, ringed, starred = _memory_plot(records)
+    (verdict,) = analysis.verdicts
+    assert verdict.recommended == "cfg001"
+    assert verdict.recommendation.endswith(
+        "cfg001 needs 57 % less memory per rank (300 against 700 MiB), 14 % less in all (2 x 300 = 600 against 700 MiB)"
+    )
+    # cfg002 (800 MiB in all, slower than cfg001) is beaten on both: off the front; cfg000 (700) is faster than cfg001
+    assert ringed == pytest.approx([600, 700]) and starred == pytest.approx([600])

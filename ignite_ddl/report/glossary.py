@@ -105,8 +105,9 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     ),
     "Pareto front": (
         r"\bPareto front\b",
-        "the configurations no other beats on both speed and memory per rank (faster and no larger, or smaller and "
-        "no slower).",
+        "the configurations no other beats on both speed and peak memory in all (per rank x processes): faster and "
+        "no larger, or smaller and no slower. throughput_vs_memory.png rings it among the configurations that can "
+        "be recommended and stars the recommended one.",
     ),
 }
 

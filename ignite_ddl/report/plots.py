@@ -19,6 +19,7 @@ from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.figures import pyplot, save_figure
 from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.report.model import MIB, PHASE_COLOURS, STEP_PARTS, Analysis, ConfigResult, RunResult
+from ignite_ddl.report.recommendation import memory_in_all
 from ignite_ddl.report.stats import Estimate, mean_interval
 
 __all__ = [
@@ -37,8 +38,10 @@ PLOTS = {
     "communication, optimizer, handlers; with the communication overlap",
     "rank_step_times.png": "step-time distribution per rank, of the repeat each panel names",
     "confusion.png": "validation confusion matrix of each workload's most accurate configuration",
-    "throughput_vs_memory.png": "global throughput against peak memory per rank, with intervals; the Pareto front "
-    "(no other configuration is both faster and smaller) joined and ringed, configurations that do not fit crossed",
+    "throughput_vs_memory.png": "global throughput against peak memory in all (the largest rank's peak x "
+    "processes), with intervals; the Pareto front of the configurations that can be recommended (judged, fit, do not "
+    "learn worse: no other of them is both faster and smaller) joined and ringed, the recommended one starred, "
+    "configurations that do not fit crossed",
     "speed_vs_quality.png": "global throughput against validation accuracy, with intervals over repeats: the trade "
     "between speed and what training learns; each workload's reference configuration ringed, those that learn worse "
     "crossed",
@@ -576,11 +579,13 @@ def _memory(analysis: Analysis, plt: Any) -> Any:
     style = _palette(labels)
     fig, _, axes, add_legend = _line_panels(plt, len(panels), legend=True)
     handles: dict[str, Any] = {}
+    recommended = {v.recommended for v in analysis.verdicts if v.recommended is not None}
     for ax, (title, rows) in zip(axes, panels):
-        points = [(cast(float, c.peak_memory.value) / MIB, cast(float, c.throughput.value)) for c in rows]
+        # In all, as the recommendation weighs it: one process at 525 MiB is less than two at 556 MiB each.
+        points = [(cast(float, memory_in_all(c).value) / MIB, cast(float, c.throughput.value)) for c in rows]
         for c, (x, y) in zip(rows, points):
             label = _named(c, keys)
-            xerr = _yerr([c.peak_memory.scaled(1 / MIB)])
+            xerr = _yerr([memory_in_all(c).scaled(1 / MIB)])
             yerr = _yerr([c.throughput])
             mark = ax.errorbar(
                 x, y, xerr=xerr, yerr=yerr, fmt=style[label]["marker"], color=style[label]["color"], capsize=3
@@ -588,18 +593,26 @@ def _memory(analysis: Analysis, plt: Any) -> Any:
             handles.setdefault(label, mark)
             if not c.fits:
                 ax.plot(x, y, "x", color="black", markersize=12)
-        fitting = [i for i, c in enumerate(rows) if c.fits]
-        front = [fitting[i] for i in pareto_front([points[i] for i in fitting])]
+            if c.name in recommended:
+                ax.plot(x, y, "*", color="black", markersize=16, markerfacecolor="none")
+        # The front of the configurations the recommendation may choose: one it passes over rings nothing.
+        eligible = [i for i, c in enumerate(rows) if c.fits and c.not_judged is None and not c.learns_worse]
+        front = [eligible[i] for i in pareto_front([points[i] for i in eligible])]
         ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="grey", linewidth=1)
         ax.scatter(
             [points[i][0] for i in front], [points[i][1] for i in front], s=160, facecolors="none", edgecolors="grey"
         )
-        ax.set_xlabel(f"peak memory per rank, MiB ({rows[0].memory_kind or 'resident'})", fontsize=FONT)
+        kind = rows[0].memory_kind or "resident"
+        ax.set_xlabel(f"peak memory in all, MiB (per rank x processes, {kind})", fontsize=FONT)
         ax.set_ylabel("samples/s", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         if title:
             ax.set_title(_wrap(title), fontsize=FONT)
-    fig.suptitle("Throughput vs peak memory per rank (ringed: the Pareto front; x: does not fit)", fontsize=TITLE_FONT)
+    title = (
+        "Throughput vs peak memory in all (ringed: the Pareto front of those that can be recommended; star: "
+        "recommended; x: does not fit)"
+    )
+    fig.suptitle(_wrap(title, int(10 * fig.get_size_inches()[0])), fontsize=TITLE_FONT)  # wrapped to its width
     if add_legend is not None:
         add_legend(list(handles.values()), [_wrap(label) for label in handles])
     return fig

@@ -6,20 +6,35 @@ from __future__ import annotations
 from typing import cast
 
 from ignite_ddl.report.model import MEMORY_MATERIAL, MIB, ConfigResult, Verdict
-from ignite_ddl.report.stats import CONFIDENCE, leads, positive_range
+from ignite_ddl.report.stats import CONFIDENCE, Estimate, leads, positive_range
 
-__all__ = ["RECOMMEND_RULE", "less_memory", "recommend"]
+__all__ = ["RECOMMEND_RULE", "cheaper", "less_memory", "memory_in_all", "recommend"]
+
+
+def memory_in_all(config: ConfigResult) -> Estimate:
+    """A configuration's peak memory in all: the largest rank's peak times its processes (what the machine must
+    hold), with the per-rank interval scaled alike."""
+    return config.peak_memory.scaled(config.world_size)
 
 
 def less_memory(a: ConfigResult, b: ConfigResult) -> bool:
-    """Whether ``a`` needs less peak memory per rank than ``b`` beyond the noise: their intervals apart where both
-    have one, else at least MEMORY_MATERIAL less (a difference inside the runs' spread is no reason to choose)."""
-    mine, theirs = a.peak_memory, b.peak_memory
+    """Whether ``a`` needs less peak memory in all (:func:`memory_in_all`) than ``b`` beyond the noise: their
+    intervals apart where both have one, else at least MEMORY_MATERIAL less (a difference inside the runs' spread is
+    no reason to choose). In all, not per rank: one process at 525 MiB is cheaper than two at 556 MiB each."""
+    mine, theirs = memory_in_all(a), memory_in_all(b)
     if mine.value is None or not theirs.value:
         return False
     if mine.has_interval and theirs.has_interval:
         return cast(float, mine.high) < cast(float, theirs.low)
     return mine.value <= (1 - MEMORY_MATERIAL) * theirs.value
+
+
+def cheaper(a: ConfigResult, b: ConfigResult) -> bool:
+    """Whether ``a`` is cheaper than ``b``: less peak memory in all beyond the noise; where neither is, fewer
+    processes."""
+    if less_memory(a, b) or less_memory(b, a):
+        return less_memory(a, b)
+    return a.world_size < b.world_size
 
 
 def _cheaper(cheap: ConfigResult, than: ConfigResult) -> str:
@@ -58,7 +73,8 @@ def _evidence(config: ConfigResult, confidence: float) -> str:
 RECOMMEND_RULE = (
     "the fastest configuration that is judged (at least min_repeats usable runs, most of them settled, none "
     "contended), fits, and does not learn worse than its workload's reference; among configurations tied on speed "
-    "with it, the cheapest (fewest processes, then the lowest peak memory per rank)"
+    "with it, the cheapest (the least peak memory in all, per rank x processes, beyond the runs' spread; then the "
+    "fewest processes)"
 )
 
 
@@ -105,12 +121,10 @@ def recommend(
     if lead.throughput.has_interval:  # tied with the lead by the verdict's own rule
         rivals = len(judged) - 1
         peers += [c for c in candidates[1:] if not leads(lead.throughput, c.throughput, rivals, confidence)]
-    infinite = float("inf")
-    cheapest = min(
-        peers, key=lambda c: (c.world_size, c.peak_memory.value or infinite, -cast(float, c.throughput.value))
-    )
-    if cheapest.world_size == lead.world_size and not less_memory(cheapest, lead):
-        cheapest = lead  # cheaper only inside the noise: the fastest is as cheap
+    cheapest = lead  # cheaper only inside the noise: the fastest is as cheap
+    for peer in peers[1:]:  # fastest first: of peers as cheap as each other, the faster stays
+        if cheaper(peer, cheapest):
+            cheapest = peer
     verdict.recommended = cheapest.name
     verdict.evidence = _evidence(cheapest, confidence)
     if cheapest.quality == "not judged":
