@@ -232,6 +232,13 @@ class PhaseStats(TypedDict):
     comm_bytes_per_step: Annotated[float | None, "bytes a rank sent per step in the phase (null: not timed)"]
 
 
+class DDPCrossCheck(TypedDict):
+    iterations: Annotated[int, "the iterations DDP averaged that had our communication timed"]
+    ours_ms: Annotated[dict[str, float], "ours, mean per iteration: `comm`, `exposed`, `backward_compute`, `backward`"]
+    ddp_ms: Annotated[dict[str, float], "DDP's own runtime statistics of the same iterations, the same keys"]
+    ratio: Annotated[dict[str, float | None], "ours / DDP's, per key"]
+
+
 StepStats = TypedDict(
     "StepStats",
     {
@@ -254,6 +261,13 @@ StepStats = TypedDict(
                 PhaseStats | None,
                 "the iterations before an option changes the run's behaviour, measured apart from the steady phase "
                 "the other figures come from (null: no option does)",
+            ]
+        ],
+        "ddp_crosscheck": NotRequired[
+            Annotated[
+                list[DDPCrossCheck | None] | None,
+                "per rank, our communication timing against DDP's own statistics (null: not DDP, not timed, or "
+                "with gradient accumulation)",
             ]
         ],
     },

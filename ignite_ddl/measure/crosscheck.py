@@ -44,6 +44,8 @@ from typing import Any
 
 from torch import nn
 
+from ignite_ddl.core.schema import DDPCrossCheck
+
 __all__ = ["DDP_KEYS", "compare", "ddp_runtime_stats", "sample_every_iteration"]
 
 # DDP's running averages (ns) this comparison reads, and the name of each figure.
@@ -78,7 +80,7 @@ def ddp_runtime_stats(model: nn.Module) -> dict[str, Any] | None:
     return {"iteration": int(data["iteration"]), **{key: int(data[key]) for key in DDP_KEYS.values()}}
 
 
-def compare(rows: list[dict[str, Any]], ddp: dict[str, Any]) -> dict[str, Any] | None:
+def compare(rows: list[dict[str, Any]], ddp: dict[str, Any]) -> DDPCrossCheck | None:
     """Ours against DDP's on the iterations DDP averaged (1 to ``ddp["iteration"]``): communication, exposed
     communication, backward compute and the whole backward in ms, and ours / DDP's for each (None without timed
     iterations there)."""
@@ -98,5 +100,5 @@ def compare(rows: list[dict[str, Any]], ddp: dict[str, Any]) -> dict[str, Any] |
     comm, compute = ddp[DDP_KEYS["comm"]] / 1e6, ddp[DDP_KEYS["backward_compute"]] / 1e6
     exposed = comm - ddp[DDP_KEYS["overlap"]] / 1e6
     theirs = {"comm": comm, "exposed": exposed, "backward_compute": compute, "backward": compute + exposed}
-    ratio = {k: ours[k] / theirs[k] if theirs[k] > 0 else math.nan for k in ours}
+    ratio: dict[str, float | None] = {k: ours[k] / theirs[k] if theirs[k] > 0 else math.nan for k in ours}
     return {"iterations": len(kept), "ours_ms": ours, "ddp_ms": theirs, "ratio": ratio}

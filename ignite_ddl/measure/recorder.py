@@ -54,7 +54,16 @@ import torch
 from ignite.engine import Engine, Events
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
-from ignite_ddl.core.schema import CommWait, CompileStats, GlobalStats, PhaseStats, SteadyState, Straggler
+from ignite_ddl.core.schema import (
+    CommWait,
+    CompileStats,
+    GlobalStats,
+    PhaseStats,
+    RankStats,
+    SteadyState,
+    StepStats,
+    Straggler,
+)
 from ignite_ddl.core.steps_csv import PHASES, STEP_COLUMNS, format_bucket_spans, write_steps
 from ignite_ddl.core.text import all_reduce_wait, format_table, milliseconds
 from ignite_ddl.measure.clock import device_synchronizer
@@ -213,7 +222,7 @@ class StepRecorder:
             dict(zip(COLUMNS, r)) for r in self.rows if not r[_WARMUP] and not r[_COMPILED] and r[0] > since_iteration
         ]
 
-    def local_stats(self, since_iteration: int = 0) -> dict[str, Any]:
+    def local_stats(self, since_iteration: int = 0) -> RankStats:
         """Statistics of this rank's measured iterations."""
         return _rank_stats(self.measured(since_iteration), idist.get_rank(), idist.get_world_size())
 
@@ -225,7 +234,7 @@ class StepRecorder:
         after = kept[cut.drop - 1]["iteration"] if cut.drop else 0
         return after, {"dropped": cut.drop, "settled": cut.settled, "tested": cut.tested}
 
-    def gather(self, since_iteration: int = 0, steady: bool = False) -> dict[str, Any]:
+    def gather(self, since_iteration: int = 0, steady: bool = False) -> StepStats:
         """Collective: every rank's statistics, global throughput and the straggler, on every rank. With
         ``steady`` (the run's figures), the iterations still settling on any rank are left out of every rank's
         statistics (see the module docstring)."""
@@ -236,12 +245,23 @@ class StepRecorder:
             detection = [found for _, found in cuts]
             # The iterations cut are warm-up in steps_rank<r>.csv too (written after this).
             self.rows = [(*r[:_WARMUP], 1, *r[_WARMUP + 1 :]) if r[0] <= since_iteration else r for r in self.rows]
-        ranks = gather_objects(self.local_stats(since_iteration))
-        combined = _combine(ranks)
-        for r in ranks:
-            del r["step_times"]  # raw times stay in steps_rank<r>.csv
+        rows = self.measured(since_iteration)
+        # Each rank's step times travel with its statistics only to make the global percentiles: the raw times stay
+        # in steps_rank<r>.csv, not in the statistics.
+        parts = gather_objects(
+            (_rank_stats(rows, idist.get_rank(), idist.get_world_size()), [r["step_s"] for r in rows])
+        )
+        ranks = [stats for stats, _ in parts]
+        combined = _combine(ranks, [t for _, times in parts for t in times])
         excluded = self._excluded(start, since_iteration)
-        gathered = {"warmup_iterations": excluded, "ranks": ranks, **combined}
+        gathered: StepStats = {
+            "warmup_iterations": excluded,
+            "ranks": ranks,
+            "global": combined["global"],
+            "straggler": combined["straggler"],
+            "comm_wait": combined["comm_wait"],
+            "comm_reference": None,  # measured afterwards, on every rank together, by the trainer
+        }
         if steady:
             gathered["steady"] = _steady_record(self.warmup, detection or [], excluded)
             gathered["compile"] = self._compile_record()
@@ -262,10 +282,12 @@ class StepRecorder:
             cause, phase = "compile", rows[:ends]
         else:
             return None
-        ranks = gather_objects(_rank_stats(phase, idist.get_rank(), idist.get_world_size()) if phase else None)
-        if any(r is None for r in ranks):
+        local = (_rank_stats(phase, idist.get_rank(), idist.get_world_size()), [r["step_s"] for r in phase])
+        parts = gather_objects(local if phase else None)
+        if any(p is None for p in parts):
             return None
-        figures = _combine(ranks)["global"]
+        ranks = [stats for stats, _ in parts]
+        figures = _combine(ranks, [t for _, times in parts for t in times])["global"]
         comm = _mean([r["comm_bytes_per_step"] for r in ranks])
         return {
             "cause": cause,
@@ -331,25 +353,28 @@ def _quantiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     return torch.tensor(values, dtype=torch.float64).quantile(torch.tensor(qs, dtype=torch.float64)).tolist()
 
 
-def _mean(values: Sequence[float]) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return sum(values) / len(values) if values else math.nan
+def _nan_if_none(value: float | None) -> float:
+    """A figure the schema allows to be null (not measured) as the NaN a rank's statistics hold until written."""
+    return math.nan if value is None else value
 
 
-def _rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> dict[str, Any]:
+def _mean(values: Sequence[float | None]) -> float:
+    """The mean of the measured values: NaN and None are not measured (a rank's figure is NaN until written)."""
+    measured = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(measured) / len(measured) if measured else math.nan
+
+
+def _rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> RankStats:
     """One rank's statistics over its measured rows (times in seconds, NaN where not measured)."""
     steps = [r["step_s"] for r in rows]
     p50, p90, p99 = _quantiles(steps, (0.5, 0.9, 0.99))
     window = sum(r["iter_s"] for r in rows)
     data = sum(r["data_s"] for r in rows)
     samples = sum(r["samples"] for r in rows)
-    phases = {f"{p}_s_mean": _mean([r[f"{p}_s"] for r in rows]) for p in _PHASES}
+    forward, backward, optimizer = (_mean([r[f"{p}_s"] for r in rows]) for p in _PHASES)
     data_mean = data / len(rows) if rows else math.nan
     # What this rank does without waiting for others: see the module docstring.
-    if math.isnan(phases["forward_s_mean"]):
-        own = data_mean + _mean(steps)
-    else:
-        own = data_mean + phases["forward_s_mean"] + phases["optimizer_s_mean"]
+    own = data_mean + _mean(steps) if math.isnan(forward) else data_mean + forward + optimizer
     return {
         "rank": rank,
         "iterations": len(rows),
@@ -362,15 +387,28 @@ def _rank_stats(rows: list[dict[str, Any]], rank: int, world_size: int = 1) -> d
         "step_s_p99": p99,
         "data_s_mean": data_mean,
         "data_share": data / window if window > 0 else math.nan,
-        **phases,
+        "forward_s_mean": forward,
+        "backward_s_mean": backward,
+        "optimizer_s_mean": optimizer,
         "own_s_mean": own,
-        **_comm_stats(rows, phases["backward_s_mean"], world_size),
+        **_comm_stats(rows, backward, world_size),
         "handlers_s_mean": _mean([r.get("handlers_s", math.nan) for r in rows]),
-        "step_times": steps,
     }
 
 
-def _comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> dict[str, Any]:
+class _CommStats(TypedDict):
+    """The part of :class:`~ignite_ddl.core.schema.RankStats` on gradient communication."""
+
+    comm_s_mean: float
+    exposed_comm_s_mean: float
+    backward_compute_s_mean: float
+    overlap: float
+    comm_bytes_per_step: float
+    buckets_per_step: float
+    busbw_Bps: float
+
+
+def _comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: int) -> _CommStats:
     """Gradient communication over a rank's measured rows (see :mod:`ignite_ddl.measure.comm`); NaN where not timed."""
     timed = [r for r in rows if not math.isnan(r.get("comm_s", math.nan))]
     comm, exposed = sum(r["comm_s"] for r in timed), sum(r["exposed_comm_s"] for r in timed)
@@ -392,11 +430,10 @@ def _comm_stats(rows: list[dict[str, Any]], backward_s_mean: float, world_size: 
 _Combined = TypedDict("_Combined", {"global": GlobalStats, "straggler": Straggler | None, "comm_wait": CommWait | None})
 
 
-def _combine(ranks: list[dict[str, Any]]) -> _Combined:
-    """Global figures from all ranks' statistics."""
+def _combine(ranks: list[RankStats], all_steps: list[float]) -> _Combined:
+    """Global figures from all ranks' statistics and every rank's measured step times."""
     samples = sum(r["samples"] for r in ranks)
     window = max((r["window_s"] for r in ranks), default=0.0)
-    all_steps = [t for r in ranks for t in r["step_times"]]
     p50, p90, p99 = _quantiles(all_steps, (0.5, 0.9, 0.99))
     own = [r["own_s_mean"] for r in ranks]
     straggler: Straggler | None = None
@@ -419,27 +456,28 @@ def _combine(ranks: list[dict[str, Any]]) -> _Combined:
         "step_s_p90": p90,
         "step_s_p99": p99,
         "data_share": _mean([r["data_share"] for r in ranks]),
-        "comm_s_mean": _mean([r.get("comm_s_mean", math.nan) for r in ranks]),
-        "exposed_comm_s_mean": _mean([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
-        "overlap": _mean([r.get("overlap", math.nan) for r in ranks]),
-        "busbw_Bps": _mean([r.get("busbw_Bps", math.nan) for r in ranks]),
+        "comm_s_mean": _mean([r["comm_s_mean"] for r in ranks]),
+        "exposed_comm_s_mean": _mean([r["exposed_comm_s_mean"] for r in ranks]),
+        "overlap": _mean([r["overlap"] for r in ranks]),
+        "busbw_Bps": _mean([r["busbw_Bps"] for r in ranks]),
     }
     return {
         "global": figures,
         "straggler": straggler,
         # Who waits for whom inside the all-reduce: the fast ranks' extra exposed communication (measure.comm).
-        "comm_wait": waits([r.get("exposed_comm_s_mean", math.nan) for r in ranks]),
+        "comm_wait": waits([_nan_if_none(r["exposed_comm_s_mean"]) for r in ranks]),
     }
 
 
-def format_steps(steps: dict[str, Any]) -> str:
+def format_steps(steps: StepStats) -> str:
     """The gathered step statistics as a table with a row per rank, then the global figures."""
-    timed = any(not math.isnan(r.get("comm_s_mean", math.nan)) for r in steps["ranks"])
+    timed = any(not math.isnan(_nan_if_none(r["comm_s_mean"])) for r in steps["ranks"])
     header = ("rank", "iters", "samples/s", "step p50 ms", "p90 ms", "data %", "fwd ms", "bwd ms", "opt ms", "own ms")
     comm_header = ("comm ms", "exposed ms", "overlap %", "busbw GB/s")
     rows = []
     for r in steps["ranks"]:
-        phases_ms = [milliseconds(r[f"{phase}_s_mean"]) for phase in (*_PHASES, "own")]
+        phases_ms = [milliseconds(r[phase]) for phase in ("forward_s_mean", "backward_s_mean", "optimizer_s_mean")]
+        phases_ms.append(milliseconds(r["own_s_mean"]))
         row = [
             r["rank"],
             r["iterations"],
@@ -486,7 +524,7 @@ def format_steps(steps: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _warmup_text(steps: dict[str, Any]) -> str:
+def _warmup_text(steps: StepStats) -> str:
     """How many iterations the warm-up was, and why when it was more than the fixed count."""
     total, steady = steps["warmup_iterations"], steps.get("steady")
     if steady is None or total <= steady["fixed_warmup_iterations"]:
@@ -501,7 +539,7 @@ def _warmup_text(steps: dict[str, Any]) -> str:
     return f"{total} iterations: {', '.join(parts)}"
 
 
-def _compile_sentence(compiled: dict[str, Any]) -> str:
+def _compile_sentence(compiled: CompileStats) -> str:
     """What compilation cost in a run, and its recompilations with what they suggest."""
     from ignite_ddl.measure.compilation import recompile_hint
 
@@ -519,15 +557,15 @@ def _compile_sentence(compiled: dict[str, Any]) -> str:
     return text
 
 
-def wait_sentence(wait: dict[str, Any]) -> str:
+def wait_sentence(wait: CommWait) -> str:
     """``comm_wait`` in words: who waits how long per step, for which rank, inside the all-reduce."""
     others = [r for r in range(len(wait["wait_s"])) if r != wait["rank"]]
     return all_reduce_wait(others, wait["median_wait_s"], wait["rank"])
 
 
-def _pct(share: float) -> str:
-    return "-" if math.isnan(share) else f"{100 * share:.0f}"
+def _pct(share: float | None) -> str:
+    return "-" if share is None or math.isnan(share) else f"{100 * share:.0f}"
 
 
-def _gb(bytes_per_s: float) -> str:
-    return "-" if math.isnan(bytes_per_s) else f"{bytes_per_s / 1e9:.3f}"
+def _gb(bytes_per_s: float | None) -> str:
+    return "-" if bytes_per_s is None or math.isnan(bytes_per_s) else f"{bytes_per_s / 1e9:.3f}"

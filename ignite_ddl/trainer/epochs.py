@@ -23,7 +23,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers.tensorboard_logger import TensorboardLogger
 
-from ignite_ddl.core.schema import EpochRecord
+from ignite_ddl.core.schema import EpochRecord, StepStats
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.recorder import StepRecorder
 
@@ -45,7 +45,7 @@ class EpochLog:
         self.recorder = recorder
         self.epoch_start_iteration = 0
         self.history: list[EpochRecord] = []
-        self.steps: list[dict[str, Any] | None] = []  # each epoch's per-rank step statistics (with a recorder)
+        self.steps: list[StepStats | None] = []  # each epoch's per-rank step statistics (with a recorder)
         self.start, self.loss_sum, self.samples = 0.0, 0.0, 0
         self.initial_losses: list[float] = []
 
@@ -145,7 +145,7 @@ class EpochReport:
             self._write(record, steps)
         self.reported = len(self.epochs.history)
 
-    def _write(self, record: EpochRecord, steps: dict[str, Any] | None) -> None:
+    def _write(self, record: EpochRecord, steps: StepStats | None) -> None:
         if self.tb is not None:
             self.tb.writer.add_scalar("epoch/wall_samples_per_s", record["samples_per_s"], record["epoch"])
             self.tb.writer.add_scalar("epoch/train_loss", record["train_loss"], record["epoch"])
@@ -179,14 +179,15 @@ def divergence(initial_loss: float | None, history: list[EpochRecord]) -> str | 
     return None
 
 
-def _log_rank_scalars(tb: TensorboardLogger, steps: dict[str, Any], epoch: int) -> None:
+def _log_rank_scalars(tb: TensorboardLogger, steps: StepStats, epoch: int) -> None:
     """Per-rank step time, throughput and data-wait share of one epoch (warm-up excluded), and the global figure."""
     for r in steps["ranks"]:
         if r["iterations"]:
             tb.writer.add_scalar(f"rank{r['rank']}/step_time_s", r["step_s_mean"], epoch)
             tb.writer.add_scalar(f"rank{r['rank']}/samples_per_s", r["samples_per_s"], epoch)
             tb.writer.add_scalar(f"rank{r['rank']}/data_wait_share", r["data_share"], epoch)
-            if not math.isnan(r.get("comm_s_mean", math.nan)):
+            comm = r["comm_s_mean"]
+            if comm is not None and not math.isnan(comm):
                 tb.writer.add_scalar(f"rank{r['rank']}/comm_time_s", r["comm_s_mean"], epoch)
                 tb.writer.add_scalar(f"rank{r['rank']}/exposed_comm_time_s", r["exposed_comm_s_mean"], epoch)
                 tb.writer.add_scalar(f"rank{r['rank']}/comm_overlap", r["overlap"], epoch)

@@ -27,7 +27,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -37,7 +37,7 @@ from torch import nn
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.outputs import writing
-from ignite_ddl.core.schema import Flops
+from ignite_ddl.core.schema import CommReference, DDPCrossCheck, Flops, ProfilerResult, StepStats
 from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer, time_allreduce
@@ -99,7 +99,7 @@ class FlopsProbe:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         return cls(count, precision, datasheet_peak(name, precision), rate)
 
-    def record(self, steps: dict[str, Any] | None, world: int) -> Flops:
+    def record(self, steps: StepStats | None, world: int) -> Flops:
         """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
         rates = gather_objects(self.rate)
         per_rank = [r["samples_per_s"] for r in steps["ranks"]] if steps is not None else [math.nan] * world
@@ -222,20 +222,21 @@ def attach_measurement(
     return Measuring(recorder, contention, memory, profiler, watchdog)
 
 
-def _reference_allreduce(steps: dict[str, Any], model: nn.Module, device: torch.device) -> dict[str, Any] | None:
+def _reference_allreduce(steps: StepStats, model: nn.Module, device: torch.device) -> CommReference | None:
     """Collective: what one all-reduce of the run's mean bucket size achieves on these ranks when nobody is late
     (:func:`~ignite_ddl.measure.comm.time_allreduce`), the yardstick for the bandwidth the run achieved."""
-    timed = [r for r in steps["ranks"] if r["buckets_per_step"] > 0]  # the same figures on every rank
+    # The same figures on every rank; NaN (not None) where a rank timed none, until summary.json is written.
+    timed = [r for r in steps["ranks"] if (r["buckets_per_step"] or 0.0) > 0 and r["comm_bytes_per_step"] is not None]
     if not timed:
         return None
-    nbytes = round(timed[0]["comm_bytes_per_step"] / timed[0]["buckets_per_step"])
+    nbytes = round(cast(float, timed[0]["comm_bytes_per_step"]) / cast(float, timed[0]["buckets_per_step"]))
     dtype = next(p.dtype for p in model.parameters() if p.requires_grad)
     seconds = time_allreduce(nbytes, dtype, device)
     busbw = nbytes / seconds * allreduce_bus_factor(idist.get_world_size()) if seconds > 0 else math.nan
     return {"message_bytes": nbytes, "seconds": seconds, "busbw_Bps": busbw}
 
 
-def _ddp_crosscheck(recorder: StepRecorder, model: nn.Module) -> list[dict[str, Any] | None] | None:
+def _ddp_crosscheck(recorder: StepRecorder, model: nn.Module) -> list[DDPCrossCheck | None] | None:
     """Collective: each rank's communication timing against DDP's own statistics of the same iterations
     (:mod:`~ignite_ddl.measure.crosscheck`); None where DDP kept none, or with gradient accumulation (DDP times
     only the micro-batch that synchronises)."""
@@ -246,7 +247,7 @@ def _ddp_crosscheck(recorder: StepRecorder, model: nn.Module) -> list[dict[str, 
     return None if all(r is None for r in ranks) else ranks
 
 
-def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> dict[str, Any]:
+def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logger) -> ProfilerResult:
     """Each rank writes its profiler CSV; every rank gets all ranks' results; rank 0 prints them. The torch
     profiler's trace is compared with our communication timing (``steps_rank<r>.csv``, written before)."""
     path = out / "profile" / f"rank{rank}_{profiler.kind}.csv"
