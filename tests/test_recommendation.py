@@ -151,6 +151,12 @@ def _relative_differences_name_their_base(report: str) -> None:
     for match in re.finditer(r"\d % (faster|slower)\b(.{0,40})", report):
         assert match.group(2).startswith(" than "), match.group(0)
     assert not re.search(r"[-+]\d+(\.\d+)? %,? Welch", report)  # a bare signed difference beside a p-value
+    # One figure per pair, always against the faster one: not "28.8 % slower" here and "+40.4 %" there.
+    said: dict[frozenset[str], set[str]] = {}
+    for match in re.finditer(r"(cfg\d+)(?: \(the runner-up\))? is (\d[\d.]*) % (faster|slower) than (cfg\d+)", report):
+        said.setdefault(frozenset((match[1], match[4])), set()).add(match.group(0).replace(" (the runner-up)", ""))
+    assert all(len(sentences) == 1 for sentences in said.values()), said
+    assert not re.search(r"\d - \d", report)  # a range reads "a to b"
 
 
 def _no_positive_interval_below_zero(report: str) -> None:

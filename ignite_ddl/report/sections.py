@@ -48,7 +48,8 @@ def _welch_text(v: Verdict, pct: int) -> str:
     threshold it was judged by."""
     assert v.runner_up is not None and v.difference is not None and v.tied is not None
     top = v.best or v.tied[0]
-    text = f"{relative(top, 1 + v.difference, v.runner_up, 1.0)} (the runner-up)"
+    # The runner-up against the fastest, as every other line of the verdict puts a pair: one figure per pair.
+    text = relative(f"{v.runner_up} (the runner-up)", 1.0, top, 1 + v.difference)
     if v.welch_p is None:
         return text + "; Welch's t-test needs 2 runs of each"
     alpha = (100 - pct) / 100

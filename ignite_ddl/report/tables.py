@@ -288,7 +288,9 @@ def _step_model_table(analysis: Analysis) -> Table:
         measured = c.global_batch / c.throughput.value if c.global_batch and c.throughput.value else None
         step = p.get("step_s")
         error = f"{100 * (step - measured) / measured:+.1f}" if step and measured else None
-        interval = f"{1e3 * p['low_s']:.1f} - {1e3 * p['high_s']:.1f}" if p.get("low_s") and p.get("high_s") else None
+        low, high = p.get("low_s"), p.get("high_s")
+        # "a to b" (a hyphen reads as a minus sign); none where the prediction has no spread to show
+        interval = f"{1e3 * low:.1f} to {1e3 * high:.1f}" if low and high and f"{low:.4g}" != f"{high:.4g}" else None
         shown = None if not step else f"{1e3 * step:.1f}"
         rows.append([c.name, shown, interval, measured and f"{1e3 * measured:.1f}", error, p.get("basis")])
     return header, rows

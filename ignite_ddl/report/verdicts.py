@@ -168,7 +168,7 @@ def verdict_of(
         each = "the other configuration judged" if others == 1 else f"each of the {others} others judged"
         verdict.reason = (
             f"its {pct} % interval lies above every other configuration's and it is shown faster than {each} by "
-            f"{test}; {relative(top.name, top.throughput.value, runner.name, runner.throughput.value)}"
+            f"{test}; {relative(runner.name, runner.throughput.value, top.name, top.throughput.value)}"
         )
         return verdict
     verdict.tied = [top.name] + [c.name for c in overlapping]
