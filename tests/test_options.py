@@ -77,7 +77,8 @@ def test_lab_flags_are_its_options(command):
 
 
 def test_sweep_workload_and_report_layout_axes_are_derived():
-    from ignite_ddl.report import analysis, comparisons, plots
+    from ignite_ddl.report import analysis, comparisons
+    from ignite_ddl.report.plots import throughput
 
     assert config.WORKLOAD_OPTIONS == names_with_role(TrainConfig, Role.WORKLOAD)
     assert option_specs(Spec)["workload"].default == config.WORKLOAD_OPTIONS
@@ -85,7 +86,7 @@ def test_sweep_workload_and_report_layout_axes_are_derived():
     assert set(config.LAYOUT_OPTIONS) == layout
     assert {"nproc_per_node", "backend", "strategy", "output_dir"} <= layout
     assert not layout & set(config.WORKLOAD_OPTIONS)
-    assert comparisons.LAYOUT_OPTIONS is config.LAYOUT_OPTIONS and plots.LAYOUT_OPTIONS is config.LAYOUT_OPTIONS
+    assert comparisons.LAYOUT_OPTIONS is config.LAYOUT_OPTIONS and throughput.LAYOUT_OPTIONS is config.LAYOUT_OPTIONS
     assert not hasattr(analysis, "DEFAULT_WORKLOAD")
 
 

@@ -12,7 +12,7 @@ from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.runfiles import SUMMARY_FILE, read_summary
 from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.report.model import PHASE_COLOURS
-from ignite_ddl.report.plots import FONT, TITLE_FONT
+from ignite_ddl.report.plots.layout import FONT, TITLE_FONT
 
 __all__ = ["ddp_diagram", "ddp_step"]
 
