@@ -41,11 +41,9 @@ Example:
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
 import re
-import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,8 +57,10 @@ from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import QUALITY_MARGIN
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
+from ignite_ddl.sweep.grid import SWEEP_DEFAULTS, WORKLOAD_ARG, configurations, excluded, run_options, shown_grid
 from ignite_ddl.sweep.space import Range, is_range, parse_range
 
+# The grid's names (sweep.grid) stay importable from here, where the sweep's modules and tests import them.
 __all__ = [
     "EXECUTORS",
     "MAX_CONFIGURATIONS",
@@ -83,13 +83,9 @@ __all__ = [
 ]
 
 ORDERS = ("interleaved", "shuffled", "grouped")
-WORKLOAD_ARG = "workload_args."  # a spec key naming one argument of the workload's function
 STARTS = ("preloaded", "fresh")
 EXECUTORS = ("local", "slurm")
 SAMPLERS = ("tpe", "gp", "random")
-# What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
-# throughput does not need: no checkpoints, no best model, one evaluation after the last epoch.
-SWEEP_DEFAULTS: dict[str, Any] = {"checkpoints": False, "best_model": False, "eval_every": 0, "progress": False}
 
 
 def _env_int(name: str, default: int) -> Any:
@@ -532,48 +528,6 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
         except ConfigError as e:
             raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
     return spec
-
-
-# A configuration as a message shows it: a grid value may be a YAML alias bomb (10^7 strings in 0.5 kB of spec), and
-# an error message naming it must stay one short line.
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxstring, _SHORT.maxother = 2, 8, 6, 6, 60, 60
-
-
-def shown_grid(grid: dict[str, Any]) -> str:
-    """A configuration's grid values for a message: ``{'seed': 1}``, cut short where a value is large."""
-    text = _SHORT.repr(dict(grid)).replace("\n", "\\n")
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
-    """A configuration's train options: the sweep's defaults, then the spec's base, then its grid values.
-
-    A spec that sets ``checkpoint_every`` asks for checkpoints.
-    """
-    options = {**spec.base, **grid}
-    # workload_args.KEY entries (each a column of the report, and a sweep axis) are the workload's arguments.
-    arguments = {k.removeprefix(WORKLOAD_ARG): options.pop(k) for k in sorted(options) if k.startswith(WORKLOAD_ARG)}
-    if arguments:
-        options["workload_args"] = {**options.get("workload_args", {}), **arguments}
-    defaults = dict(SWEEP_DEFAULTS)
-    if options.get("checkpoint_every"):
-        defaults["checkpoints"] = True
-    return {**defaults, **options}
-
-
-def configurations(spec: Spec) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, in grid order, but those the spec excludes."""
-    if any(is_range(values) for values in spec.grid.values()):
-        raise ConfigError("a grid with ranges is searched, not enumerated")
-    keys = list(spec.grid)
-    combinations = [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
-    return [c for c in combinations if not excluded(spec, c)]
-
-
-def excluded(spec: Spec, grid: dict[str, Any]) -> bool:
-    """Whether the spec's ``exclude`` names this configuration."""
-    return any(all(k in grid and grid[k] == v for k, v in e.items()) for e in spec.exclude)
 
 
 def _numeric(name: str) -> type | None:
