@@ -2,7 +2,7 @@
 and how it is held across ranks (:mod:`.models`, :mod:`.strategies`), the engines (:mod:`.engines`), what a run
 records per epoch (:mod:`.epochs`), what it measures (:mod:`.measurement`), checkpoints and trackers
 (:mod:`.checkpoint`, :mod:`.tracking`), and the run itself (:mod:`.run`: ``train`` launches ``training`` on every
-rank).
+rank), with what it refuses before any process starts (:mod:`.checks`) and the summary it writes (:mod:`.summary`).
 
 Example:
     >>> from ignite_ddl.trainer import strategy_for

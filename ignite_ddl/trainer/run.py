@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -34,13 +34,13 @@ from torch.utils.data import default_collate
 
 from ignite_ddl.core.commands import PROG
 from ignite_ddl.core.config import TrainConfig
-from ignite_ddl.core.environment import cpu_cores, device_info, host, versions
+from ignite_ddl.core.environment import device_info, host, versions
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.folders import claim_run_folder, lock
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, quiet_writer_threads
 from ignite_ddl.core.runfiles import write_summary
-from ignite_ddl.core.schema import SCHEMA_VERSION, Contention, ProfilerResult, StepStats, Summary, WorkloadInfo
+from ignite_ddl.core.schema import SCHEMA_VERSION, Summary
 from ignite_ddl.launcher.scratch import scratch_folder
 from ignite_ddl.launcher.settings import LaunchPlan, plan_launch
 from ignite_ddl.launcher.spawn import launch
@@ -51,14 +51,9 @@ from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.measure.flops import FlopCount, format_flops
 from ignite_ddl.measure.memory import format_memory
 from ignite_ddl.measure.recorder import StepRecorder, format_steps
-from ignite_ddl.trainer.checkpoint import (
-    attach_best_model,
-    attach_checkpoints,
-    check_checkpoint,
-    finished_problem,
-    load_checkpoint,
-)
-from ignite_ddl.trainer.data import Loaders, build_loaders, check_dataset, planned_iterations
+from ignite_ddl.trainer.checkpoint import attach_best_model, attach_checkpoints, finished_problem, load_checkpoint
+from ignite_ddl.trainer.checks import check_arrangement, check_training
+from ignite_ddl.trainer.data import Loaders, build_loaders
 from ignite_ddl.trainer.engines import (
     attach_early_stopping,
     build_optimizer,
@@ -67,19 +62,13 @@ from ignite_ddl.trainer.engines import (
     create_workload_evaluator,
     seed_everything,
 )
-from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport, divergence
+from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport
 from ignite_ddl.trainer.measurement import FlopsProbe, GradScaleLog, attach_measurement
-from ignite_ddl.trainer.models import build_model, check_model
-from ignite_ddl.trainer.strategies import FSDPStrategy, Strategy, check_compile, strategy_for
-from ignite_ddl.trainer.tracking import MlflowTracker, check_tracker
-from ignite_ddl.trainer.workload import (
-    Loaded,
-    Workload,
-    activation_checkpointing,
-    check_workload,
-    count_workload_flops,
-    load_workload,
-)
+from ignite_ddl.trainer.models import build_model
+from ignite_ddl.trainer.strategies import FSDPStrategy, Strategy, strategy_for
+from ignite_ddl.trainer.summary import build_summary, launch_facts, workload_facts
+from ignite_ddl.trainer.tracking import MlflowTracker
+from ignite_ddl.trainer.workload import Loaded, Workload, activation_checkpointing, count_workload_flops, load_workload
 
 __all__ = [
     "Handlers",
@@ -378,7 +367,7 @@ def _record_config(
     """The run's facts (world, backend, device, launch); rank 0 writes them with the config to config.json (and
     which workload module and file ran)."""
     env = {"world_size": idist.get_world_size(), "backend": idist.backend() or "none", "device": device_info(device)}
-    env.update(_launch_facts(plan))
+    env.update(launch_facts(plan))
     if idist.get_rank() == 0:
         record = {"schema_version": SCHEMA_VERSION, "config": config.to_dict(), **env}
         if loaded is not None:
@@ -424,7 +413,7 @@ def _finish(
             f"early stopping: no better validation accuracy for {early.patience} evaluations, "
             f"stopped after epoch {stopped_early}"
         )
-    summary = _summary(
+    summary = build_summary(
         config,
         env,
         loaders,
@@ -443,7 +432,7 @@ def _finish(
             "flops": flops,
             "memory": figures["memory"],
             "grad_scaler": figures["grad_scaler"],
-            "workload": _workload_facts(config, loaded, summary["samples_per_s"]),
+            "workload": workload_facts(config, loaded, summary["samples_per_s"]),
         }
     )
     if loaded is not None:
@@ -465,13 +454,6 @@ def _finish(
     rate = f"{summary['samples_per_s']:.0f} samples/s" + (f" ({rate})" if rate else "")
     log.info(f"done in {wall:.1f} s: {rate}, val accuracy {summary['val_accuracy']}, val loss {summary['val_loss']}")
     return summary
-
-
-def _workload_facts(config: TrainConfig, loaded: Loaded | None, samples_per_s: float) -> WorkloadInfo | None:
-    if loaded is None:
-        return None
-    facts = loaded.facts(config.workload_args)
-    return cast(WorkloadInfo, {**facts, "units_per_s": samples_per_s * facts["units_per_sample"]})
 
 
 def _start_epoch(engine: Engine, loaders: Loaders) -> None:
@@ -527,19 +509,6 @@ def _interactive() -> bool:
     return sys.stderr.isatty() or "ipykernel" in sys.modules
 
 
-def _launch_facts(plan: LaunchPlan | None) -> dict[str, Any]:
-    facts: dict[str, Any] = {"threads_per_process": torch.get_num_threads(), "cpu_cores": cpu_cores()}
-    if plan is not None:
-        facts.update(
-            launch_mode=plan.mode,
-            launcher=plan.launcher,
-            nproc_per_node=plan.nproc_per_node,
-            nnodes=plan.nnodes,
-            start_method=plan.start_method if plan.mode == "spawn" else None,
-        )
-    return facts
-
-
 def rank_logger(out: Path, rank: int) -> logging.Logger:
     """A logger writing to ``logs/rank<r>.log`` on every rank, and to the console on rank 0."""
     logger = logging.getLogger(f"ignite_ddl.rank{rank}")
@@ -559,137 +528,6 @@ def rank_logger(out: Path, rank: int) -> logging.Logger:
         handler.setFormatter(fmt)
         logger.addHandler(handler)
     return logger
-
-
-def _summary(
-    config: TrainConfig,
-    env: dict,
-    loaders: Loaders,
-    trainer: Engine,
-    epochs: EpochLog,
-    wall: float,
-    checkpoint: Checkpoint | None,
-    steps: StepStats | None,
-    profile: ProfilerResult | None,
-    contention: Contention | None,
-) -> Summary:
-    history = epochs.history
-    initial_loss = epochs.initial_loss()
-    train_time = sum(r["train_time_s"] for r in history)
-    train_samples = sum(r["train_samples"] for r in history)
-    last: Mapping[str, Any] = history[-1] if history else {}
-    measured = steps["global"] if steps is not None and steps["global"]["samples"] > 0 else None
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": "completed",
-        **env,
-        "dataset": config.dataset,
-        "model": config.model,
-        "amp": config.amp,
-        "batch": {
-            "requested_global": config.batch_size,
-            "per_rank": loaders.per_rank_batch,
-            "global": loaders.global_batch,
-            "accumulate": config.accumulate,
-            "micro": loaders.per_rank_batch // config.accumulate,
-        },
-        "strategy": strategy_for(config.strategy, idist.get_world_size()).name,
-        "epochs": trainer.state.epoch,
-        "iterations": trainer.state.iteration,
-        "epoch_length": cast(int, trainer.state.epoch_length),  # set by Engine.run
-        "wall_time_s": wall,
-        "train_time_s": train_time,
-        "train_samples": train_samples,
-        # The step recorder's figure (warm-up excluded) where it measured something, else the epochs' figure.
-        "samples_per_s": measured["samples_per_s"] if measured is not None else train_samples / max(train_time, 1e-9),
-        "samples_per_s_source": "steps" if measured is not None else "epochs",
-        "final_train_loss": last.get("train_loss"),
-        "initial_train_loss": initial_loss,
-        "diverged": divergence(initial_loss, history),
-        "val_accuracy": last.get("val_accuracy"),
-        "val_loss": last.get("val_loss"),
-        "best_val_accuracy": max((r["val_accuracy"] for r in history if r["val_accuracy"] is not None), default=None),
-        "last_checkpoint": str(checkpoint.last_checkpoint) if checkpoint and checkpoint.last_checkpoint else None,
-        "resumed_from": config.resume,
-        "history": history,
-        "steps": steps,
-        "contention": contention,
-        "profiler": profile,
-    }
-
-
-def _check_steady_window(config: TrainConfig, world_size: int) -> None:
-    """Refuse a run whose measured window would straddle an option's change of behaviour (PowerSGD compressing
-    from ``powersgd_start_iter`` on), where its length is known before it starts: it would measure a blend of
-    both phases, or nothing."""
-    iterations = planned_iterations(config, world_size)
-    start = config.behaviour_changes_at(world_size, iterations)
-    if iterations is None or not start or iterations > start + config.warmup_iters:
-        return
-    raise ConfigError(
-        f"comm_hook powersgd compresses only after iteration {start} (powersgd_start_iter) and the measured window "
-        f"starts {config.warmup_iters} iterations later (warmup_iters), but this run has {iterations} iterations: "
-        "it would measure no compressed step; raise epochs or train_size, or lower powersgd_start_iter"
-    )
-
-
-def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
-    """Every check of a training run that can be made before its processes start (:class:`ConfigError`);
-    creates the output directory last."""
-    check_dataset(config)
-    check_model(config.model)
-    check_tracker(config)
-    # A workload's function runs here once, so that what it gets wrong is one line before any rank starts.
-    loaded = check_workload(config, plan.world_size) if config.workload is not None else None
-    if config.activation_checkpointing and loaded is None:
-        raise ConfigError("--activation-checkpointing is for workloads that mark their blocks (--workload gpt)")
-    if config.resume is not None:
-        check_checkpoint(config.resume, config, loaded.workload.model if loaded is not None else None)
-    if config.amp == "fp16" and plan.cuda_devices == 0:
-        raise ConfigError("amp fp16 needs a CUDA GPU (use --amp bf16 on CPU)")
-    if config.cuda_memory_fraction is not None and plan.cuda_devices == 0:
-        raise ConfigError("cuda_memory_fraction caps a GPU's memory: this run has no CUDA GPU")
-    check_arrangement(config, plan.world_size, plan.backend)
-    if config.compile:
-        check_compile(plan.backend, plan.cuda_devices)
-    _check_writable(Path(config.output_dir))
-
-
-def check_arrangement(config: TrainConfig, world_size: int, backend: str | None = None) -> None:
-    """The checks of a run that hold whatever the machine (:class:`ConfigError`): how the global batch splits over
-    ``world_size`` processes and micro-batches, whether the strategy runs on that many and takes its options (on
-    ``backend`` too, where known), which options go together. A sweep makes them for every configuration before its
-    first run."""
-    if config.batch_size < world_size:
-        raise ConfigError(
-            f"batch_size is the global batch: {config.batch_size} cannot be split over {world_size} processes"
-        )
-    strategy = strategy_for(config.strategy, world_size)  # refuses a strategy this world size cannot run
-    strategy.check_options(config, backend)
-    if config.static_graph and config.accumulate > 1:
-        # DDP's static graph expects every backward to reduce gradients; accumulation skips that in all but the
-        # last micro-batch, and torch then stops every run with "expect_autograd_hooks_ INTERNAL ASSERT FAILED".
-        raise ConfigError(
-            f"--static-graph cannot be combined with --accumulate {config.accumulate}: DDP's static graph needs "
-            "every backward to synchronise gradients (leave one of them out)"
-        )
-    micro = world_size * config.accumulate
-    if config.accumulate > 1 and config.batch_size % micro:
-        raise ConfigError(
-            f"batch_size is the global batch per optimizer step: {config.batch_size} cannot be split into "
-            f"{world_size} process(es) x {config.accumulate} micro-batches (make it a multiple of {micro})"
-        )
-    _check_steady_window(config, world_size)
-
-
-def _check_writable(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ConfigError(f"output directory '{path}' is not writable: {e.strerror or e}") from None
 
 
 def train(config: TrainConfig, setup: Callable[[TrainingRun], None] | None = None) -> Any:
