@@ -22,12 +22,14 @@ parts are that moment's), ``data`` (the datasets every rank holds in memory), an
 launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by a run of a
 tiny model and given by the caller (:mod:`ignite_ddl.sweep.forecast` measures it once per machine and caches it).
 
-**What it is not**: the resident set is the tensors *and what the C allocator keeps*. glibc raises its mmap threshold
-(up to 32 MiB) as large blocks are freed, and from then on keeps such blocks in its heaps, per thread; FSDP's
-per-step gathered units and reduce-scatter buffers (and gloo's copies of them, on its own threads) stay resident on
-CPU beyond what the trace counts (measured: an FSDP rank's steps hold 1115 MiB where the same run with
-``MALLOC_MMAP_THRESHOLD_=1048576`` holds 640 MiB, within 3 % of its prediction). The prediction is what the tensors
-need; docs/plan.md states how far the resident peak was from it.
+**What it is not**: the resident set is the tensors *and what the C allocator keeps*. On CPU, glibc raises its mmap
+threshold (up to 32 MiB) as large blocks are freed and from then on serves them from its heaps, whose freed blocks
+stay resident; an FSDP rank gathers, frees and re-gathers its units and gradients on every micro-batch, and the holes
+this leaves in the main thread's heap keep its resident set well above its tensors through every steady step (not
+only after warm-up: releasing them once then does not last). That is not predicted: an FSDP rank on CPU says so in
+``unpredicted``, and docs/plan.md states how far its resident peak was from the prediction. A fixed threshold
+(``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
+the suite leaves glibc's default.
 
 **What is not predicted** is said in ``unpredicted`` instead of being guessed: ``--compile`` (Inductor's compiler and
 its generated code live in the rank's memory, and the compiled graph's buffer reuse is not the eager trace's) and a
@@ -43,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +65,12 @@ __all__ = ["PARTS", "Prediction", "data_bytes", "gradient_bytes", "predict", "tr
 
 PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "runtime")
 _STATE_PER_PARAMETER = {"adam": 2, "sgd": 1}  # optimizer state tensors per parameter (SGD: with momentum)
+_CUDA_NOTE = "the CUDA context and caching allocator (unverified: never measured on a GPU here)"
+# On a CPU rank, glibc's heaps keep resident what FSDP frees on every micro-batch (see the module docstring).
+_HEAP_NOTE = (
+    "the C allocator's heap kept beside FSDP's freed gathered units and gradients (glibc, CPU): the resident peak "
+    "may be well above this figure (docs/plan.md)"
+)
 _TRACED_STEPS = 2  # the second step is the steady one: optimizer state exists, last step's gradients are freed
 
 # The trackers' categories (their enum values), grouped into the parts shown.
@@ -254,9 +263,12 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     unpredicted = []
     if config.compile:
         unpredicted.append("--compile (Inductor's own memory and the compiled graph's buffers; traced eagerly)")
-    if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
-        unpredicted.append("the CUDA context and caching allocator (unverified: never measured on a GPU here)")
+    cuda = torch.cuda.is_available() and config.backend in ("auto", "nccl")
+    if cuda:
+        unpredicted.append(_CUDA_NOTE)
     method = "FSDPMemTracker" if strategy_for(config.strategy, world_size(config)).name == "fsdp" else "MemTracker"
+    if method == "FSDPMemTracker" and not cuda and platform.libc_ver()[0] == "glibc":
+        unpredicted.append(_HEAP_NOTE)
     if config.workload:  # its function builds a real model and data when called: not called here
         return Prediction(
             problem="cannot predict: a workload (--workload) is built by its own function, which the plan does not "
