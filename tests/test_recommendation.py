@@ -437,3 +437,23 @@ def test_the_pareto_front_and_the_recommendation_weigh_memory_in_all():
     )
     # cfg002 (800 MiB in all, slower than cfg001) is beaten on both: off the front; cfg000 (700) is faster than cfg001
     assert ringed == pytest.approx([600, 700]) and starred == pytest.approx([600])
+
+
+def test_a_speed_up_clear_of_one_beside_a_tie_says_why_both_hold(tmp_path):
+    """Two processes at 102 samples/s (69 to 134) against one at 62 (35 to 89): the speed-up's own interval, 1.14
+    to 2.37, is clear of 1 while the verdict, whose rule asks more, ties them; the report says why, and says nothing
+    where no speed-up is clear of 1."""
+    records = [record(0, r, v, procs=1) for r, v in enumerate([62.0, 51.0, 73.0])]
+    records += [record(1, r, v, procs=2) for r, v in enumerate([102.0, 89.0, 115.0])]
+    analysis = analyze(records)
+    assert set(analysis.verdicts[0].tied) == {"cfg000", "cfg001"} and analysis.config("cfg001").speedup.low > 1
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    report = write_report(tmp_path).read_text()
+    assert "cfg001's speed-up over cfg000 (1.14 to 2.37) lies clear of 1, yet the verdict ties them" in report
+    close = [record(0, r, v, procs=1) for r, v in enumerate([62.0, 51.0, 73.0])]
+    close += [record(1, r, v, procs=2) for r, v in enumerate([70.0, 55.0, 80.0])]
+    (tmp_path / "close").mkdir()
+    for r in close:
+        append_record(tmp_path / "close" / "results.jsonl", r)
+    assert "lies clear of 1" not in write_report(tmp_path / "close").read_text()

@@ -20,6 +20,7 @@ from ignite_ddl.report.sections import (
     environment_section,
     measured_section,
     profiler_section,
+    speedup_beside_tie,
     trust_section,
     verdict_lines,
     verdict_section,
@@ -48,7 +49,7 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
         f"{pct} % interval over the runs used (runs = used / repeats; cv = standard deviation / mean). Speed-up "
         "and efficiency, with their intervals, are against the same configuration with one process. Own time = "
         "data wait + forward + optimizer step of a rank: the straggler is the rank whose own time is largest, "
-        "as a ratio to the median rank's."
+        "as a ratio to the median rank's." + (f" {note}" if (note := speedup_beside_tie(analysis)) else "")
     )
     tables = analysis.for_tables()  # thousands of configurations: the ones that matter, and a line saying so
     if tables.shown_note:

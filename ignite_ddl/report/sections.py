@@ -25,6 +25,7 @@ __all__ = [
     "environment_section",
     "measured_section",
     "profiler_section",
+    "speedup_beside_tie",
     "trust_section",
     "verdict_lines",
     "verdict_section",
@@ -86,6 +87,29 @@ def verdict_lines(analysis: Analysis) -> list[str]:
         for name, why in v.not_judged.items():
             lines.append(f"{where}not judged: {name}: {why}" + (f" ({note})" if note else ""))
     return lines
+
+
+def speedup_beside_tie(analysis: Analysis) -> str:
+    """Where a speed-up's interval lies clear of 1 while the verdict ties the configuration with its one-process
+    twin, why both hold (one comparison at the plain level, against the verdict's stricter rule), so the table and
+    the verdict do not read as contradicting each other; "" where none does."""
+    found = []
+    for v in analysis.verdicts:
+        tied = set(v.tied or ())
+        for name in v.tied or ():
+            c = analysis.config(name)
+            e = c.speedup
+            if c.baseline in tied and e is not None and e.low is not None and e.high is not None:
+                if e.low > 1 or e.high < 1:
+                    found.append(f"{name}'s speed-up over {c.baseline} ({interval_text(e, '.2f')})")
+    if not found:
+        return ""
+    return (
+        f"{'; '.join(found)} lies clear of 1, yet the verdict ties them: a speed-up's interval is one comparison at "
+        f"{round(100 * analysis.confidence)} %, while the verdict asks more before calling one faster (the two "
+        "throughput intervals apart, and the lead shown by a Welch test corrected for every comparison of the "
+        "workload). The evidence leans that way; more repeats would settle it."
+    )
 
 
 def verdict_section(doc: Document, analysis: Analysis) -> None:
