@@ -509,9 +509,16 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
         ),
         (
             "FLOPs",
-            _flops_table(analysis),
-            "Model FLOPs (forward + backward) and what each rank achieved; units/s is the global throughput in the "
-            "workload's own unit (tokens for the GPT workload), with its interval. " + _references(analysis),
+            flops := _flops_table(analysis),
+            "Model FLOPs (forward + backward) and what each rank achieved"
+            # The units/s column is dropped where no configuration has a unit of its own: no word on it then.
+            + (
+                "; units/s is the global throughput in the workload's own unit (tokens for the GPT workload), with "
+                "its interval. "
+                if "units/s" in flops[0]
+                else ". "
+            )
+            + _references(analysis),
         ),
         (
             "Step time, predicted",
