@@ -105,6 +105,10 @@ def test_a_compiled_run_follows_eager_and_keeps_compilation_apart(tmp_path, npro
     first = len(cost["iterations"]) - cost["recompilations"]
     assert steps["steady"]["first_measured_iteration"] > first
     assert eager["steps"]["steady"]["first_measured_iteration"] >= 1
+    # The first compilation's iterations are also measured apart, as the warm-up phase beside the steady one.
+    phase = steps["warmup_phase"]
+    assert (phase["cause"], phase["first_iteration"], phase["last_iteration"]) == ("compile", 1, first)
+    assert phase["step_s_p50"] > steps["global"]["step_s_p50"] and eager["steps"]["warmup_phase"] is None
     # The shrunk batch compiled the model again: counted, its reason said, and its iteration left out.
     assert cost["recompilations"] == 1 and SHRUNK_ITERATION in cost["iterations"]
     assert any("size mismatch" in reason for reason in cost["reasons"]), cost["reasons"]
