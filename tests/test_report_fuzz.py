@@ -154,7 +154,7 @@ def test_the_validator_names_where_a_record_breaks_the_schema(real_summary):
     """One validator reads every record of a sweep: a value put anywhere in a real record is refused exactly when
     it breaks the schema, and the refusal names the place it was put, one above it (a union's choice) or one inside
     the value put there."""
-    from ignite_ddl.core.schema import RunRecord
+    from ignite_ddl.core.sweep_records import RunRecord
     from ignite_ddl.core.validation import schema_problem
 
     record = sweep_records(real_summary)[0]

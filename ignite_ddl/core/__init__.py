@@ -1,8 +1,8 @@
 """The thin core every other package stands on, importing no torch: options declared once (:mod:`.options`), the run
 configuration (:mod:`.config`), every error and its exit status (:mod:`.errors`, :mod:`.commands`), outputs written
-whole or not at all (:mod:`.outputs`, :mod:`.figures`, :mod:`.folders`), and the typed schema of every file a run and
-a sweep write (:mod:`.schema`, checked by :mod:`.validation`, documented by :mod:`.schema_doc`), JSON files
-(:mod:`.jsonfiles`) and a sweep's results.jsonl (:mod:`.results`).
+whole or not at all (:mod:`.outputs`, :mod:`.figures`, :mod:`.folders`), and the typed schema of every file a run
+(:mod:`.schema`) and a sweep (:mod:`.sweep_records`) write, checked by :mod:`.validation` and documented by
+:mod:`.schema_doc`, JSON files (:mod:`.jsonfiles`) and a sweep's results.jsonl (:mod:`.results`).
 
 Example:
     >>> from ignite_ddl.core import Role, TrainConfig, option_specs

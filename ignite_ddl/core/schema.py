@@ -1,9 +1,10 @@
-"""The schema of the files runs and sweeps write: one type per record, every field with its meaning.
+"""The schema of the files a run writes: the records a rank measures and a run gathers, every field with its meaning.
 
-The trainer writes :class:`RunConfig` (``config.json``) and :class:`Summary` (``summary.json``); a sweep appends one
-:class:`RunRecord` per run to ``results.jsonl`` and keeps :class:`SweepMeta` in ``sweep.json``; the report reads
-them back. Every field carries its meaning (``Annotated``): ``docs/results.md`` is generated from these types
-(:mod:`.schema_doc`) and records are checked against them (:mod:`.validation`).
+The trainer writes :class:`RunConfig` (``config.json``) and :class:`Summary` (``summary.json``), whose parts
+(step statistics, communication, memory, FLOPs, steady state, contention) are built where they are measured; the
+files of a sweep, which holds one summary per run, are typed in :mod:`.sweep_records`. Every field carries its
+meaning (``Annotated``): ``docs/results.md`` is generated from these types (:mod:`.schema_doc`) and records are
+checked against them (:mod:`.validation`).
 
 Example:
     >>> "samples_per_s" in Summary.__annotations__ and "contention" in Summary.__annotations__
@@ -38,25 +39,16 @@ __all__ = [
     "HeldBytes",
     "Memory",
     "MemoryMax",
-    "MemoryPlan",
-    "MemoryPrediction",
     "NodeContention",
     "PhaseStats",
-    "PlannedConfiguration",
     "ProfilerResult",
     "RankMemory",
     "RankStats",
     "RunConfig",
-    "RunRecord",
-    "SlurmJobInfo",
     "SteadyState",
     "StepStats",
     "Straggler",
     "Summary",
-    "SweepAdaptive",
-    "SweepMeta",
-    "SweepSession",
-    "SweepStop",
     "TraceCommCheck",
 ]
 
@@ -490,104 +482,3 @@ class Summary(TypedDict, total=False):
     memory: Annotated[Memory | None, "memory on every rank (null with `--no-measure-memory`)"]
     grad_scaler: Annotated[GradScalerRecord | None, "with `--amp fp16`: the GradScaler's loss scale (else null)"]
     workload: Annotated[WorkloadInfo | None, "with `--workload`: what ran, its unit and its throughput in it"]
-
-
-class SlurmJobInfo(TypedDict):
-    job_id: Annotated[str, "the job's id (`<array>_<index>` in a job array)"]
-    state: Annotated[str | None, "SLURM's last state of the job (`COMPLETED`, `FAILED`, `TIMEOUT` ...; null: unknown)"]
-    reason: Annotated[str | None, "SLURM's reason for that state (null: none given)"]
-    exit_code: Annotated[str | None, "SLURM's `exit status:signal` of the job"]
-
-
-class MemoryPrediction(TypedDict):
-    peak_bytes: Annotated[int | None, "predicted peak memory per rank, bytes (null: cannot predict, see `problem`)"]
-    parts: Annotated[
-        dict[str, int],
-        "its parts, bytes: params, grads, optimizer, activations (one micro-batch's, with the backward's "
-        "temporaries), buckets (DDP), checkpoint (FSDP rank 0's gathered full state while it saves), data (the "
-        "datasets a rank holds), runtime (measured by a tiny model's run)",
-    ]
-    problem: Annotated[str | None, "`cannot predict: <why>` where the training step could not be traced"]
-    unpredicted: Annotated[list[str], "what the figure leaves out (e.g. --compile's own memory)"]
-    method: Annotated[str, "the tracker that followed the step on fake tensors (MemTracker, FSDPMemTracker)"]
-
-
-class PlannedConfiguration(TypedDict):
-    index: Annotated[int, "the configuration's position in the grid"]
-    grid: Annotated[dict[str, Any], "its grid values"]
-    prediction: Annotated[MemoryPrediction, "its predicted peak memory per rank"]
-    unfit: Annotated[str | None, "`predicted not to fit: 9.4 GiB > 8 GiB` (null: fits, or no limit)"]
-
-
-class MemoryPlan(TypedDict):
-    memory_limit_mb: Annotated[float | None, "the spec's memory_limit_mb"]
-    configurations: Annotated[list[PlannedConfiguration], "every configuration of the grid, launched or not"]
-
-
-class RunRecord(TypedDict):
-    key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
-    index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
-    repeat: Annotated[int, "which repeat of the configuration (0-based)"]
-    attempt: Annotated[int, "0, or the re-run number of a repeat re-run because it was contended"]
-    position: Annotated[int, "the run's place in the sweep's run order"]
-    grid: Annotated[dict[str, Any], "this configuration's grid values"]
-    config: Annotated[dict[str, Any], "the run's full `TrainConfig`"]
-    run_dir: Annotated[str, "the run's output directory"]
-    elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
-    exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
-    status: Annotated[
-        str,
-        "`completed`, `failed`, `out_of_memory` (a rank's allocation failed, or it was killed near its memory "
-        "limit), `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
-    ]
-    error: Annotated[str | None, "why the run did not complete"]
-    contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
-    summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]
-    slurm: NotRequired[Annotated[SlurmJobInfo, "the run's SLURM job (only with `executor: slurm`)"]]
-    prediction: NotRequired[
-        Annotated[MemoryPrediction, "its configuration's predicted peak memory per rank (only with `predict`)"]
-    ]
-
-
-class SweepStop(TypedDict):
-    reason: Annotated[str, "one line: what was seen, e.g. the range of CPU shares other processes used"]
-    runs_left: Annotated[int, "runs of the sweep (or of its re-runs) that were not started"]
-
-
-class SweepAdaptive(TypedDict):
-    rounds: Annotated[int, "rounds run so far (the most repeats any configuration has)"]
-    outcome: Annotated[
-        dict[str, str],
-        "per workload: separated (a best is named), equivalent (the contenders are within the margin), "
-        "out_of_reach (stopped undecided: the rounds left could not settle it at the spread measured), "
-        "max_repeats or budget (cut short undecided), undecided (more rounds were due)",
-    ]
-
-
-class SweepSession(TypedDict):
-    started: Annotated[str, "when the sweep (or a resumed part of it) started, ISO 8601"]
-    wall_s: Annotated[float, "wall time from its start to its last recorded run"]
-    runs: Annotated[int, "runs it recorded"]
-    stopped: NotRequired[
-        Annotated[
-            SweepStop,
-            "why the sweep stopped before its last run (other processes kept the machine busy); absent otherwise",
-        ]
-    ]
-    adaptive: NotRequired[Annotated[SweepAdaptive, "adaptive repeats (repeats: auto): where the comparison stands"]]
-
-
-class SweepMeta(TypedDict):
-    spec: Annotated[dict[str, Any], "the sweep's spec, as run"]
-    versions: Annotated[dict[str, str], "software versions of the sweep's process"]
-    host: Annotated[dict[str, Any], "the machine"]
-    sessions: Annotated[list[SweepSession], "one entry per start of the sweep (resumes add one)"]
-    plan: NotRequired[Annotated[MemoryPlan, "every configuration's predicted peak memory (only with `predict`)"]]
-    step_model: NotRequired[
-        Annotated[
-            dict[str, Any],
-            "the step-time model fitted after the first round's one-process runs (only with `predict`): `link` "
-            "(alpha_s, beta_Bps of this machine's all-reduce) and per configuration index its predicted `step_s` "
-            "with `low_s`..`high_s`, `compute_s`, `comm_s`, and its `basis` (the twin it came from, or why none)",
-        ]
-    ]

@@ -1,5 +1,5 @@
-"""``docs/results.md``'s schema section, generated from the types of :mod:`.schema` so that the documentation
-cannot drift from what is written.
+"""``docs/results.md``'s schema section, generated from the types of :mod:`.schema` and :mod:`.sweep_records` so
+that the documentation cannot drift from what is written.
 
 Example:
     >>> from ignite_ddl.core.schema import Summary
@@ -33,25 +33,27 @@ from ignite_ddl.core.schema import (
     HeldBytes,
     Memory,
     MemoryMax,
-    MemoryPlan,
-    MemoryPrediction,
     NodeContention,
-    PlannedConfiguration,
     ProfilerResult,
     RankMemory,
     RankStats,
     RunConfig,
-    RunRecord,
-    SlurmJobInfo,
     StepStats,
     Straggler,
     Summary,
+    TraceCommCheck,
+    WorkloadInfo,
+)
+from ignite_ddl.core.sweep_records import (
+    MemoryPlan,
+    MemoryPrediction,
+    PlannedConfiguration,
+    RunRecord,
+    SlurmJobInfo,
     SweepAdaptive,
     SweepMeta,
     SweepSession,
     SweepStop,
-    TraceCommCheck,
-    WorkloadInfo,
 )
 
 __all__ = ["schema_markdown", "write_schema_doc"]

@@ -19,7 +19,7 @@ from typing_extensions import NotRequired  # typing's from Python 3.11
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
-from ignite_ddl.core.schema import RunRecord
+from ignite_ddl.core.sweep_records import RunRecord
 
 __all__ = ["LARGEST_FIGURE", "MAX_SAMPLES_PER_S", "record_problem", "schema_problem"]
 

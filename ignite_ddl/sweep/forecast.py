@@ -31,7 +31,7 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.jsonfiles import read_json, write_json
-from ignite_ddl.core.schema import MemoryPlan
+from ignite_ddl.core.sweep_records import MemoryPlan
 from ignite_ddl.core.text import format_table
 from ignite_ddl.sweep.plan import Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid

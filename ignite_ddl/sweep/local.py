@@ -19,7 +19,7 @@ from typing import Any, cast
 from ignite_ddl.core.commands import run_command
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.outputs import open_output
-from ignite_ddl.core.schema import RunRecord
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.launcher.signals import end_with, sigterm_with_parent
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where

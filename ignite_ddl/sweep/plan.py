@@ -27,7 +27,7 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
-from ignite_ddl.core.schema import RunRecord
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.sweep.spec import Spec, configurations, run_options, shown_grid
 
 __all__ = [

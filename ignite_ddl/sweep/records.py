@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ignite_ddl.core.runfiles import SUMMARY_FILE, read_summary
-from ignite_ddl.core.schema import RunRecord
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.launcher.processes import out_of_memory
 from ignite_ddl.sweep.plan import Run
 

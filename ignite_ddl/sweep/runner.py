@@ -29,7 +29,7 @@ from typing import Any
 
 from ignite_ddl.core.folders import claim_sweep_folder, lock
 from ignite_ddl.core.results import read_results
-from ignite_ddl.core.schema import MemoryPlan, SweepMeta, SweepSession
+from ignite_ddl.core.sweep_records import MemoryPlan, SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.report.analysis import analyze

@@ -16,7 +16,7 @@ from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
-from ignite_ddl.core.schema import RunRecord, SweepMeta, SweepSession
+from ignite_ddl.core.sweep_records import RunRecord, SweepMeta, SweepSession
 from ignite_ddl.sweep.busy import BusyStreak
 from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where, contended_reruns
 from ignite_ddl.sweep.records import describe_outcome

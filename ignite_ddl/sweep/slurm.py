@@ -45,7 +45,7 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.outputs import write_bytes
-from ignite_ddl.core.schema import RunRecord
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where
 from ignite_ddl.sweep.records import finish_record, last_error, new_record
 from ignite_ddl.sweep.spec import SlurmOptions

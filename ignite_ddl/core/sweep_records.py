@@ -1,0 +1,131 @@
+"""The schema of the files a sweep writes: one :class:`RunRecord` per run appended to ``results.jsonl`` (holding
+the run's :class:`~.schema.Summary`), :class:`SweepMeta` in ``sweep.json`` and the memory plan (:class:`MemoryPlan`,
+``plan/plan.json``). Kept apart from :mod:`.schema`, the records a run writes, because they describe the sweep's
+bookkeeping rather than what a rank measured; documented and checked the same way (:mod:`.schema_doc`,
+:mod:`.validation`).
+
+Example:
+    >>> "summary" in RunRecord.__annotations__ and "sessions" in SweepMeta.__annotations__
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+from typing_extensions import NotRequired  # typing's from Python 3.11
+
+from ignite_ddl.core.schema import Summary
+
+__all__ = [
+    "MemoryPlan",
+    "MemoryPrediction",
+    "PlannedConfiguration",
+    "RunRecord",
+    "SlurmJobInfo",
+    "SweepAdaptive",
+    "SweepMeta",
+    "SweepSession",
+    "SweepStop",
+]
+
+
+class SlurmJobInfo(TypedDict):
+    job_id: Annotated[str, "the job's id (`<array>_<index>` in a job array)"]
+    state: Annotated[str | None, "SLURM's last state of the job (`COMPLETED`, `FAILED`, `TIMEOUT` ...; null: unknown)"]
+    reason: Annotated[str | None, "SLURM's reason for that state (null: none given)"]
+    exit_code: Annotated[str | None, "SLURM's `exit status:signal` of the job"]
+
+
+class MemoryPrediction(TypedDict):
+    peak_bytes: Annotated[int | None, "predicted peak memory per rank, bytes (null: cannot predict, see `problem`)"]
+    parts: Annotated[
+        dict[str, int],
+        "its parts, bytes: params, grads, optimizer, activations (one micro-batch's, with the backward's "
+        "temporaries), buckets (DDP), checkpoint (FSDP rank 0's gathered full state while it saves), data (the "
+        "datasets a rank holds), runtime (measured by a tiny model's run)",
+    ]
+    problem: Annotated[str | None, "`cannot predict: <why>` where the training step could not be traced"]
+    unpredicted: Annotated[list[str], "what the figure leaves out (e.g. --compile's own memory)"]
+    method: Annotated[str, "the tracker that followed the step on fake tensors (MemTracker, FSDPMemTracker)"]
+
+
+class PlannedConfiguration(TypedDict):
+    index: Annotated[int, "the configuration's position in the grid"]
+    grid: Annotated[dict[str, Any], "its grid values"]
+    prediction: Annotated[MemoryPrediction, "its predicted peak memory per rank"]
+    unfit: Annotated[str | None, "`predicted not to fit: 9.4 GiB > 8 GiB` (null: fits, or no limit)"]
+
+
+class MemoryPlan(TypedDict):
+    memory_limit_mb: Annotated[float | None, "the spec's memory_limit_mb"]
+    configurations: Annotated[list[PlannedConfiguration], "every configuration of the grid, launched or not"]
+
+
+class RunRecord(TypedDict):
+    key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
+    index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
+    repeat: Annotated[int, "which repeat of the configuration (0-based)"]
+    attempt: Annotated[int, "0, or the re-run number of a repeat re-run because it was contended"]
+    position: Annotated[int, "the run's place in the sweep's run order"]
+    grid: Annotated[dict[str, Any], "this configuration's grid values"]
+    config: Annotated[dict[str, Any], "the run's full `TrainConfig`"]
+    run_dir: Annotated[str, "the run's output directory"]
+    elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
+    exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
+    status: Annotated[
+        str,
+        "`completed`, `failed`, `out_of_memory` (a rank's allocation failed, or it was killed near its memory "
+        "limit), `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
+    ]
+    error: Annotated[str | None, "why the run did not complete"]
+    contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]
+    summary: Annotated[Summary | None, "the run's summary.json (null unless completed)"]
+    slurm: NotRequired[Annotated[SlurmJobInfo, "the run's SLURM job (only with `executor: slurm`)"]]
+    prediction: NotRequired[
+        Annotated[MemoryPrediction, "its configuration's predicted peak memory per rank (only with `predict`)"]
+    ]
+
+
+class SweepStop(TypedDict):
+    reason: Annotated[str, "one line: what was seen, e.g. the range of CPU shares other processes used"]
+    runs_left: Annotated[int, "runs of the sweep (or of its re-runs) that were not started"]
+
+
+class SweepAdaptive(TypedDict):
+    rounds: Annotated[int, "rounds run so far (the most repeats any configuration has)"]
+    outcome: Annotated[
+        dict[str, str],
+        "per workload: separated (a best is named), equivalent (the contenders are within the margin), "
+        "out_of_reach (stopped undecided: the rounds left could not settle it at the spread measured), "
+        "max_repeats or budget (cut short undecided), undecided (more rounds were due)",
+    ]
+
+
+class SweepSession(TypedDict):
+    started: Annotated[str, "when the sweep (or a resumed part of it) started, ISO 8601"]
+    wall_s: Annotated[float, "wall time from its start to its last recorded run"]
+    runs: Annotated[int, "runs it recorded"]
+    stopped: NotRequired[
+        Annotated[
+            SweepStop,
+            "why the sweep stopped before its last run (other processes kept the machine busy); absent otherwise",
+        ]
+    ]
+    adaptive: NotRequired[Annotated[SweepAdaptive, "adaptive repeats (repeats: auto): where the comparison stands"]]
+
+
+class SweepMeta(TypedDict):
+    spec: Annotated[dict[str, Any], "the sweep's spec, as run"]
+    versions: Annotated[dict[str, str], "software versions of the sweep's process"]
+    host: Annotated[dict[str, Any], "the machine"]
+    sessions: Annotated[list[SweepSession], "one entry per start of the sweep (resumes add one)"]
+    plan: NotRequired[Annotated[MemoryPlan, "every configuration's predicted peak memory (only with `predict`)"]]
+    step_model: NotRequired[
+        Annotated[
+            dict[str, Any],
+            "the step-time model fitted after the first round's one-process runs (only with `predict`): `link` "
+            "(alpha_s, beta_Bps of this machine's all-reduce) and per configuration index its predicted `step_s` "
+            "with `low_s`..`high_s`, `compute_s`, `comm_s`, and its `basis` (the twin it came from, or why none)",
+        ]
+    ]
