@@ -142,6 +142,8 @@ def test_each_verdict_phrase_appears_only_under_its_condition(case, tmp_path):
     for name, phrase in PHRASES.items():
         assert (phrase in verdict_section) == expected[name], (case, name, verdict_section)
     assert "treat them as equal" not in report
+    if "Welch's t-test p = " in verdict_section:  # two configurations: one comparison, nothing called corrected
+        assert "(one comparison: no correction)" in verdict_section and "corrected threshold" not in verdict_section
     _relative_differences_name_their_base(report)
     _no_positive_interval_below_zero(report)
 

@@ -56,12 +56,12 @@ def _welch_text(v: Verdict, pct: int) -> str:
     alpha = (100 - pct) / 100
     threshold = v.welch_threshold if v.welch_threshold is not None else alpha
     comparisons = round(alpha / threshold)
-    corrected = f" ({100 - pct:g} % / {comparisons}, Bonferroni)" if comparisons > 1 else ""
     significant = "below it" if v.welch_p <= threshold else "not below it: not shown faster"
-    return (
-        f"{text}; one-sided Welch's t-test p = {v.welch_p:.3g} against the corrected threshold {threshold:.3g}"
-        f"{corrected}: {significant}"
-    )
+    if comparisons > 1:
+        against = f"the corrected threshold {threshold:.3g} ({100 - pct:g} % / {comparisons}, Bonferroni)"
+    else:  # two configurations: one comparison, nothing to correct
+        against = f"the threshold {threshold:.3g} (one comparison: no correction)"
+    return f"{text}; one-sided Welch's t-test p = {v.welch_p:.3g} against {against}: {significant}"
 
 
 def verdict_lines(analysis: Analysis) -> list[str]:
