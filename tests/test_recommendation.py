@@ -459,3 +459,26 @@ def test_a_speed_up_clear_of_one_beside_a_tie_says_why_both_hold(tmp_path):
     for r in close:
         append_record(tmp_path / "close" / "results.jsonl", r)
     assert "lies clear of 1" not in write_report(tmp_path / "close").read_text()
+
+
+def test_a_compiled_configuration_shows_its_first_compilation_beside_its_steady_phase(tmp_path):
+    """Hand-made compiled runs whose first 2 iterations compiled (4.1 and 3.9 s at the median): the two phases side
+    by side, averaged over the runs; an eager configuration has no row."""
+
+    def steps(early_s: float) -> dict:
+        phase = {"cause": "compile", "first_iteration": 1, "last_iteration": 2, "samples_per_s": 30.0}
+        phase |= {"step_s_p50": early_s, "comm_bytes_per_step": None}
+        return {"global": {"step_s_p50": 0.05}, "ranks": [{"rank": 0}], "warmup_phase": phase}
+
+    records = _runs(0, PLAIN, [0.2] * 3)
+    records += [
+        record(1, r, v, procs=2, grid={"compile": True}, config={"compile": True}, summary={"steps": steps(s)})
+        for r, (v, s) in enumerate(zip(FAST, [4.1, 3.9, 4.0]))
+    ]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    assert analyze(records).config("cfg000").warmup_phase is None
+    report = write_report(tmp_path).read_text()
+    table = report.split("### Two phases", 1)[1].split("###", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| cfg")]
+    assert rows == ["| cfg001 | compile=True: the first compilation | iterations 1 to 2 | 4000.0 -> 50.0 | 30 -> 130 |"]
