@@ -49,6 +49,8 @@ __all__ = [
     "StepStats",
     "Straggler",
     "Summary",
+    "TimerProfile",
+    "TorchProfile",
     "TraceCommCheck",
 ]
 
@@ -301,6 +303,21 @@ class TraceCommCheck(TypedDict):
         list[dict[str, float]],
         "each iteration's `iteration`, `trace_comm_ms`, `ours_comm_ms`, `trace_exposed_ms`, `ours_exposed_ms`",
     ]
+
+
+class TimerProfile(TypedDict):
+    iteration_mean_s: Annotated[float, "mean time of an iteration (Ignite's Timer)"]
+    iterations: Annotated[int, "iterations timed"]
+    epoch_mean_s: Annotated[float, "mean time of an epoch"]
+    epochs: Annotated[int, "epochs timed"]
+
+
+class TorchProfile(TypedDict):
+    trace: Annotated[str | None, "the rank's Chrome trace, relative to the run folder (null: nothing recorded)"]
+    active_iterations: Annotated[int, "iterations recorded"]
+    step_iterations: Annotated[dict[str, int], "the trace's `ProfilerStep#N` -> the engine iteration it recorded"]
+    top_ops: Annotated[list[dict[str, Any]], "the operators with the most self time, each a row of the top-ops CSV"]
+    trace_comm: Annotated[TraceCommCheck | None, "the trace's gradient communication beside ours (null: not timed)"]
 
 
 class ProfilerResult(TypedDict):

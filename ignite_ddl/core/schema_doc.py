@@ -41,6 +41,8 @@ from ignite_ddl.core.schema import (
     StepStats,
     Straggler,
     Summary,
+    TimerProfile,
+    TorchProfile,
     TraceCommCheck,
     WorkloadInfo,
 )
@@ -106,6 +108,8 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (Contention, "`contention`"),
     (NodeContention, "each entry of `contention.nodes`"),
     (ProfilerResult, "`profiler`"),
+    (TimerProfile, "each entry of `profiler.ranks` (`timer`)"),
+    (TorchProfile, "each entry of `profiler.ranks` (`torch`)"),
     (TraceCommCheck, "`profiler.ranks[].trace_comm` (`torch`)"),
     (Flops, "`flops`"),
     (FlopsRank, "each entry of `flops.ranks`"),

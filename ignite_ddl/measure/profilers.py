@@ -50,6 +50,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from ignite_ddl.core.config import PROFILERS
 from ignite_ddl.core.outputs import write_csv, writing
+from ignite_ddl.core.schema import TimerProfile, TorchProfile, TraceCommCheck
 from ignite_ddl.measure.traces import compare_with_steps, read_step_rows, trace_comm
 
 __all__ = [
@@ -83,7 +84,7 @@ class TimerProfiler:
             # Timer.reset leaves the clock running: stop it until the first `begin`.
             engine.add_event_handler(Events.STARTED, timer.pause)
 
-    def results(self) -> dict[str, Any]:
+    def results(self) -> TimerProfile:
         return {
             "iteration_mean_s": self.iteration.value(),
             "iterations": int(self.iteration.step_count),
@@ -160,7 +161,7 @@ class TorchProfiler:
         self._active_iterations = 0
         self._top_ops: list[dict[str, Any]] = []
         self._iterations: dict[int, int] = {}  # profiler step N (the trace's ProfilerStep#N) -> engine iteration
-        self._trace_comm: dict[str, Any] | None = None
+        self._trace_comm: TraceCommCheck | None = None
 
     @property
     def trace_path(self) -> Path:
@@ -258,7 +259,7 @@ class TorchProfiler:
         except (OSError, ValueError, KeyError, TypeError) as e:
             logging.getLogger(__name__).warning(f"torch profiler: trace not compared with our communication: {e}")
 
-    def results(self) -> dict[str, Any]:
+    def results(self) -> TorchProfile:
         return {
             "trace": self._trace,
             "active_iterations": self._active_iterations,

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ignite_ddl.core.schema import TraceCommCheck
 from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.core.text import format_table
 
@@ -269,7 +270,7 @@ def read_step_rows(path: str | Path) -> list[dict[str, float]]:
 
 def compare_with_steps(
     trace: TraceComm, rows: list[dict[str, Any]], iterations: dict[int, int]
-) -> dict[str, Any] | None:
+) -> TraceCommCheck | None:
     """The trace's communication and ours on the same iterations: ``iterations`` maps a trace's step number N to
     the engine iteration it recorded; ``rows`` are our per-iteration figures (:func:`read_step_rows`). Means in ms,
     ours / the trace's (ratio), and each iteration's figures; None when no traced iteration has ours timed (one
@@ -280,7 +281,7 @@ def compare_with_steps(
     pairs = [(s, ours[iterations[s.step]]) for s in trace.steps if iterations.get(s.step) in ours]
     if not pairs:
         return None
-    per_iteration = [
+    per_iteration: list[dict[str, float]] = [
         {
             "iteration": row["iteration"],
             "trace_comm_ms": step.comm_us / 1e3,
@@ -297,10 +298,10 @@ def compare_with_steps(
     trace_ms = {k: mean(f"trace_{k}_ms") for k in ("comm", "exposed")}
     trace_ms["overlap"] = sum(s.overlap_us for s, _ in pairs) / len(pairs) / 1e3
     ours_ms = {k: mean(f"ours_{k}_ms") for k in ("comm", "exposed")}
-    ratio = {k: ours_ms[k] / trace_ms[k] if trace_ms[k] > 0 else math.nan for k in ours_ms}
+    ratio: dict[str, float | None] = {k: ours_ms[k] / trace_ms[k] if trace_ms[k] > 0 else math.nan for k in ours_ms}
     return {
         "collective": trace.collective,
-        "iterations": [p["iteration"] for p in per_iteration],
+        "iterations": [row["iteration"] for _, row in pairs],
         "trace_ms": trace_ms,
         "ours_ms": ours_ms,
         "ratio": ratio,
