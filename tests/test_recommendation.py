@@ -246,24 +246,31 @@ def test_compilation_pays_back_only_from_a_separated_difference():
     +25 % well outside it does."""
     steps = {"global": {}, "ranks": [], "compile": {"compile_s": 25.0}}
 
-    def sweep(eager_rates: list[float], compiled_rates: list[float], words: str = "") -> dict:
+    from ignite_ddl.report.tables import _faster_step_table
+
+    def sweep(eager_rates: list[float], compiled_rates: list[float], words: str, cell: str) -> dict:
         records = _runs(0, eager_rates, [0.2] * 3)
         records += [
             record(1, r, v, procs=2, grid={"compile": True}, config={"compile": True}, summary={"steps": steps})
             for r, v in enumerate(compiled_rates)
         ]
-        compiled = analyze(records).config("cfg001")
+        analysis = analyze(records)
+        compiled = analysis.config("cfg001")
         (versus,) = compiled.versus
         assert words in versus_text(compiled, versus)
+        # The table's cell says what the sentence says (it once read "never" beside "no payback shown").
+        header, rows = _faster_step_table(analysis)
+        (row,) = rows
+        assert row[header.index("pays back after")].endswith(cell), (row, cell)
         return versus
 
-    noisy = sweep([100.0, 110.0, 90.0], [101.0, 111.0, 91.0], "no payback figure")
+    noisy = sweep([100.0, 110.0, 90.0], [101.0, 111.0, 91.0], "no payback figure", "not separated")
     assert noisy["payback_iterations"] is None and not noisy["separated"]
-    clear = sweep([100.0, 101.0, 99.0], [125.0, 126.0, 124.0], "pays its 25 s of compilation back after")
+    clear = sweep([100.0, 101.0, 99.0], [125.0, 126.0, 124.0], "pays its 25 s of compilation back after", " it.")
     assert clear["separated"] and clear["payback_iterations"] > 0
     # Slower on the mean inside the noise: not shown never to pay back; shown slower: never.
-    sweep([100.0, 110.0, 90.0], [96.0, 106.0, 86.0], "no payback shown (not faster per step on the mean")
-    sweep([100.0, 101.0, 99.0], [80.0, 81.0, 79.0], "never pay back (not faster per step)")
+    sweep([100.0, 110.0, 90.0], [96.0, 106.0, 86.0], "no payback shown (not faster per step on the mean", "none shown")
+    sweep([100.0, 101.0, 99.0], [80.0, 81.0, 79.0], "never pay back (not faster per step)", "never")
 
 
 def test_utilisation_is_against_one_reference_per_device(tmp_path):
@@ -351,6 +358,7 @@ def test_fits_only_where_a_limit_was_given_and_sharding_explained(tmp_path, limi
     assert ("fits" in header) == (limit is not None)
     assert (f"| fits {limit} MiB/rank |" in header) if limit else "No memory_limit_mb was given" in memory
     assert "cfg001 (fsdp) holds 112 MiB per rank against cfg000 (ddp)'s 224, yet its resident peak is 1244" in memory
+    assert memory.count("all-gathers each layer's full parameters") == 1
     assert "| peak MiB in all |" in header  # memory in all beside memory per rank
 
 

@@ -120,6 +120,21 @@ def _plain_key(options: dict[str, Any]) -> tuple:
     )
 
 
+def payback_verdict(found: dict[str, Any]) -> str:
+    """What a compilation's payback is, in one of four words, for the table and the sentence alike:
+    "after" (a separated speed-up: payback_iterations holds when), "not separated" (faster on the mean only),
+    "none shown" (slower on the mean, not shown slower) or "never" (shown slower or no faster)."""
+    speedup: Estimate = found["speedup"]
+    if found.get("payback_iterations") is not None:
+        return "after"
+    if speedup.value is not None and speedup.value > 1 and not found.get("separated"):
+        return "not separated"
+    if speedup.high is not None and speedup.high > 1:
+        # Slower on the mean, but not shown slower: "never" would claim what these runs cannot tell.
+        return "none shown"
+    return "never"
+
+
 def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
     """One comparison of :attr:`ConfigResult.versus` in words."""
     speedup: Estimate = found["speedup"]
@@ -128,21 +143,23 @@ def versus_text(config: ConfigResult, found: dict[str, Any]) -> str:
         change += f" (95 % interval {100 * (speedup.low - 1):+.0f} to {100 * (speedup.high - 1):+.0f} %)"
     head = f"{config.name} ({found['option']}={found['value']}) vs {found['plain']}: {change}"
     if found["option"] == "compile" and "compile_s" in found:
-        payback = found["payback_iterations"]
-        if payback is None and speedup.value is not None and speedup.value > 1 and not found.get("separated"):
+        verdict = payback_verdict(found)
+        if verdict == "not separated":
             return (
                 f"{head}; its {found['compile_s']:.0f} s of compilation: no payback figure, the compiled speed is not "
                 f"separated from {found['plain']}'s (the speed-up's interval reaches 1 or below, or is missing)"
             )
-        if payback is None and speedup.high is not None and speedup.high > 1:
-            # Slower on the mean, but not shown slower: "never" would claim what these runs cannot tell.
+        if verdict == "none shown":
             return (
                 f"{head}; its {found['compile_s']:.0f} s of compilation: no payback shown (not faster per step on the "
                 "mean, and the speed-up's interval reaches above 1: more repeats may tell)"
             )
-        if payback is None:
+        if verdict == "never":
             return f"{head}; its {found['compile_s']:.0f} s of compilation never pay back (not faster per step)"
-        return f"{head}; pays its {found['compile_s']:.0f} s of compilation back after {payback:.0f} iterations"
+        return (
+            f"{head}; pays its {found['compile_s']:.0f} s of compilation back after "
+            f"{found['payback_iterations']:.0f} iterations"
+        )
     if found["option"] == "comm_hook":
         parts = []
         before, after = found["bytes"]

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
 from ignite_ddl.report.analysis import step_model_accuracy
+from ignite_ddl.report.comparisons import payback_verdict
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
@@ -283,8 +284,8 @@ def _step_model_table(analysis: Analysis) -> Table:
     rows: list[list[Any]] = []
     for c in analysis.configs:
         p = _dict_of(predicted.get(str(c.index)))
-        if not p:
-            continue
+        if not p.get("step_s"):
+            continue  # nothing predicted (no one-process twin): counted in the text, not a row of blanks
         measured = c.global_batch / c.throughput.value if c.global_batch and c.throughput.value else None
         step = p.get("step_s")
         error = f"{100 * (step - measured) / measured:+.1f}" if step and measured else None
@@ -294,6 +295,19 @@ def _step_model_table(analysis: Analysis) -> Table:
         shown = None if not step else f"{1e3 * step:.1f}"
         rows.append([c.name, shown, interval, measured and f"{1e3 * measured:.1f}", error, p.get("basis")])
     return header, rows
+
+
+def _unpredicted_text(analysis: Analysis) -> str:
+    """The configurations of several processes the step-time model could not predict, by reason."""
+    predicted = _dict_of(_dict_of(analysis.meta.get("step_model")).get("configurations"))
+    by_reason: dict[str, list[str]] = {}
+    for c in analysis.configs:
+        p = _dict_of(predicted.get(str(c.index)))
+        if p and not p.get("step_s"):
+            by_reason.setdefault(str(p.get("basis")), []).append(c.name)
+    if not by_reason:
+        return ""
+    return " Not predicted: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()) + "."
 
 
 def _accuracy_text(accuracy: dict[str, Any]) -> str:
@@ -335,21 +349,31 @@ def memory_text(analysis: Analysis) -> str:
         else "No memory_limit_mb was given, so nothing is said to fit or not (set it to have the verdict pass over "
         "configurations above it)."
     )
+    pairs = []  # (fsdp, ddp, held MiB of each, resident peak MiB of each) where sharding raised the peak
     for fsdp in (c for c in analysis.configs if c.strategy == "fsdp" and c.memory_kind == "resident"):
         ddp = next((c for c in analysis.configs if c.strategy == "ddp" and _same_but_strategy(c, fsdp)), None)
         if ddp is None or None in (fsdp.peak_memory.value, ddp.peak_memory.value, fsdp.held_bytes, ddp.held_bytes):
             continue
         peaks = (cast(float, fsdp.peak_memory.value) / MIB, cast(float, ddp.peak_memory.value) / MIB)
         held = (cast(float, fsdp.held_bytes) / MIB, cast(float, ddp.held_bytes) / MIB)
-        if peaks[0] <= peaks[1]:
-            continue
+        if peaks[0] > peaks[1]:
+            pairs.append((fsdp.name, ddp.name, held, peaks))
+    if pairs:
+        # The explanation once, however many pairs show it (a sweep of 8 such pairs once repeated it 8 times).
+        (fsdp_name, ddp_name, held, peaks), *others = pairs
         text += (
-            f" {fsdp.name} (fsdp) holds {held[0]:.0f} MiB per rank against {ddp.name} (ddp)'s {held[1]:.0f}, yet "
-            f"its resident peak is {peaks[0]:.0f} MiB against {peaks[1]:.0f}: on CPU, FSDP all-gathers each "
-            "layer's full parameters for forward and again for backward, and those gathered copies (and the "
-            "reduce-scatter's buffers) are temporary memory that the resident peak counts and held does not; with "
-            "a baseline of a few hundred MiB per process the runtime's own share dominates models this small. "
-            "Sharding saves what is held between steps, which is what grows with the model."
+            f" {fsdp_name} (fsdp) holds {held[0]:.3g} MiB per rank against {ddp_name} (ddp)'s {held[1]:.3g}, yet "
+            f"its resident peak is {peaks[0]:.0f} MiB against {peaks[1]:.0f}"
+        )
+        text += "".join(
+            f"; {f} against {d}: holds {h[0]:.3g} against {h[1]:.3g}, peaks at {p[0]:.0f} against {p[1]:.0f}"
+            for f, d, h, p in others
+        )
+        text += (
+            ": on CPU, FSDP all-gathers each layer's full parameters for forward and again for backward, and those "
+            "gathered copies (and the reduce-scatter's buffers) are temporary memory that the resident peak counts "
+            "and held does not; with a baseline of a few hundred MiB per process the runtime's own share dominates "
+            "models this small. Sharding saves what is held between steps, which is what grows with the model."
         )
     return text
 
@@ -401,9 +425,7 @@ def _faster_step_table(analysis: Analysis) -> Table:
                     if "compile_s" not in found
                     else f"{payback:.0f} it."
                     if payback is not None
-                    else "never"
-                    if (found["speedup"].value or 0) <= 1
-                    else "not separated",
+                    else payback_verdict(found),
                     None
                     if bytes_[1] is None
                     else f"{(bytes_[0] or 0) / 1e6:.3g} -> {bytes_[1] / 1e6:.3g}"
@@ -526,7 +548,8 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             "Each configuration of several processes predicted before its runs from its one-process twin's measured "
             "step and this machine's all-reduce (the sweep's step-time model), beside its measured step (global "
             "batch / samples per second); error = (predicted - measured) / measured. "
-            + _accuracy_text(step_model_accuracy(analysis)),
+            + _accuracy_text(step_model_accuracy(analysis))
+            + _unpredicted_text(analysis),
         ),
         ("Memory", _memory_table(analysis), memory_text(analysis)),
     ):
