@@ -220,6 +220,56 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     assert float(cells[1]) == pytest.approx(1e3 * predicted["step_s"], abs=0.06) and float(cells[3]) > 0
 
 
+def test_configurations_the_step_model_could_not_predict_are_named_not_listed_blank():
+    """A configuration without a one-process twin gets no row of blanks in the report's table: the text names it
+    and why (a sweep of 2-process configurations only had a table of nothing but such rows)."""
+    from types import SimpleNamespace
+
+    from ignite_ddl.report import tables
+
+    configs = [
+        SimpleNamespace(index=i, name=f"cfg00{i}", global_batch=64, throughput=SimpleNamespace(value=640.0))
+        for i in range(3)
+    ]
+    meta = {
+        "step_model": {
+            "configurations": {
+                "0": {"step_s": 0.1, "low_s": 0.09, "high_s": 0.11, "basis": "one-process twin cfg009"},
+                "1": {"step_s": None, "basis": "no one-process twin measured"},
+                "2": {"step_s": None, "basis": "no one-process twin measured"},
+            }
+        }
+    }
+    analysis = SimpleNamespace(meta=meta, configs=configs)
+    _, rows = tables._step_model_table(analysis)
+    assert [row[0] for row in rows] == ["cfg000"] and rows[0][1] == "100.0"
+    assert tables._unpredicted_text(analysis) == " Not predicted: cfg001, cfg002 (no one-process twin measured)."
+    analysis.configs = configs[:1]
+    assert tables._unpredicted_text(analysis) == ""
+
+
+def test_the_memory_table_marks_a_miss_the_plan_said_it_would_not_predict(tmp_path):
+    """An FSDP rank's resident peak above its prediction, where the plan said before the run that the C allocator's
+    heap is left out, is marked in the error cell; a DDP rank's miss, with nothing said, is not."""
+    from test_report import _with_memory, record
+
+    from ignite_ddl.core.results import append_record
+    from ignite_ddl.report import write_report
+
+    heap = "the C allocator's heap kept beside FSDP's freed gathered units and gradients (glibc, CPU): ..."
+    for index, (strategy, left_out) in enumerate((("ddp", []), ("fsdp", [heap]))):
+        prediction = {"peak_bytes": 600 * 2**20, "parts": {}, "problem": None, "unpredicted": left_out}
+        for repeat in range(3):
+            rec = record(index, repeat, 100.0, procs=2, grid={"strategy": strategy}, config={"strategy": strategy})
+            rec["prediction"] = prediction
+            append_record(tmp_path / "results.jsonl", _with_memory(rec, 1000.0))
+    report = write_report(tmp_path).read_text()
+    table = report.split("### Memory", 1)[1].split("##", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| cfg")}
+    assert "-40.0 (heap not predicted)" in rows["cfg001"] and "heap not predicted" not in rows["cfg000"]
+    assert "-40.0" in rows["cfg000"]
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's heaps are what the note is about")
 def test_an_fsdp_rank_on_cpu_says_what_the_allocator_keeps_is_not_predicted():
     """glibc's heaps keep FSDP's freed buffers resident beyond the traced tensors (docs/plan.md): an FSDP rank's

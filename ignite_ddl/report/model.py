@@ -174,6 +174,7 @@ class ConfigResult:
     workers_memory: float | None = None  # bytes the largest rank's DataLoader workers hold of their own
     held_bytes: float | None = None  # parameters + gradients + optimizer state of the largest rank
     predicted_memory: float | None = None  # bytes: the peak per rank predicted before the sweep (its records')
+    predicted_leaves_out: tuple[str, ...] = ()  # what that prediction says it does not predict
     out_of_memory: int = 0  # runs that ran out of memory
     fits: bool = True  # within the spec's memory_limit_mb (and no run ran out of memory)
     environment: str | None = None  # where its runs were made, when a sweep's runs were not all made alike

@@ -56,6 +56,7 @@ class _Group:
     config: dict[str, Any]
     repeats: dict[int, list[_Seen]] = field(default_factory=dict)
     predicted: float | None = None  # bytes: the peak per rank its records say was predicted
+    unpredicted: tuple[str, ...] = ()  # what that prediction says it leaves out
 
 
 class Reader:
@@ -80,9 +81,12 @@ class Reader:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = _Group(record["index"], record["grid"], record["config"])
-        predicted = as_dict(record.get("prediction")).get("peak_bytes")
+        prediction = as_dict(record.get("prediction"))
+        predicted = prediction.get("peak_bytes")
         if is_number(predicted):
             group.predicted = as_float(predicted)
+            left_out = prediction.get("unpredicted")
+            group.unpredicted = tuple(str(u) for u in left_out) if isinstance(left_out, list) else ()
         summary = as_dict(record.get("summary"))
         contention = as_dict(summary.get("contention"))
         window = as_dict(as_dict(summary.get("steps")).get("global")).get("window_s")
@@ -155,10 +159,11 @@ class Reader:
             figures.append(found)
         for where, i in sorted(again):
             figures[i].add(as_dict(fetch(where).get("summary")), where)
-        predicted = {group.index: group.predicted for group in self.groups.values()}
+        by_index = {g.index: g for g in self.groups.values()}
         for config, found in zip(configs, figures):
             found.fill(config)
-            config.predicted_memory = predicted.get(config.index)
+            if (planned := by_index.get(config.index)) is not None:
+                config.predicted_memory, config.predicted_leaves_out = planned.predicted, planned.unpredicted
         order = sorted(range(len(configs)), key=lambda i: configs[i].index)  # stable: environments keep their order
         return [configs[i] for i in order]
 
