@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -74,6 +75,7 @@ from ignite_ddl import TrainConfig, plan_launch, train
 from ignite_ddl.core.environment import cpu_cores, cpu_name, versions
 from ignite_ddl.launcher import free_port, in_fresh_thread
 from ignite_ddl.measure.contention import ForeignLoad
+from ignite_ddl.report.stats import mean_interval
 from ignite_ddl.trainer.data import build_datasets
 from ignite_ddl.trainer.models import build_model
 from ignite_ddl.trainer.run import TrainingRun
@@ -331,6 +333,9 @@ def alternate(one_run: Callable[[str, Path], float], config: TrainConfig, repeat
         side: {"median_s": statistics.median(r), "min_s": min(r), "runs_s": r, "foreign_cpu": foreign[side]}
         for side, r in runs.items()
     }
+    # Each alternation is a pair run side by side under the same load: the geometric mean of the pairs' ratios,
+    # with a Student-t interval on their logarithms, is the ratio with its uncertainty.
+    paired = mean_interval([math.log(o / r) for o, r in zip(runs["ours"], runs["raw"])])
     return {
         "procs": procs,
         "threads_per_process": plan_launch(config).threads,
@@ -338,13 +343,21 @@ def alternate(one_run: Callable[[str, Path], float], config: TrainConfig, repeat
         **stats,
         "ratio_median": stats["ours"]["median_s"] / stats["raw"]["median_s"],
         "ratio_min": stats["ours"]["min_s"] / stats["raw"]["min_s"],
+        "ratio_paired": [None if v is None else math.exp(v) for v in (paired.value, paired.low, paired.high)],
     }
+
+
+def _paired_text(paired: list[float | None] | None) -> str:
+    if not paired or paired[0] is None:
+        return "-"
+    value, low, high = paired
+    return f"{value:.3f}" + (f" ({low:.3f} to {high:.3f})" if low is not None and high is not None else "")
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
     header = (
         f"{'procs':>5} {'threads':>7} {'batch/rank':>10} | {'ours median':>11} {'ours min':>9} | "
-        f"{'raw median':>11} {'raw min':>9} | {'ours/raw':>8} {'(min)':>6}"
+        f"{'raw median':>11} {'raw min':>9} | {'ours/raw':>8} {'(min)':>6} | paired, 95 % interval"
     )
     print(header)
     print("-" * len(header))
@@ -354,9 +367,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"{r['procs']:>5} {r['threads_per_process']:>7} {r['per_rank_batch']:>10} | "
             f"{ours['median_s'] * 1e3:>8.2f} ms {ours['min_s'] * 1e3:>6.2f} ms | "
             f"{raw['median_s'] * 1e3:>8.2f} ms {raw['min_s'] * 1e3:>6.2f} ms | "
-            f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f}"
+            f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f} | {_paired_text(r.get('ratio_paired'))}"
         )
-    print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead)")
+    print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead);")
+    print("paired: the geometric mean of each alternation's ours/raw, with its 95 % Student-t interval")
     shares = [s for r in results for side in RUNNERS for s in r[side]["foreign_cpu"] if s is not None]
     if shares and max(shares) > 0.05:
         print(
