@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ignite_ddl.report.model import MIB, Analysis
+from ignite_ddl.report.model import MIB, Analysis, ConfigResult
 from ignite_ddl.report.plots.layout import (
     FONT,
     TITLE_FONT,
@@ -36,28 +36,49 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
+class _Scatter:
+    """A scatter plot of configurations, one panel per workload: each point with its intervals on both axes, one
+    colour and marker per configuration across panels, a legend of each once. What the two trade-off plots share."""
+
+    def __init__(self, analysis: Analysis, plt: Any, measured: list[ConfigResult]) -> None:
+        self.panels = workloads(analysis, measured)
+        self.keys = varying(measured, set())
+        self.style = palette([named(c, self.keys) for c in measured])
+        self.fig, _, self.axes, self._add_legend = line_panels(plt, len(self.panels), legend=True)
+        self._handles: dict[str, Any] = {}
+
+    def point(self, ax: Any, c: ConfigResult, xy: tuple[float, float], xerr: Any, yerr: Any) -> None:
+        label = named(c, self.keys)
+        style = self.style[label]
+        mark = ax.errorbar(*xy, xerr=xerr, yerr=yerr, fmt=style["marker"], color=style["color"], capsize=3)
+        self._handles.setdefault(label, mark)
+
+    @staticmethod
+    def label(ax: Any, title: str | None, xlabel: str) -> None:
+        ax.set_xlabel(xlabel, fontsize=FONT)
+        ax.set_ylabel("samples/s", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+        if title:
+            ax.set_title(wrap(title), fontsize=FONT)
+
+    def finish(self, title: str) -> Any:
+        self.fig.suptitle(title, fontsize=TITLE_FONT)
+        if self._add_legend is not None:
+            self._add_legend(list(self._handles.values()), [wrap(label) for label in self._handles])
+        return self.fig
+
+
 def memory_plot(analysis: Analysis, plt: Any) -> Any:
     measured = [c for c in analysis.configs if c.throughput.value is not None and c.peak_memory.value is not None]
     if len(measured) < 2:
         return None
-    panels = workloads(analysis, measured)
-    keys = varying(measured, set())
-    labels = [named(c, keys) for c in measured]
-    style = palette(labels)
-    fig, _, axes, add_legend = line_panels(plt, len(panels), legend=True)
-    handles: dict[str, Any] = {}
+    plot = _Scatter(analysis, plt, measured)
     recommended = {v.recommended for v in analysis.verdicts if v.recommended is not None}
-    for ax, (title, rows) in zip(axes, panels):
+    for ax, (title, rows) in zip(plot.axes, plot.panels):
         # In all, as the recommendation weighs it: one process at 525 MiB is less than two at 556 MiB each.
         points = [(cast(float, memory_in_all(c).value) / MIB, cast(float, c.throughput.value)) for c in rows]
         for c, (x, y) in zip(rows, points):
-            label = named(c, keys)
-            xerr = error_bars([memory_in_all(c).scaled(1 / MIB)])
-            yerr = error_bars([c.throughput])
-            mark = ax.errorbar(
-                x, y, xerr=xerr, yerr=yerr, fmt=style[label]["marker"], color=style[label]["color"], capsize=3
-            )
-            handles.setdefault(label, mark)
+            plot.point(ax, c, (x, y), error_bars([memory_in_all(c).scaled(1 / MIB)]), error_bars([c.throughput]))
             if not c.fits:
                 ax.plot(x, y, "x", color="black", markersize=12)
             if c.name in recommended:
@@ -70,19 +91,12 @@ def memory_plot(analysis: Analysis, plt: Any) -> Any:
             [points[i][0] for i in front], [points[i][1] for i in front], s=160, facecolors="none", edgecolors="grey"
         )
         kind = rows[0].memory_kind or "resident"
-        ax.set_xlabel(f"peak memory in all, MiB (per rank x processes, {kind})", fontsize=FONT)
-        ax.set_ylabel("samples/s", fontsize=FONT)
-        ax.tick_params(labelsize=FONT)
-        if title:
-            ax.set_title(wrap(title), fontsize=FONT)
+        plot.label(ax, title, f"peak memory in all, MiB (per rank x processes, {kind})")
     title = (
         "Throughput vs peak memory in all (ringed: the Pareto front of those that can be recommended; star: "
         "recommended; x: does not fit)"
     )
-    fig.suptitle(wrap(title, int(10 * fig.get_size_inches()[0])), fontsize=TITLE_FONT)  # wrapped to its width
-    if add_legend is not None:
-        add_legend(list(handles.values()), [wrap(label) for label in handles])
-    return fig
+    return plot.finish(wrap(title, int(10 * plot.fig.get_size_inches()[0])))  # wrapped to its width
 
 
 def speed_quality_plot(analysis: Analysis, plt: Any) -> Any:
@@ -90,41 +104,18 @@ def speed_quality_plot(analysis: Analysis, plt: Any) -> Any:
     measured = [c for c in analysis.configs if c.throughput.value is not None and c.val_accuracies]
     if not measured:
         return None
-    panels = workloads(analysis, measured)
-    keys = varying(measured, set())
-    labels = [named(c, keys) for c in measured]
-    style = palette(labels)
-    fig, _, axes, add_legend = line_panels(plt, len(panels), legend=True)
-    handles: dict[str, Any] = {}
-    for ax, (title, rows) in zip(axes, panels):
+    plot = _Scatter(analysis, plt, measured)
+    for ax, (title, rows) in zip(plot.axes, plot.panels):
         for c in rows:
-            label = named(c, keys)
             accuracy = mean_interval(c.val_accuracies, analysis.confidence)
             x, y = cast(float, accuracy.value), cast(float, c.throughput.value)
-            mark = ax.errorbar(
-                x,
-                y,
-                xerr=error_bars([accuracy]),
-                yerr=error_bars([c.throughput]),
-                fmt=style[label]["marker"],
-                color=style[label]["color"],
-                capsize=3,
-            )
-            handles.setdefault(label, mark)
+            plot.point(ax, c, (x, y), error_bars([accuracy]), error_bars([c.throughput]))
             if c.quality == "reference":
                 ax.scatter([x], [y], s=160, facecolors="none", edgecolors="grey")
             if c.learns_worse:
                 ax.plot(x, y, "x", color="black", markersize=12)
-        ax.set_xlabel("validation accuracy after the last epoch", fontsize=FONT)
-        ax.set_ylabel("samples/s", fontsize=FONT)
-        ax.tick_params(labelsize=FONT)
-        if title:
-            ax.set_title(wrap(title), fontsize=FONT)
-    fig.suptitle(
+        plot.label(ax, title, "validation accuracy after the last epoch")
+    return plot.finish(
         f"Speed vs quality, {round(100 * analysis.confidence)} % intervals over repeats (ringed: the workload's "
-        "reference; x: learns worse)",
-        fontsize=TITLE_FONT,
+        "reference; x: learns worse)"
     )
-    if add_legend is not None:
-        add_legend(list(handles.values()), [wrap(label) for label in handles])
-    return fig
