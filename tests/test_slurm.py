@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +27,16 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.results import read_results
 from ignite_ddl.sweep import expand, load_spec
-from ignite_ddl.sweep.slurm import JobState, _seconds, job_config, job_resources, never_runs
+from ignite_ddl.sweep.slurm import (
+    JobState,
+    NoAnswer,
+    _job_outcome,
+    _job_state,
+    _seconds,
+    job_config,
+    job_resources,
+    never_runs,
+)
 from ignite_ddl.sweep.spec import SlurmOptions
 
 pytestmark = [pytest.mark.slurm]
@@ -262,6 +272,18 @@ def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     assert "Traceback" in (Path(failed["run_dir"]) / "console.log").read_text()  # the job's output, kept
 
 
+def test_a_controller_that_does_not_answer_is_asked_again(cluster, tmp_path, monkeypatch):
+    # the cluster's own configuration with the controller on a port nobody listens on: scontrol cannot reach it
+    # (what a busy or restarting controller looks like), which is no news of the job, not "SLURM forgot it"
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).read_text()
+    dead = tmp_path / "slurm.conf"
+    dead.write_text(re.sub(r"(?m)^SlurmctldPort=\d+", "SlurmctldPort=1", conf))
+    monkeypatch.setenv("SLURM_CONF", str(dead))
+    with pytest.raises(NoAnswer, match="Unable to contact slurm controller"):
+        _job_state("1")
+    assert _job_outcome(tmp_path, "1") is None  # still waited for
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
@@ -272,7 +294,7 @@ def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = read_results(tmp_path / "out/results.jsonl")
     job = record["slurm"]["job_id"]
-    assert record["status"] == "timeout" and record["summary"] is None
+    assert record["status"] == "timeout" and record["summary"] is None, record
     assert record["slurm"]["state"] == "TIMEOUT" and record["error"].startswith(f"SLURM job {job} TIMEOUT")
     assert record["slurm"]["reason"] == "TimeLimit"  # SLURM's own word: the job reached its limit
 

@@ -221,16 +221,29 @@ class JobState:
         return f"SLURM job {job_id} {self.state}{reason}{code}"
 
 
+class NoAnswer(Exception):
+    """SLURM's controller did not answer (busy, restarting, unreachable): ask again at the next poll."""
+
+
 def _job_state(job_id: str) -> JobState | None:
     """What SLURM says of ``job_id``: scontrol while the controller remembers it, sacct after that; None if
-    neither knows it."""
-    shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True)
+    neither knows it. Raises :class:`NoAnswer` when the controller does not answer: a job is not taken for lost
+    because its controller was busy for a moment."""
+    try:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        raise NoAnswer(f"scontrol show job {job_id}: no answer within 60 s") from None
     if shown.returncode == 0 and shown.stdout.strip():
         fields = dict(re.findall(r"(\w+)=(\S*)", shown.stdout))
         state, reason = fields.get("JobState", "UNKNOWN"), fields.get("Reason")
         return JobState(
             state, None if reason == "None" else reason, fields.get("ExitCode"), _seconds(fields.get("RunTime"))
         )
+    if "Invalid job id" not in shown.stderr + shown.stdout:
+        # a socket timeout, "Unable to contact slurm controller", a restart in progress ...
+        raise NoAnswer(f"scontrol show job {job_id}: {_first_line(shown.stderr + shown.stdout)}")
     try:
         accounted = subprocess.run(
             ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,Elapsed"],
@@ -275,7 +288,10 @@ def _job_outcome(folder: Path, job_id: str) -> Outcome | None:
     import submitit
 
     job: Any = submitit.SlurmJob(folder=folder, job_id=job_id)
-    state = _job_state(job_id)
+    try:
+        state = _job_state(job_id)
+    except NoAnswer:
+        return None  # asked again at the next poll
     if state is not None and state.never_runs:
         # Pending forever otherwise: cancel it, and record it now with SLURM's reason.
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # recorded either way
