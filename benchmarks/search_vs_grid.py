@@ -15,7 +15,7 @@ seed.
 On a shared machine every run is measured beside other processes: ``--shared`` sets ``contention_threshold: 1``
 (no run is set aside as contended) and ``on_busy: run``, and the table must be read as contended figures.
 
-Usage: python benchmarks/search_vs_grid.py [--seeds 3] [--share 0.35] [--train-size 256] [--max-repeats 5]
+Usage: python benchmarks/search_vs_grid.py [--seeds 3] [--share 0.35] [--train-size 2048] [--max-repeats 5]
        [--small] [--shared] [--out DIR] [--json out.json]
 """
 
@@ -103,7 +103,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--share", type=float, default=0.35, help="the search's budget: this share of the grid's runs")
     parser.add_argument("--sampler", default="tpe", choices=("tpe", "gp", "random"))
-    parser.add_argument("--train-size", type=int, default=256, help="samples per run's epoch (smaller: faster runs)")
+    parser.add_argument(
+        "--train-size", type=int, default=2048, help="samples per run's epoch (8 steps at batch 256; smaller: faster, noisier)"
+    )
     parser.add_argument("--max-repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="16 configurations instead of 40 (a busy machine)")
     parser.add_argument("--shared", action="store_true", help="a shared machine: measure every run, flag the table")
