@@ -13,6 +13,8 @@ from conftest import QUICK, check_ok, run_cli, run_script
 from ignite.engine import Engine
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from ignite_ddl.core.schema import ProfilerResult
+from ignite_ddl.core.validation import schema_problem
 from ignite_ddl.measure.recorder import COLUMNS, StepRecorder, wait_sentence
 
 
@@ -181,6 +183,15 @@ def test_profiler_csv_per_rank(tmp_path, profiler):
         assert float(rows[-1]["processing_stats"]) > 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["profiler"]["kind"] == profiler and len(summary["profiler"]["ranks"]) == 2
+    # each kind's ranks are checked as that kind's: what Ignite's profiler gave conforms, another kind's does not
+    assert schema_problem(summary["profiler"], ProfilerResult) is None
+    if profiler == "basic":
+        assert summary["profiler"]["ranks"][0]["processing_stats"]["mean"] > 0
+        summary["profiler"]["ranks"][0]["processing_stats"]["mean"] = "fast"
+        assert "processing_stats.mean" in str(schema_problem(summary["profiler"], ProfilerResult))
+    else:
+        assert {row["handler"] for row in summary["profiler"]["ranks"][0]} >= {"Processing", "Dataflow"}
+    assert "expected one of" in str(schema_problem({**summary["profiler"], "kind": "gpu"}, ProfilerResult))
 
 
 def test_step_csv_and_tensorboard_per_rank(spawn_run):

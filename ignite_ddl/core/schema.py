@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
@@ -41,6 +41,11 @@ __all__ = [
     "MemoryMax",
     "NodeContention",
     "PhaseStats",
+    "BasicProfile",
+    "BasicResult",
+    "BasicStats",
+    "HandlerRow",
+    "HandlersResult",
     "ProfilerResult",
     "RankMemory",
     "RankStats",
@@ -50,7 +55,9 @@ __all__ = [
     "Straggler",
     "Summary",
     "TimerProfile",
+    "TimerResult",
     "TorchProfile",
+    "TorchResult",
     "TraceCommCheck",
 ]
 
@@ -320,15 +327,61 @@ class TorchProfile(TypedDict):
     trace_comm: Annotated[TraceCommCheck | None, "the trace's gradient communication beside ours (null: not timed)"]
 
 
-class ProfilerResult(TypedDict):
-    kind: Annotated[
-        str,
-        "`timer`, `basic` or `handlers` (Ignite's) or `torch` (`torch.profiler`: each rank's `trace`, a Chrome trace "
-        "relative to the run folder, `active_iterations`, `step_iterations` (the trace's `ProfilerStep#N` -> the "
-        "iteration it recorded), `top_ops` and `trace_comm`: the trace's gradient communication beside ours on the "
-        "traced iterations, a TraceCommCheck, null without timed communication)",
+# Ignite's BasicTimeProfiler statistics of one kind of time (its keys hold a slash: the functional form)
+BasicStats = TypedDict(
+    "BasicStats",
+    {
+        "total": Annotated[float | str, "seconds in all (`not yet triggered`: never timed)"],
+        "min/index": NotRequired[Annotated[list[float], "the shortest time and the iteration it came at"]],
+        "max/index": NotRequired[Annotated[list[float], "the longest time and the iteration it came at"]],
+        "mean": NotRequired[Annotated[float, "mean seconds"]],
+        "std": NotRequired[Annotated[float, "standard deviation, seconds"]],
+    },
+)
+
+
+class BasicProfile(TypedDict):
+    processing_stats: Annotated[BasicStats, "the engine's process function, per iteration"]
+    dataflow_stats: Annotated[BasicStats, "the wait for each batch"]
+    event_handlers_stats: Annotated[
+        dict[str, Any], "each event's handlers (`ITERATION_COMPLETED`, ...) as BasicStats, and their `total_time`"
     ]
-    ranks: Annotated[list[Any], "each rank's results, in rank order"]
+
+
+class HandlerRow(TypedDict):
+    handler: Annotated[str, "the handler (`Total`, `Processing` and `Dataflow` rows close the table)"]
+    event: Annotated[str, "the event it is attached to"]
+    total_s: Annotated[float | str, "seconds in all (`not triggered`: never ran)"]
+    min_s_index: Annotated[
+        list[float | str] | str, "the shortest call and its index (`None` strings: never ran; empty on `Total`)"
+    ]
+    max_s_index: Annotated[list[float | str] | str, "the longest call and its index (empty on `Total`)"]
+    mean_s: Annotated[float | str, "mean seconds a call"]
+    std_s: Annotated[float | str, "standard deviation (`None`: fewer than two calls)"]
+
+
+class TimerResult(TypedDict):
+    kind: Annotated[Literal["timer"], "Ignite's Timer, per iteration and per epoch"]
+    ranks: Annotated[list[TimerProfile], "each rank's results, in rank order"]
+
+
+class BasicResult(TypedDict):
+    kind: Annotated[Literal["basic"], "Ignite's BasicTimeProfiler: processing, dataflow and handlers"]
+    ranks: Annotated[list[BasicProfile], "each rank's results, in rank order"]
+
+
+class HandlersResult(TypedDict):
+    kind: Annotated[Literal["handlers"], "Ignite's HandlersTimeProfiler: a row per handler"]
+    ranks: Annotated[list[list[HandlerRow]], "each rank's table, in rank order"]
+
+
+class TorchResult(TypedDict):
+    kind: Annotated[Literal["torch"], "`torch.profiler` over a window of iterations"]
+    ranks: Annotated[list[TorchProfile], "each rank's results, in rank order"]
+
+
+# What `--profiler` recorded, told apart by its `kind` (the validator checks each kind's ranks as that kind's).
+ProfilerResult = TimerResult | BasicResult | HandlersResult | TorchResult
 
 
 class FlopsRank(TypedDict):

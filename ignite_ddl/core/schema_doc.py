@@ -12,12 +12,15 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
 from ignite_ddl.core.schema import (
     SCHEMA_VERSION,
+    BasicProfile,
+    BasicResult,
+    BasicStats,
     BatchInfo,
     CommReference,
     CommWait,
@@ -31,12 +34,13 @@ from ignite_ddl.core.schema import (
     FlopsRank,
     GlobalStats,
     GradScalerRecord,
+    HandlerRow,
+    HandlersResult,
     HeldBytes,
     Memory,
     MemoryMax,
     NodeContention,
     PhaseStats,
-    ProfilerResult,
     RankMemory,
     RankStats,
     RunConfig,
@@ -45,7 +49,9 @@ from ignite_ddl.core.schema import (
     Straggler,
     Summary,
     TimerProfile,
+    TimerResult,
     TorchProfile,
+    TorchResult,
     TraceCommCheck,
     WorkloadInfo,
 )
@@ -84,6 +90,8 @@ def _type_name(hint: Any) -> str:
     if origin is Union or origin is types.UnionType:
         names = [_type_name(a) for a in args if a is not type(None)]
         return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
     if origin is list:
         return f"list of {_type_name(args[0])}"
     if origin is dict:
@@ -113,8 +121,14 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (DDPCrossCheck, "each entry of `steps.ddp_crosscheck`"),
     (Contention, "`contention`"),
     (NodeContention, "each entry of `contention.nodes`"),
-    (ProfilerResult, "`profiler`"),
+    (TimerResult, "`profiler` (kind `timer`)"),
     (TimerProfile, "each entry of `profiler.ranks` (`timer`)"),
+    (BasicResult, "`profiler` (kind `basic`)"),
+    (BasicProfile, "each entry of `profiler.ranks` (`basic`)"),
+    (BasicStats, "`processing_stats`, `dataflow_stats` and each event of `event_handlers_stats` (`basic`)"),
+    (HandlersResult, "`profiler` (kind `handlers`)"),
+    (HandlerRow, "each row of each entry of `profiler.ranks` (`handlers`)"),
+    (TorchResult, "`profiler` (kind `torch`)"),
     (TorchProfile, "each entry of `profiler.ranks` (`torch`)"),
     (TraceCommCheck, "`profiler.ranks[].trace_comm` (`torch`)"),
     (Flops, "`flops`"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import types
 import typing
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Union
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
@@ -94,15 +94,25 @@ def _build_check(hint: Any) -> _Check:  # noqa: C901 - one branch per kind of ty
         def union(value: Any) -> _Found | None:
             if value is None and nullable:
                 return None
-            first = None
+            furthest: _Found | None = None
             for check in options:
                 found = check(value)
                 if found is None:
                     return None
-                first = first or found
-            return first
+                # the option the value got furthest into is the one it meant to be: a profiler result of kind
+                # `torch` with a bad trace says so, not that its kind is not `timer`
+                if furthest is None or len(found) > len(furthest):
+                    furthest = found
+            return furthest
 
         return union
+    if origin is Literal:
+        allowed = ", ".join(repr(a) for a in args)
+        return lambda value: (
+            None
+            if value in args and type(value) in map(type, args)
+            else [f"expected one of {allowed}, got {value!r:.30}"]
+        )
     if hint is type(None):
         return lambda value: None if value is None else [f"expected null, got {_got(value)}"]
     if hint in (int, float):

@@ -40,7 +40,7 @@ import logging
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ignite.distributed as idist
 import torch
@@ -50,7 +50,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from ignite_ddl.core.config import PROFILERS
 from ignite_ddl.core.outputs import write_csv, writing
-from ignite_ddl.core.schema import TimerProfile, TorchProfile, TraceCommCheck
+from ignite_ddl.core.schema import BasicProfile, HandlerRow, TimerProfile, TorchProfile, TraceCommCheck
 from ignite_ddl.measure.traces import compare_with_steps, read_step_rows, trace_comm
 
 __all__ = [
@@ -115,10 +115,10 @@ class _IgniteProfiler:
 class BasicProfiler(_IgniteProfiler):
     kind, factory = "basic", BasicTimeProfiler
 
-    def results(self) -> dict[str, Any]:
+    def results(self) -> BasicProfile:
         results = _plain(self.profiler.get_results())
         results.pop("event_handlers_names", None)
-        return results
+        return cast(BasicProfile, results)
 
 
 class HandlersProfiler(_IgniteProfiler):
@@ -128,9 +128,9 @@ class HandlersProfiler(_IgniteProfiler):
         super().attach(engine)
         engine.add_event_handler(Events.EXCEPTION_RAISED, _reraise)
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[HandlerRow]:
         columns = ("handler", "event", "total_s", "min_s_index", "max_s_index", "mean_s", "std_s")
-        return [dict(zip(columns, _plain(row))) for row in self.profiler.get_results()]
+        return [cast(HandlerRow, dict(zip(columns, _plain(row)))) for row in self.profiler.get_results()]
 
 
 class TorchProfiler:

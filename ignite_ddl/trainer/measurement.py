@@ -259,4 +259,5 @@ def _finish_profiler(profiler: Profiler, out: Path, rank: int, log: logging.Logg
     ranks = gather_objects(profiler.results())
     if rank == 0:
         log.info(f"{profiler.kind} profiler, all ranks:\n" + format_profile(profiler.kind, ranks))
-    return {"kind": profiler.kind, "ranks": ranks}
+    # each kind's ranks are of its own type (schema.ProfilerResult); the summary's validator checks them by kind
+    return cast(ProfilerResult, {"kind": profiler.kind, "ranks": ranks})
