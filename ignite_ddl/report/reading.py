@@ -15,7 +15,7 @@ from typing import Any, cast
 from ignite_ddl.report.environments import Machine, environments_of, machine_of
 from ignite_ddl.report.model import ConfigResult, Flag, RunResult
 from ignite_ddl.report.summaries import Figures
-from ignite_ddl.report.values import as_count, as_dict, as_float, is_number
+from ignite_ddl.report.values import as_count, as_dict, as_float, as_summary, is_number
 
 __all__ = ["Reader", "workload_of"]
 
@@ -87,7 +87,7 @@ class Reader:
             group.predicted = as_float(predicted)
             left_out = prediction.get("unpredicted")
             group.unpredicted = tuple(str(u) for u in left_out) if isinstance(left_out, list) else ()
-        summary = as_dict(record.get("summary"))
+        summary = as_summary(record.get("summary"))
         contention = as_dict(summary.get("contention"))
         window = as_dict(as_dict(summary.get("steps")).get("global")).get("window_s")
         run = RunResult(
@@ -112,7 +112,7 @@ class Reader:
         seen = _Seen(run, None, None, None, None, None)
         if record["status"] == "completed" and record.get("summary"):
             seen.where, seen.world = where, summary.get("world_size")
-            machine = machine_of(record, summary)
+            machine = machine_of(record, cast(dict[str, Any], summary))
             seen.machine = self._machines.setdefault(machine, machine)
             seen.threads = as_count(summary.get("threads_per_process"))
             bucket = self.buckets.get((key, seen.machine, seen.threads))
@@ -158,7 +158,7 @@ class Reader:
                     found.merge(bucket.eligible)
             figures.append(found)
         for where, i in sorted(again):
-            figures[i].add(as_dict(fetch(where).get("summary")), where)
+            figures[i].add(as_summary(fetch(where).get("summary")), where)
         by_index = {g.index: g for g in self.groups.values()}
         for config, found in zip(configs, figures):
             found.fill(config)

@@ -9,7 +9,7 @@ import statistics
 import sys
 from typing import Any, TypeGuard, cast
 
-from ignite_ddl.core.schema import shown_figures
+from ignite_ddl.core.schema import RankStats, StepStats, Summary, shown_figures
 from ignite_ddl.report.model import STEP_PARTS, ConfigResult
 from ignite_ddl.report.stats import mean_interval
 from ignite_ddl.report.values import as_count, as_dict, as_float, is_number
@@ -55,7 +55,9 @@ class Figures:
         self.phase = {key: Mean() for key in PHASE_FIGURES}  # the warm-up phase's figures (an option's change)
         self.shown = {path: Mean() for path, _ in SHOWN}  # every figure the schema marks Shown, read alike
 
-    def add(self, summary: dict[str, Any], where: Any) -> None:
+    def add(self, summary: Summary, where: Any) -> None:
+        # Typed as the schema's Summary so that every key read here is checked against it (mypy); each value is
+        # still tested before use: a results file from an older version may lack it or hold another shape.
         self.summaries += 1
         for path, mean in self.shown.items():
             value: Any = summary
@@ -68,15 +70,15 @@ class Figures:
                 {
                     "threads_per_process": summary.get("threads_per_process"),
                     "cpu_cores": summary.get("cpu_cores"),
-                    "device_type": (summary.get("device") or {}).get("type"),
-                    "global_batch": (summary.get("batch") or {}).get("global"),
+                    "device_type": as_dict(summary.get("device")).get("type"),
+                    "global_batch": as_dict(summary.get("batch")).get("global"),
                     "strategy": summary.get("strategy") if isinstance(summary.get("strategy"), str) else None,
                     "workload": summary.get("workload") if isinstance(summary.get("workload"), dict) else None,
                 },
             )
         steps = summary.get("steps")
         if _well_formed_steps(steps):
-            self._add_steps(cast(dict[str, Any], steps), where)
+            self._add_steps(cast(StepStats, steps), where)
         self.val_accuracy.add(summary.get("val_accuracy"))
         if summary.get("profiler") and (self.profiler is None or where < self.profiler[0]):
             self.profiler = (where, summary["profiler"])
@@ -101,7 +103,7 @@ class Figures:
         rates = [as_float(as_dict(r).get("attainable_flops_per_s")) for r in flops_ranks]
         self.matmul_rates += [r for r in rates if r is not None and r > 0]
 
-    def _add_step_extras(self, steps: dict[str, Any], where: Any) -> None:
+    def _add_step_extras(self, steps: StepStats, where: Any) -> None:
         """Compilation, bytes on the wire, steady state and the DDP cross-check of one run's steps."""
         compiled = as_dict(steps.get("compile"))
         if is_number(compiled.get("compile_s")):
@@ -129,7 +131,7 @@ class Figures:
             self.cross_comm.add(ratio.get("comm"))
             self.cross_backward.add(ratio.get("backward"))
 
-    def _add_steps(self, steps: dict[str, Any], where: Any) -> None:
+    def _add_steps(self, steps: StepStats, where: Any) -> None:
         self.steps += 1
         self._add_step_extras(steps, where)
         figures, ranks = steps["global"], steps["ranks"]
@@ -150,11 +152,11 @@ class Figures:
         self.reference.add(as_dict(steps.get("comm_reference")).get("busbw_Bps"))
         wait = steps.get("comm_wait")
         if isinstance(wait, dict) and is_number(wait.get("median_wait_s")):
-            self.worst_wait = _larger(self.worst_wait, (wait["median_wait_s"], where, wait))
+            self.worst_wait = _larger(self.worst_wait, (wait["median_wait_s"], where, dict(wait)))
             self.wait.add(wait["median_wait_s"])
         straggler = steps.get("straggler")
         if isinstance(straggler, dict) and is_number(straggler.get("ratio")):
-            self.straggler = _larger(self.straggler, (straggler["ratio"], where, straggler))
+            self.straggler = _larger(self.straggler, (cast(float, straggler["ratio"]), where, dict(straggler)))
         if ranks:
             fewest = min(r.get("iterations", 0) for r in ranks)
             self.iterations = fewest if self.iterations is None else min(self.iterations, fewest)
@@ -343,7 +345,7 @@ def _well_formed_steps(steps: Any) -> bool:
     )
 
 
-def _step_parts(rank: dict[str, Any]) -> dict[str, float | None]:
+def _step_parts(rank: RankStats) -> dict[str, float | None]:
     """One rank's mean step split into :data:`STEP_PARTS` (seconds); without communication timing, backward
     compute holds the whole backward, all-reduce included."""
     exposed = as_float(rank.get("exposed_comm_s_mean"))

@@ -4,14 +4,23 @@ when it is what the report expects (a finite number, a mapping, a positive count
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["as_count", "as_dict", "as_float", "is_number"]
+from ignite_ddl.core.schema import Summary
+
+__all__ = ["as_count", "as_dict", "as_float", "as_summary", "is_number"]
 
 
 def as_dict(value: Any) -> dict[str, Any]:
     """``value`` if it is a mapping, else an empty one: results files may hold foreign data."""
     return value if isinstance(value, dict) else {}
+
+
+def as_summary(value: Any) -> Summary:
+    """``value`` as a run's summary.json, typed as the schema declares it so that every key read is checked
+    against the schema (mypy); what is read must still be tested, for a file of an older release may lack a key or
+    hold another shape."""
+    return cast(Summary, as_dict(value))
 
 
 def is_number(value: Any) -> bool:
