@@ -23,6 +23,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import read_results
 from ignite_ddl.report import analyze
+from ignite_ddl.report.search import search_paragraphs
 from ignite_ddl.sweep.plan import Run
 from ignite_ddl.sweep.search import STUDY_FILE, run_search
 from ignite_ddl.sweep.spec import parse_spec, space_size
@@ -86,6 +87,18 @@ def test_a_search_of_a_flat_space_names_no_best(tmp_path):
     in at most 1 of 20 studies."""
     named = sum(study(tmp_path / str(seed), seed, lambda grid: 100.0, budget=40)[0] is not None for seed in range(20))
     assert named <= 1, named
+
+
+@pytest.mark.slow
+def test_final_rounds_out_of_reach_spend_the_rest_on_new_configurations(tmp_path):
+    """A flat and noisy space (CV 15 %): no number of repeats within max_repeats can settle its contenders, so the
+    reserve kept for the final rounds measures new configurations instead, up to the budget and never past it."""
+    best, runs, state = study(tmp_path, 0, lambda grid: 100.0, budget=60, cv=0.15)
+    assert best is None
+    assert state["extended"] >= 1 and state["phase"] == "done"
+    assert 60 - 3 < runs <= 60  # what is left could not pay for another configuration's min_repeats runs
+    paragraphs = " ".join(search_paragraphs(state))
+    assert f"measured {state['extended']} more configuration(s)" in paragraphs
 
 
 def test_the_budget_in_seconds_is_never_overrun(tmp_path):

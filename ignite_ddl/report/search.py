@@ -66,6 +66,12 @@ def search_paragraphs(state: dict[str, Any]) -> list[str]:
         "not yet tell from it got adaptive repeats, with the verdict's correction for multiple comparisons over "
         "every configuration measured."
     )
+    if state.get("extended"):
+        second += (
+            " Those rounds were out of reach (even the most repeats allowed would not have settled the "
+            f"contenders), so the rest of the budget measured {state['extended']} more configuration(s), one at a "
+            "time, the contenders weighed again after each."
+        )
     unmeasured = f"{size - measured} configuration(s)" if size else "the configurations"
     third = (
         f"The verdict above is about the configurations measured; {CAVEAT}: {unmeasured} never measured could be "

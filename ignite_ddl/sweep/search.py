@@ -17,7 +17,9 @@ A spec with ``search: {sampler: tpe | gp | random, budget_runs: N, budget_s: S, 
   proposal is measured too, then the contenders (the leader and every configuration the verdict cannot yet tell
   from it) get adaptive rounds (:func:`ignite_ddl.sweep.adaptive.decide`, over every configuration measured, so the
   correction for multiple comparisons counts all of them, not just the finalists) until the leader is separated,
-  the contenders are equivalent, or the budget is spent;
+  the contenders are equivalent, or the budget is spent; when such rounds are out of reach (even ``max_repeats``
+  runs each would not settle them), the rest of the budget measures new configurations one at a time, the
+  contenders weighed again after each;
 - **the budget is never exceeded**: no run starts that would take the search past ``budget_runs`` runs (re-runs and
   failures count), and none whose typical wall time would end it past ``budget_s``;
 - **resumable**: the study lives in the output folder (``search.journal``, Optuna's append-only
@@ -210,6 +212,7 @@ class Search:
         self.trajectory: list[dict[str, Any]] = list(earlier.get("trajectory") or [])  # the earlier sessions' too
         self.refused = self.repeated = 0
         self.asked_final = False  # the sampler's next proposal was measured (by an earlier session too)
+        self.extended = 0  # configurations measured after final rounds out of reach (see extend)
         for trial in self.study.get_trials(deepcopy=False):
             attrs = trial.user_attrs
             if "config_key" in attrs:
@@ -217,6 +220,7 @@ class Search:
             self.refused += "refused" in attrs
             self.repeated += "repeat_of" in attrs
             self.asked_final |= attrs.get("phase") == "final"
+            self.extended += attrs.get("phase") == "extended" and "config_key" in attrs
         self.state: dict[str, Any] = {}
         self._analysis: tuple[int, Any] | None = None
         self.in_flight = 0  # runs submitted and not yet recorded (a parallel search on SLURM)
@@ -287,7 +291,7 @@ class Search:
             best = max(means, key=means.__getitem__)
             self.trajectory.append({"runs": self.runs_used(), "best": means[best], "config": best})
 
-    def ask(self, final: bool = False) -> tuple[Any, Config] | None:
+    def ask(self, phase: str = "search") -> tuple[Any, Config] | None:
         """Ask the sampler for a configuration: (the trial, the configuration) when it is new, None when it brought
         nothing new (one refused, or one measured or being measured: answered at once, no run started)."""
         from optuna.trial import TrialState
@@ -323,15 +327,15 @@ class Search:
         trial.set_user_attr("grid", grid)
         trial.set_user_attr("index", config.index)
         trial.set_user_attr("config_key", key)
-        trial.set_user_attr("phase", "final" if final else "search")
+        trial.set_user_attr("phase", phase)  # search, final (the next proposal) or extended (see extend)
         self.configs[key] = config
         count = f"{len(self.configs)}" + (f" of {self.size}" if self.size else "")
         self.progress(f"search: trial {trial.number}: cfg{config.index:03d} {run.label} (configuration {count})")
         return trial, config
 
-    def propose(self, final: bool = False) -> bool:
+    def propose(self, phase: str = "search") -> bool:
         """Ask for a configuration and measure it; False when the sampler brought nothing new."""
-        asked = self.ask(final)
+        asked = self.ask(phase)
         if asked is None:
             return False
         trial, config = asked
@@ -356,11 +360,14 @@ class Search:
 
     # -- the search -----------------------------------------------------------------------------------------------
 
+    def all_measured(self) -> bool:
+        return self.size is not None and len(self.configs) >= self.size
+
     def explore(self) -> str:
         """Propose and measure until the budget reaches the final reserve; why it stopped."""
         idle = 0
         while True:
-            if self.size is not None and len(self.configs) >= self.size:
+            if self.all_measured():
                 return "every configuration measured"
             if idle >= MAX_IDLE:
                 return f"converged: {MAX_IDLE} proposals in a row brought no new configuration"
@@ -376,7 +383,7 @@ class Search:
         idle, stopped = 0, None
         while True:
             while stopped is None and len(flying) < self.options.max_parallel:
-                if self.size is not None and len(self.configs) >= self.size:
+                if self.all_measured():
                     stopped = "every configuration measured"
                 elif idle >= MAX_IDLE:
                     stopped = f"converged: {MAX_IDLE} proposals in a row brought no new configuration"
@@ -415,10 +422,22 @@ class Search:
         if self.asked_final:
             return
         for _ in range(MAX_IDLE):
-            if not self.fits(self.repeats) or (self.size is not None and len(self.configs) >= self.size):
+            if not self.fits(self.repeats) or self.all_measured():
                 return
-            if self.propose(final=True):
+            if self.propose("final"):
                 return
+
+    def extend(self) -> bool:
+        """One more new configuration measured, when the final rounds are out of reach and the budget has room
+        for it; whether one was. The reserve was kept for rounds that cannot settle the contenders: a new
+        configuration may yet stand out, and the contenders are weighed again over everything measured."""
+        for _ in range(MAX_IDLE):
+            if not self.fits(self.repeats) or self.all_measured():
+                return False
+            if self.propose("extended"):
+                self.extended += 1
+                return True
+        return False
 
     def confirm(self) -> dict[str, str]:
         """Adaptive rounds for the contenders until decided or out of budget; the outcome per workload."""
@@ -473,6 +492,7 @@ class Search:
                 "refused": self.refused,
                 "repeated": self.repeated,
                 "trajectory": self.trajectory,
+                "extended": self.extended,
                 **self.state,
             },
         )
@@ -490,6 +510,11 @@ class Search:
             self.save(phase="final", search_ended=stopped)
             self.next_best()
             outcome = self.confirm()
+            # Final rounds that cannot settle the contenders (out of reach: even max_repeats runs each would not)
+            # leave the reserve unspent; it goes to new configurations, which may hold one that stands out, and
+            # the contenders are weighed again over everything measured.
+            while "out_of_reach" in outcome.values() and self.extend():
+                outcome = self.confirm()
             said = ", ".join(f"{name}: {state}" for name, state in outcome.items())
             self.progress(f"search: done after {self.runs_used()} runs ({said or 'nothing measured'})")
             self.save(phase="done", outcome=outcome)
