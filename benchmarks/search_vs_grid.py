@@ -104,7 +104,10 @@ def main() -> int:
     parser.add_argument("--share", type=float, default=0.35, help="the search's budget: this share of the grid's runs")
     parser.add_argument("--sampler", default="tpe", choices=("tpe", "gp", "random"))
     parser.add_argument(
-        "--train-size", type=int, default=2048, help="samples per run's epoch (8 steps at batch 256; smaller: faster, noisier)"
+        "--train-size",
+        type=int,
+        default=2048,
+        help="samples per run's epoch (8 steps at batch 256; smaller: faster, noisier)",
     )
     parser.add_argument("--max-repeats", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="16 configurations instead of 40 (a busy machine)")
