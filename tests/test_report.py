@@ -495,6 +495,22 @@ def test_a_workload_label_leaves_out_the_options_that_are_off():
     assert own.workload == "amp=none, optimizer=sgd, sync_bn=True, workload=gpt, workload_args={n_layer=2}"
 
 
+def test_a_configuration_with_no_iteration_measured_after_warm_up_is_not_judged():
+    """Every iteration of a run was warm-up (a batch of 448 on 2048 samples: 4 iterations): its samples/s is the
+    whole run's, start-up included, and the fastest such configuration is neither best nor recommended."""
+
+    def steps(iterations: int) -> dict:
+        return {"steps": {"ranks": [{**rank_steps(0, None, None), "iterations": iterations}], "global": {}}}
+
+    records = [record(0, r, v, summary=steps(40)) for r, v in enumerate([100.0, 101.0, 99.0])]
+    records += [record(1, r, v, batch=448, summary=steps(0)) for r, v in enumerate([300.0, 301.0, 299.0])]
+    analysis = analyze(records)
+    (verdict,) = analysis.verdicts
+    warm = next(c for c in analysis.configs if c.index == 1)
+    assert warm.not_judged is not None and "no iteration measured after warm-up" in warm.not_judged
+    assert verdict.best != warm.name and verdict.recommended != warm.name
+
+
 def test_the_decision_table_shows_the_workload_only_where_its_columns_do_not():
     """Two models in the grid: the model column already says which workload a row is, so no workload column (the
     longest cell of the table); runs from two environments: the environment is in no column, so it is shown."""

@@ -39,7 +39,8 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "not judged": (
         r"\bnot judged\b",
         "a configuration the verdict passes over: fewer usable runs than min_repeats, most of its runs' step times "
-        "never settled, or a counted run measured under contention. It is listed, never best nor recommended.",
+        "never settled, a run with no iteration measured after warm-up, or a counted run measured under contention. "
+        "It is listed, never best nor recommended.",
     ),
     "statistically tied": (
         r"\b[Ss]tatistically tied\b",

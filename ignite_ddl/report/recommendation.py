@@ -71,10 +71,10 @@ def _evidence(config: ConfigResult, confidence: float) -> str:
 
 
 RECOMMEND_RULE = (
-    "the fastest configuration that is judged (at least min_repeats usable runs, most of them settled, none "
-    "contended), fits, and does not learn worse than its workload's reference; among configurations tied on speed "
-    "with it, the cheapest (the least peak memory in all, per rank x processes, beyond the runs' spread; then the "
-    "fewest processes)"
+    "the fastest configuration that is judged (at least min_repeats usable runs, most of them settled, each with "
+    "iterations measured after warm-up, none contended), fits, and does not learn worse than its workload's "
+    "reference; among configurations tied on speed with it, the cheapest (the least peak memory in all, per "
+    "rank x processes, beyond the runs' spread; then the fewest processes)"
 )
 
 

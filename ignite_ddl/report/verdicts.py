@@ -36,17 +36,16 @@ RULE = (
     "configuration with one process; its interval comes from the delta method on the log of the ratio with "
     "Welch-Satterthwaite degrees of freedom; efficiency = speed-up / processes. Verdict: within a workload, a "
     "configuration is named best only when its interval lies entirely above every other configuration's "
-    "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about "
-    "0.5 % of sweeps, where a t-test at the same level would in 3 to 5 %). Otherwise the configurations whose "
-    "intervals overlap the fastest one's are reported as statistically tied. The one-sided Welch's t-test p-value "
-    "(fastest vs runner-up) is shown beside the corrected threshold it is judged by. Only configurations judged "
-    "take part: one with fewer usable runs than min_repeats, most of whose runs never settled, or with a counted run "
-    "that was contended is listed as not judged, with why, and is never best nor recommended. Quality: each "
-    "configuration's "
-    "validation accuracy after its last epoch is compared with its workload's reference configuration (the first "
-    "without gradient compression, comm_hook=none): the difference of the means over repeats with a Welch "
-    "interval; a configuration whose whole interval lies below -quality_margin learns worse and is never "
-    "recommended; runs of fewer than 2 epochs are not judged on quality. "
+    "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about 0.5 % "
+    "of sweeps, where a t-test at the same level would in 3 to 5 %). Otherwise the configurations whose intervals "
+    "overlap the fastest one's are reported as statistically tied. The one-sided Welch's t-test p-value (fastest vs "
+    "runner-up) is shown beside the corrected threshold it is judged by. Only configurations judged take part: one "
+    "with fewer usable runs than min_repeats, most of whose runs never settled, a run with no iteration measured after "
+    "warm-up, or a counted run that was contended is listed as not judged, with why, and is never best nor "
+    "recommended. Quality: each configuration's validation accuracy after its last epoch is compared with its "
+    "workload's reference configuration (the first without gradient compression, comm_hook=none): the difference of "
+    "the means over repeats with a Welch interval; a configuration whose whole interval lies below -quality_margin "
+    "learns worse and is never recommended; runs of fewer than 2 epochs are not judged on quality. "
 )
 MULTIPLE_COMPARISONS = (
     "Multiple comparisons: with k configurations in a workload, the best must also be shown faster than each of the "
@@ -71,7 +70,8 @@ def rule_text(confidence: float = CONFIDENCE) -> str:
 def mark_not_judged(configs: list[ConfigResult], least: int) -> None:
     """Mark each configuration the verdict must pass over, and why: fewer usable runs than ``least``
     (min_repeats), most of its runs never settled (one such run among several is flagged, and its spread is already
-    in the interval), a run counted that was measured under contention."""
+    in the interval), a run with no iteration measured after warm-up, a run counted that was measured under
+    contention."""
     for config in configs:
         runs = len(config.samples_per_s)
         if not runs:
@@ -81,6 +81,9 @@ def mark_not_judged(configs: list[ConfigResult], least: int) -> None:
             reasons.append(f"{runs} usable run{'s' if runs != 1 else ''} of the {least} needed (min_repeats)")
         if 2 * config.unsettled_runs > runs:
             reasons.append(f"unsettled ({config.unsettled_runs} of its {runs} runs never settled)")
+        if config.measured_iterations == 0:
+            # every iteration was warm-up: its samples/s is the whole run's, start-up (and compilation) included
+            reasons.append("no iteration measured after warm-up (raise train_size, epochs or max_iters)")
         contended = sum(r.used and r.contended for r in config.runs)
         if contended:
             reasons.append(f"contended ({contended} of its runs counted were measured under contention)")
