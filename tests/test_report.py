@@ -511,6 +511,23 @@ def test_a_configuration_with_no_iteration_measured_after_warm_up_is_not_judged(
     assert verdict.best != warm.name and verdict.recommended != warm.name
 
 
+def test_a_plot_panel_names_only_the_workload_arguments_that_differ():
+    """Two widths of one --workload: each panel's title says d_model=64 or d_model=128, not the whole dictionary of
+    its arguments (which ran off the panel)."""
+    from ignite_ddl.report.plots.layout import workloads
+
+    def gpt(width: int) -> dict:
+        return {"workload": "gpt", "workload_args": {"n_layer": 2, "d_model": width, "seq_len": 64}}
+
+    records = [record(i, r, v, config=gpt(w)) for i, w in enumerate([64, 128]) for r, v in enumerate([99, 100, 101])]
+    analysis = analyze(records)
+    titles = [title for title, _ in workloads(analysis, analysis.configs)]
+    assert titles == ["workload: d_model=64", "workload: d_model=128"] or titles == [
+        "workload: d_model=128",
+        "workload: d_model=64",
+    ]
+
+
 def test_the_decision_table_shows_the_workload_only_where_its_columns_do_not():
     """Two models in the grid: the model column already says which workload a row is, so no workload column (the
     longest cell of the table); runs from two environments: the environment is in no column, so it is shown."""

@@ -7,7 +7,7 @@ import math
 import textwrap
 from collections import defaultdict
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.report.model import Analysis, ConfigResult
 from ignite_ddl.report.stats import Estimate
@@ -104,7 +104,20 @@ def workloads(analysis: Analysis, configs: list[ConfigResult]) -> list[tuple[str
     if len(names) == 1:
         return [(None, groups[names[0]])]
     axes = [a for a in analysis.workload_axes if len({repr(c.config.get(a)) for c in configs}) > 1]
-    return [("workload: " + ", ".join(f"{a}={groups[w][0].config.get(a)}" for a in axes), groups[w]) for w in names]
+    parts: dict[str, list[str]] = {w: [] for w in names}
+    for axis in axes:
+        values = {w: groups[w][0].config.get(axis) for w in names}
+        if all(isinstance(v, dict) for v in values.values()):
+            # a workload's arguments (workload_args): only the ones that differ, as d_model=64, not the whole dict
+            arguments = {w: cast(dict[str, Any], v) for w, v in values.items()}
+            keys = dict.fromkeys(k for a in arguments.values() for k in a)
+            differ = [k for k in keys if len({repr(a.get(k)) for a in arguments.values()}) > 1]
+            for w in names:
+                parts[w] += [f"{k}={arguments[w].get(k)}" for k in differ]
+        else:
+            for w in names:
+                parts[w].append(f"{axis}={values[w]}")
+    return [("workload: " + ", ".join(parts[w]), groups[w]) for w in names]
 
 
 def palette(labels: list[str]) -> dict[str, dict[str, Any]]:
