@@ -416,28 +416,30 @@ class Search:
                     self.tell(trial, config)
                     self.save()
 
+    def measure_new(self, phase: str) -> bool:
+        """One new configuration the sampler proposes, measured, if the budget has room for it; whether one was
+        (after MAX_IDLE proposals that bring nothing new, none)."""
+        for _ in range(MAX_IDLE):
+            if not self.fits(self.repeats) or self.all_measured():
+                return False
+            if self.propose(phase):
+                return True
+        return False
+
     def next_best(self) -> None:
         """The sampler's next proposal of a new configuration, measured, if the budget has room (once: a resumed
         search that measured it goes on to the final rounds)."""
-        if self.asked_final:
-            return
-        for _ in range(MAX_IDLE):
-            if not self.fits(self.repeats) or self.all_measured():
-                return
-            if self.propose("final"):
-                return
+        if not self.asked_final:
+            self.measure_new("final")
 
     def extend(self) -> bool:
         """One more new configuration measured, when the final rounds are out of reach and the budget has room
         for it; whether one was. The reserve was kept for rounds that cannot settle the contenders: a new
         configuration may yet stand out, and the contenders are weighed again over everything measured."""
-        for _ in range(MAX_IDLE):
-            if not self.fits(self.repeats) or self.all_measured():
-                return False
-            if self.propose("extended"):
-                self.extended += 1
-                return True
-        return False
+        if not self.measure_new("extended"):
+            return False
+        self.extended += 1
+        return True
 
     def confirm(self) -> dict[str, str]:
         """Adaptive rounds for the contenders until decided or out of budget; the outcome per workload."""
