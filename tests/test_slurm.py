@@ -209,27 +209,50 @@ def test_srun_runs_two_ranks_in_env_mode(cluster, tmp_path):
     assert result.stdout.count("-> ") == 1  # the final line once, from rank 0
 
 
+def _batch_job(tmp_path: Path, script: Path, *args: str, export: str = "ALL", timeout: float) -> JobState:
+    """``sbatch script args`` (output to tmp_path/job.out, environment ``export``), waited for; SLURM's end state.
+
+    A job still queued or running at ``timeout`` is cancelled, and the test fails with what SLURM and the job said:
+    the job's state and reason, its output so far, the tail of slurmd's log.
+    """
+    out = tmp_path / "job.out"
+    sbatch = ["sbatch", "--parsable", f"--output={out}", f"--chdir={tmp_path}", f"--export={export}"]
+    submitted = run([*sbatch, str(script), *args], timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = _job_state(job)
+        except NoAnswer:  # a busy controller: ask again
+            state = None
+        if state is not None and state.ended:
+            return state
+        time.sleep(1)
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+    subprocess.run(["scancel", job], check=False)
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    log = re.search(r"SlurmdLogFile\s*=\s*(\S+)", config)
+    slurmd = Path(log.group(1)).read_text().splitlines()[-30:] if log and Path(log.group(1)).is_file() else []
+    raise AssertionError(
+        f"SLURM job {job} did not end within {timeout:g} s: cancelled\n{shown}\n"
+        f"--- job output\n{out.read_text() if out.exists() else '(none)'}\n--- slurmd log\n" + "\n".join(slurmd)
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sbatch_example_runs_to_completion(cluster, tmp_path):
-    result = run(
-        [
-            "sbatch",
-            "--wait",
-            f"--output={tmp_path / 'job.out'}",
-            f"--chdir={tmp_path}",
-            f"--export=ALL,OUTPUT_DIR={tmp_path / 'run'}",
-            str(REPO / "experiments/slurm/train.sbatch"),
-            "--train-size",
-            "256",
-            "--val-size",
-            "64",
-            "--batch-size",
-            "32",
-        ],
+    state = _batch_job(
+        tmp_path,
+        REPO / "experiments/slurm/train.sbatch",
+        *("--train-size", "256", "--val-size", "64", "--batch-size", "32"),
+        # bounds the rendezvous and every collective: a rank that hangs ends the job, whose output says why
+        *("--timeout", "120"),
+        export=f"ALL,OUTPUT_DIR={tmp_path / 'run'}",
         timeout=300,
     )
-    assert result.returncode == 0, (result.stdout, result.stderr, (tmp_path / "job.out").read_text())
+    assert (state.state, state.exit_code) == ("COMPLETED", "0:0"), (state, (tmp_path / "job.out").read_text())
     summary = load_summary(tmp_path / "run", 2)
     assert (summary["world_size"], summary["launcher"], summary["status"]) == (2, "slurm", "completed")
 
