@@ -281,6 +281,32 @@ def test_a_sweep_on_slurm_is_recorded_completely(cluster, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_a_users_workload_runs_in_slurm_jobs(cluster, tmp_path):
+    """examples/own_workload swept on SLURM with 2 tasks a job: each rank the job starts imports the user's module
+    (found through workload_dir, not the job's working folder) and trains it, on 1 and 2 processes."""
+    example = REPO / "examples" / "own_workload"
+    base = {"epochs": 1, "max_iters": 6, "batch_size": 32, "warmup_iters": 2, "workload_dir": str(example)}
+    spec = _write_spec(
+        tmp_path / "spec.yaml",
+        name="own",
+        workload="bench:make",
+        base=base,
+        grid={"nproc_per_node": [1, 2], "workload_args.width": [16]},
+        executor="slurm",
+        slurm={"poll_s": 1},
+    )
+    result = run_cli("sweep", spec, "--output-dir", str(tmp_path / "out"), "--no-report", cwd=tmp_path, timeout=400)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = sorted(read_results(tmp_path / "out/results.jsonl"), key=lambda r: r["grid"]["nproc_per_node"])
+    assert [(r["status"], r["slurm"]["state"]) for r in records] == [("completed", "COMPLETED")] * 2
+    for record, world in zip(records, (1, 2)):
+        summary = record["summary"]
+        assert summary["world_size"] == world and summary["workload"]["file"] == str(example / "bench.py")
+        assert summary["workload"]["args"] == {"width": 16} and summary["samples_per_s"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_a_failing_job_is_recorded_with_slurms_reason(cluster, tmp_path):
     # inception_v3 cannot take 32x32 images: its run fails on rank 0, and the job with it
     result = _sweep_on_slurm(tmp_path, "failing", {"model": ["toy", "inception_v3"]}, timeout=400)
