@@ -1,11 +1,12 @@
 """How far the memory prediction (``ignite-ddl plan``) is from what runs measure: every built-in workload x strategy
 (one process, DDP and FSDP on 2 gloo processes) x gradient accumulation (1, 4) x AMP (none, bf16), one run each, as
 a sweep with ``predict: true`` runs them; per run the predicted peak per rank beside the measured peak resident set
-of the largest rank, and the distribution of the relative error (predicted - measured) / measured.
+of the largest rank, and the distribution of the relative error (predicted - measured) / measured. The built-in GPT
+workload (``gpt``) is swept apart, in float32, with activation checkpointing off and on instead of AMP.
 
 Usage:
-    python benchmarks/memory_prediction.py --output-dir runs/memory_prediction          # all five workloads
-    python benchmarks/memory_prediction.py --workloads cnn,wide_mlp --output-dir runs/mp  # a subset
+    python benchmarks/memory_prediction.py --output-dir runs/memory_prediction          # every built-in workload
+    python benchmarks/memory_prediction.py --workloads cnn,gpt --output-dir runs/mp       # a subset
     python benchmarks/memory_prediction.py --from runs/memory_prediction                 # summarise a finished one
 
 The runs are a sweep's: a sweep cut short is continued with ``--resume`` (its runs so far are kept).
@@ -29,6 +30,23 @@ from ignite_ddl.sweep.runner import sweep
 from ignite_ddl.trainer.models import OWN_MODELS
 
 GOAL = 0.15
+
+
+# The GPT: 4 blocks of 128 over 256-token sequences, so that activations (what checkpointing trades) are most of a
+# rank's tensors; 8 steps of a global batch of 32 sequences.
+GPT_ARGS = {"n_layer": 4, "d_model": 128, "n_head": 4, "seq_len": 256, "vocab": 256, "train_sequences": 256}
+WORKLOADS = (*OWN_MODELS, "gpt")
+
+
+def gpt_spec(output_dir: str) -> dict[str, Any]:
+    spec = spec_for([], output_dir)
+    spec["workload"] = "gpt"
+    spec["base"] = {**spec["base"], "workload_args": GPT_ARGS, "lr": 0.003}
+    for dataset_option in ("train_size", "val_size"):
+        del spec["base"][dataset_option]
+    del spec["grid"]["model"], spec["grid"]["amp"]
+    spec["grid"]["activation_checkpointing"] = [False, True]
+    return spec
 
 
 def spec_for(workloads: list[str], output_dir: str) -> dict[str, Any]:
@@ -62,7 +80,8 @@ def spec_for(workloads: list[str], output_dir: str) -> dict[str, Any]:
 
 def summarise(out: Path) -> dict[str, Any]:
     rows = []
-    for record in read_results(out / "results.jsonl"):
+    records = [r for folder in (out, out / "gpt") if folder.is_dir() for r in read_results(folder / "results.jsonl")]
+    for record in records:
         prediction = record.get("prediction") or {}
         measured = (((record.get("summary") or {}).get("memory") or {}).get("max") or {}).get("peak_rss_bytes")
         predicted = prediction.get("peak_bytes")
@@ -72,10 +91,10 @@ def summarise(out: Path) -> dict[str, Any]:
         strategy = "none" if grid["nproc_per_node"] == 1 else grid["strategy"]
         rows.append(
             {
-                "model": grid["model"],
+                "model": grid.get("model") or ("gpt+ckpt" if grid["activation_checkpointing"] else "gpt"),
                 "strategy": strategy,
                 "accumulate": grid["accumulate"],
-                "amp": grid["amp"],
+                "amp": grid.get("amp", "none"),
                 "predicted_mib": predicted / 2**20,
                 "measured_mib": measured / 2**20,
                 "error": (predicted - measured) / measured,
@@ -128,7 +147,7 @@ def show(result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default=",".join(OWN_MODELS), help="comma-separated built-in models")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated built-in models and gpt")
     parser.add_argument("--output-dir", default="runs/memory_prediction")
     parser.add_argument("--resume", action="store_true", help="continue a sweep cut short")
     parser.add_argument("--from", dest="done", metavar="DIR", help="only summarise the sweep in DIR")
@@ -136,7 +155,7 @@ def main() -> None:
     parser.add_argument("--cuda", action="store_true", help="instead: the traced step against a CUDA device's peak")
     args = parser.parse_args()
     if args.cuda:
-        found = cuda_check(args.workloads.split(","))
+        found = cuda_check([w for w in args.workloads.split(",") if w != "gpt"])  # models only
         print(f"{found['device']}, torch {found['torch']}; CUDA context and driver: {found['context_mib']:.0f} MiB")
         for r in found["rows"]:
             print(
@@ -148,8 +167,15 @@ def main() -> None:
         return
     print_machine()
     out = Path(args.done or args.output_dir)
-    if not args.done:
-        sweep(parse_spec(spec_for(args.workloads.split(","), str(out))), resume=args.resume)
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}: choose from {', '.join(WORKLOADS)}")
+    models = [w for w in workloads if w != "gpt"]
+    if not args.done and models:
+        sweep(parse_spec(spec_for(models, str(out))), resume=args.resume)
+    if not args.done and "gpt" in workloads:
+        sweep(parse_spec(gpt_spec(str(out / "gpt"))), resume=args.resume)
     result = summarise(out)
     show(result)
     if args.json:

@@ -279,3 +279,32 @@ def test_an_fsdp_rank_on_cpu_says_what_the_allocator_keeps_is_not_predicted():
     assert fsdp.peak_bytes and ddp.peak_bytes
     assert any("C allocator's heap" in u for u in fsdp.unpredicted), fsdp.unpredicted
     assert not any("C allocator" in u for u in ddp.unpredicted), ddp.unpredicted
+
+
+def test_the_built_in_gpt_is_predicted_with_its_blocks_and_checkpointing():
+    """--workload gpt is traced as the trainer builds it: its parameters counted once (the head is tied to the token
+    embedding), its datasets' bytes, FSDP sharding its blocks (each rank holds about half the weights of DDP), and
+    activation checkpointing lowering the activations of long sequences (256 tokens, 32 a rank, 4 layers of 128).
+    A workload of the user's is listed with why it is not predicted."""
+    from ignite_ddl.trainer.gpt import GPT
+
+    sizes = {"n_layer": 4, "d_model": 128, "n_head": 4, "seq_len": 256, "vocab": 256, "train_sequences": 96}
+    base = {"workload": "gpt", "workload_args": sizes, "batch_size": 64, "nproc_per_node": 2, "optimizer": "adam"}
+    ddp, fsdp, checkpointed = (
+        footprint.predict(TrainConfig.from_dict({**base, **extra}), 0)
+        for extra in ({"strategy": "ddp"}, {"strategy": "fsdp"}, {"strategy": "ddp", "activation_checkpointing": True})
+    )
+    assert not (ddp.problem or fsdp.problem or checkpointed.problem), (ddp, fsdp, checkpointed)
+    weights = sum(p.numel() * 4 for p in GPT(4, 128, 4, 256, 256).parameters())  # the tied matrix once
+    assert ddp.parts["params"] == weights and ddp.parts["buckets"] == weights
+    assert ddp.parts["data"] == 2 * (96 + 128) * 256 * 8  # inputs and targets, int64, train and validation
+    # FSDP: a rank's shard of every block, plus the units it has gathered at the peak
+    assert weights / 2 <= fsdp.parts["params"] < 0.8 * weights and fsdp.method == "FSDPMemTracker"
+    assert checkpointed.parts["activations"] < 0.6 * ddp.parts["activations"], (checkpointed.parts, ddp.parts)
+    assert checkpointed.parts["params"] == weights
+
+    own = TrainConfig.from_dict({"workload": "bench:make", "batch_size": 32})
+    prediction = footprint.predict(own, 0)
+    assert prediction.problem == (
+        "cannot predict: a workload of your own (--workload) is built by its function, which the plan does not call"
+    )

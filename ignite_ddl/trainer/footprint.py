@@ -31,12 +31,17 @@ only after warm-up: releasing them once then does not last). That is not predict
 (``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
 the suite leaves glibc's default.
 
+**What is traced**: the built-in models, and the built-in GPT workload (``--workload gpt``: its model built from
+``workload_args`` as ``gpt.make`` builds it, its blocks as FSDP units, ``--activation-checkpointing`` wrapping them as
+the trainer does). A workload of the user's is not: building it means calling its function, which builds its data
+too; its line says ``cannot predict``.
+
 **What is not predicted** is said in ``unpredicted`` instead of being guessed: ``--compile`` (Inductor's compiler and
 its generated code live in the rank's memory, and the compiled graph's buffer reuse is not the eager trace's) and a
 CUDA rank's context and caching allocator (written, never measured here: no GPU).
 
 Example:
-    >>> from ignite_ddl.core.config import TrainConfig
+    >>> from ignite_ddl.core.config import TrainConfig, resolve
     >>> p = predict(TrainConfig(model="toy", batch_size=8), runtime_bytes=0)
     >>> p.parts["params"] == (3 * 32 * 32 * 10 + 10 + 10 * 10 + 10) * 4 and p.fits(1 << 30)
     True
@@ -45,21 +50,23 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.config import TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
 from ignite_ddl.trainer.models import build_model
 from ignite_ddl.trainer.strategies import FSDPStrategy, strategy_for
+from ignite_ddl.trainer.workload import activation_checkpointing
 
 __all__ = ["PARTS", "Prediction", "data_bytes", "gradient_bytes", "predict", "trace_step", "world_size"]
 
@@ -139,60 +146,120 @@ def world_size(config: TrainConfig) -> int:
     return (config.nproc_per_node or 1) * config.nnodes
 
 
-def data_bytes(config: TrainConfig) -> int:
-    """Bytes of the training and validation sets a rank holds in memory (each rank builds both whole)."""
+@dataclass(frozen=True)
+class _Job:
+    """What a rank trains, as the trace needs it: its model (``build``, called under the fake tensor mode or on the
+    meta device), its loss, one micro-batch of ``n`` items (``batch``), the blocks that are its FSDP units and
+    checkpointed blocks, and the bytes of the datasets it holds."""
+
+    build: Callable[[], nn.Module]
+    loss: Callable[..., torch.Tensor]
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    blocks: tuple[str, ...]
+    data_bytes: int
+
+
+class NotTraceable(Exception):
+    """A configuration whose step the plan cannot trace, and why (a workload only its own function builds)."""
+
+
+def _job(config: TrainConfig) -> _Job:
+    """``config``'s job: a built-in model, or the built-in GPT workload. Raises :class:`NotTraceable` for a
+    workload of the user's: building it means calling its function (its datasets, its files), which a plan does
+    not do."""
+    if config.workload is not None:
+        if resolve(config.workload) != resolve("gpt"):
+            raise NotTraceable(
+                "a workload of your own (--workload) is built by its function, which the plan does not call"
+            )
+        return _gpt_job(config)
     info = dataset_info(config)
     pixels = info.in_channels * info.image_size * info.image_size
     if config.dataset == "synthetic":
-        return ((config.train_size or 4096) + (config.val_size or 1024)) * (pixels * 4 + 8)
-    train, val = _SET_SIZES[config.dataset]
-    per_sample = pixels * 4 + 8 if config.dataset == "digits" else pixels + 8
-    return (train + val) * per_sample
+        held = ((config.train_size or 4096) + (config.val_size or 1024)) * (pixels * 4 + 8)
+    else:
+        train, val = _SET_SIZES[config.dataset]
+        held = (train + val) * (pixels * 4 + 8 if config.dataset == "digits" else pixels + 8)
+
+    def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.empty(n, info.in_channels, info.image_size, info.image_size)
+        if config.channels_last:  # as the trainer lays its batches out
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, torch.zeros(n, dtype=torch.long)
+
+    def build() -> nn.Module:
+        return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+
+    return _Job(build, nn.CrossEntropyLoss(), batch, (), held)
+
+
+def _gpt_job(config: TrainConfig) -> _Job:
+    """The built-in GPT of ``config.workload_args`` (gpt.make's defaults for the rest), as ``make`` builds it, without
+    calling ``make`` (its token streams are real data). Its datasets hold inputs and targets, int64, per sequence."""
+    from ignite_ddl.trainer import gpt
+
+    args = inspect.signature(gpt.make).bind(**config.workload_args)
+    args.apply_defaults()
+    size = args.arguments
+    sequences = size["train_sequences"] + size["val_sequences"]
+
+    def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (n, size["seq_len"])
+        return torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+
+    def build() -> nn.Module:
+        return gpt.GPT(size["n_layer"], size["d_model"], size["n_head"], size["seq_len"], size["vocab"])
+
+    blocks = tuple(f"blocks.{i}" for i in range(size["n_layer"]))
+    return _Job(build, gpt.lm_loss, batch, blocks, 2 * sequences * size["seq_len"] * 8)
+
+
+def data_bytes(config: TrainConfig) -> int:
+    """Bytes of the training and validation sets a rank holds in memory (each rank builds both whole)."""
+    return _job(config).data_bytes
 
 
 def gradient_bytes(config: TrainConfig) -> int:
     """Bytes of the model's gradients (one per trainable parameter, in the parameters' dtype), counted on the meta
     device: nothing is allocated."""
-    info = dataset_info(config)
     with torch.device("meta"):
-        net = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        net = _job(config).build()
     return sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
 
 
 def trace_step(config: TrainConfig) -> dict[str, int]:
     """The parts (bytes) of one rank at the peak of its traced training step (see the module docstring). Raises
-    whatever the trace raises: a model that cannot run on fake tensors."""
+    whatever the trace raises: a model that cannot run on fake tensors (:class:`NotTraceable`: a user's workload)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     world = world_size(config)
     strategy = strategy_for(config.strategy, world)
-    info = dataset_info(config)
+    job = _job(config)
     per_rank = config.batch_size // world
     if per_rank < config.accumulate:
         raise ConfigError(f"a rank's batch of {per_rank} cannot be split into {config.accumulate} micro-batches")
     sharded = strategy.name == "fsdp"
     with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, FakeTensorMode():
-        model: nn.Module = build_model(config.model, info.in_channels, info.image_size, info.num_classes)
-        if config.channels_last:  # as the trainer lays the model and its batches out
+        model: nn.Module = job.build()
+        if config.channels_last:  # as the trainer lays the model out
             model = model.to(memory_format=torch.channels_last)
+        if config.activation_checkpointing:  # as the trainer wraps a workload's blocks, before placing it
+            activation_checkpointing(model, job.blocks)
         no_sync: Any = contextlib.nullcontext
         if sharded:
             fsdp = FSDPStrategy()
+            fsdp.units = job.blocks
             model = fsdp.shard(model, config, mesh)
             no_sync = lambda: fsdp.no_sync(model)  # noqa: E731 - as the trainer calls it
         optimizer = build_optimizer(model, config)
-        criterion = nn.CrossEntropyLoss()
-        x = torch.empty(per_rank, info.in_channels, info.image_size, info.image_size)
-        if config.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        y = torch.zeros(per_rank, dtype=torch.long)
+        x, y = job.batch(per_rank)
         tracker = _tracker(model, optimizer, x, y, sharded)
         with tracker:
             for _ in range(_TRACED_STEPS):
                 # The trackers follow one forward per module between resets: reset after each micro-batch (their
                 # peak is kept across resets).
                 optimizer_step(
-                    model, optimizer, criterion, x, y, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
+                    model, optimizer, job.loss, x, y, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
                 )
         snapshot = tracker.get_tracker_snapshot("peak")
     parts = dict.fromkeys(("params", "grads", "optimizer", "activations"), 0)
@@ -269,14 +336,10 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     method = "FSDPMemTracker" if strategy_for(config.strategy, world_size(config)).name == "fsdp" else "MemTracker"
     if method == "FSDPMemTracker" and not cuda and platform.libc_ver()[0] == "glibc":
         unpredicted.append(_HEAP_NOTE)
-    if config.workload:  # its function builds a real model and data when called: not called here
-        return Prediction(
-            problem="cannot predict: a workload (--workload) is built by its own function, which the plan does not "
-            "call; activation checkpointing (workloads only) is not traced either",
-            method=method,
-        )
     try:
         parts = trace_step(config)
+    except NotTraceable as e:
+        return Prediction(problem=f"cannot predict: {e}", method=method)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         text = str(e).strip().splitlines()[0] if str(e).strip() else ""
         why = f"{type(e).__name__}: {text}"
