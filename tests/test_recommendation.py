@@ -94,6 +94,18 @@ def test_a_configuration_not_judged_is_never_best_nor_recommended(kind, change):
     assert any("not judged: cfg001" in line for line in verdict_lines(analysis))
 
 
+def test_a_best_beside_a_faster_configuration_not_judged_says_it_lies_above_the_judged_ones():
+    """experiments/ddp_vs_fsdp once read "Best: cfg001 ... its interval lies above every other configuration's" while
+    cfg000, unsettled and so not judged, was measured faster: the sentence speaks of the configurations judged."""
+    runs = _runs(0, PLAIN, [0.2] * 3) + _runs(1, [130.0, 131.0, 129.0], [0.2] * 3)
+    runs += [_unsettled(r) for r in _runs(2, [200.0, 202.0, 198.0], [0.2] * 3)]
+    (verdict,) = analyze(runs, include_contended=True).verdicts
+    assert verdict.best == "cfg001" and "cfg002" in verdict.not_judged
+    assert "lies above every other judged configuration's" in verdict.reason, verdict.reason
+    (plain,) = analyze(runs[:6], include_contended=True).verdicts  # nothing passed over: no qualifier
+    assert plain.best == "cfg001" and "lies above every other configuration's" in plain.reason, plain.reason
+
+
 def _unsettled(rec: dict) -> dict:
     rec["summary"]["steps"] = {"global": {}, "ranks": [], "steady": {"settled": False}}
     return rec

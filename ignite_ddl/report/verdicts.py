@@ -170,7 +170,8 @@ def verdict_of(
         verdict.best = top.name
         each = "the other configuration judged" if others == 1 else f"each of the {others} others judged"
         verdict.reason = (
-            f"its {pct} % interval lies above every other configuration's and it is shown faster than {each} by "
+            f"its {pct} % interval lies above every other {'judged ' if not_judged else ''}configuration's and it is "
+            f"shown faster than {each} by "
             f"{test}; {relative(runner.name, runner.throughput.value, top.name, top.throughput.value)}"
         )
         return verdict
