@@ -145,6 +145,14 @@ def _timing_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, tuple(shown))  # a figure older runs lack: no empty column
 
 
+# What the plan said it leaves out of a prediction (a phrase of its note -> the memory table's word for it).
+_LEFT_OUT = (
+    ("allocator's heap", "heap"),
+    ("--compile", "compile"),
+    ("--comm-hook", "hook"),
+    ("CUDA context", "CUDA context"),
+)
+
 # Figures no configuration may have (one process: no communication; a CPU: no datasheet peak): a column only
 # where some configuration has them.
 _OPTIONAL_COLUMNS = (
@@ -252,8 +260,9 @@ def _memory_table(analysis: Analysis) -> Table:
         error = None
         if c.predicted_memory is not None and e.value and c.memory_kind == "resident":
             error = f"{100 * (c.predicted_memory - e.value) / e.value:+.1f}"
-            if any("allocator's heap" in what for what in c.predicted_leaves_out):
-                error += " (heap not predicted)"  # the plan said so before the run: the miss is not a surprise
+            left_out = [label for key, label in _LEFT_OUT if any(key in what for what in c.predicted_leaves_out)]
+            if left_out:  # the plan said so before the run: the miss is not a surprise
+                error += f" ({', '.join(left_out)} not predicted)"
         rows.append(
             [
                 c.name,
@@ -343,9 +352,10 @@ def memory_text(analysis: Analysis) -> str:
         "libraries, the process group's buffers, the allocator's caches) and any temporary copies made during "
         "a step. Workers' own = what the DataLoader workers hold beyond the pages they share with their rank. "
         "Predicted = the peak per rank predicted before the sweep (ignite-ddl plan: the step traced on fake "
-        'tensors plus the runtime measured once), error = (predicted - measured) / measured; "heap not '
-        "predicted\": the plan said before the run that the C allocator's heap kept beside FSDP's freed buffers "
-        "is not in its figure (glibc, CPU), which is where such a rank's resident peak goes above it. "
+        'tensors plus the runtime measured once), error = (predicted - measured) / measured; "(heap, hook, '
+        "compile not predicted)\": what the plan said before the run its figure leaves out, where a rank's "
+        "resident peak may go above it: the C allocator's heap kept beside FSDP's freed buffers (glibc, CPU), a "
+        "communication hook's own buffers, Inductor's compiler and compiled graph. "
     )
     text += (
         f"Fits: within the spec's memory_limit_mb of {limit:.0f} MiB per rank."
