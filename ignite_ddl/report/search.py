@@ -104,6 +104,8 @@ def trajectory_figure(state: dict[str, Any]) -> Any:
     if state.get("budget_runs"):
         ax.axvline(state["budget_runs"], color="grey", linestyle="--", linewidth=1, label="budget")
         ax.legend(fontsize=8)
+    # From zero: on an axis starting at the lowest best, a 1.7 % gain filled the plot and read as a large one.
+    ax.set_ylim(bottom=0, top=1.1 * max(best))
     ax.set_xlabel("runs spent")
     ax.set_ylabel("best mean samples/s so far")
     ax.set_title(f"Search trajectory ({state.get('measured')} configurations measured)", fontsize=10)
