@@ -198,6 +198,24 @@ def test_fsdp_runs_with_bf16_a_profiler_and_every_handler(tmp_path):
     assert set(best) == set(_final_weights(summary))  # the best model is the full model too
 
 
+def test_fsdp_in_bf16_keeps_batch_norm_in_float32(tmp_path):
+    """resnet18 under FSDP with bf16 once failed on every rank ("expected scalar type BFloat16 but found Float":
+    its batch norm's weights cast to bf16 beside float32 running statistics). Each batch norm is now a unit of its
+    own in float32: the run completes, learns without NaN, and its checkpoint holds float32 batch-norm weights."""
+    config = TrainConfig(
+        nproc_per_node=2,
+        strategy="fsdp",
+        amp="bf16",
+        model="resnet18",
+        output_dir=str(tmp_path),
+        **{**COMMON, "train_size": 64, "val_size": 16, "epochs": 1},
+    )
+    summary = train(config)
+    assert summary["status"] == "completed" and all(r["train_loss"] == r["train_loss"] for r in summary["history"])
+    weights = _final_weights(summary)
+    assert weights["bn1.weight"].dtype == torch.float32 and weights["layer1.0.bn1.running_mean"].dtype == torch.float32
+
+
 def test_a_one_process_checkpoint_resumes_with_fsdp_to_the_weights_of_an_uninterrupted_run(tmp_path):
     """A plain checkpoint keys Adam's state by parameter index, FSDP's full state by parameter name: resuming with
     another strategy once failed on rank 0 with KeyError '0'."""

@@ -300,8 +300,19 @@ class FSDPStrategy(Strategy):
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         self.reshard_after_forward = options.reshard_after_forward
         reshard = options.reshard_after_forward
+        full_precision: set[int] = set()
+        if dtype is not None:
+            # Batch norm keeps float32 parameters, each layer a unit of its own: cast to bf16 beside its float32
+            # running statistics it fails on CPU ("expected scalar type BFloat16 but found Float", resnet18),
+            # and in half precision its statistics lose the small updates they accumulate.
+            for module in model.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm) and module is not model:
+                    fully_shard(module, mesh=mesh, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=reshard)
+                    full_precision.add(id(module))
         for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
-            fully_shard(model.get_submodule(name), mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+            unit = model.get_submodule(name)
+            if id(unit) not in full_precision:
+                fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
         # the model itself, now an FSDP module
         return cast(nn.Module, fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard))
 
