@@ -26,7 +26,7 @@ from bench_common import print_machine
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import read_results
 from ignite_ddl.report.analysis import analyze
-from ignite_ddl.report.stats import rank_correlation
+from ignite_ddl.report.stats import prediction_range, rank_correlation
 from ignite_ddl.sweep import parse_spec
 from ignite_ddl.sweep.forecast import fit_step_model
 from ignite_ddl.sweep.runner import sweep
@@ -76,9 +76,8 @@ def show(result: dict[str, Any]) -> None:
         print(f"link: alpha {1e6 * link['alpha_s']:.0f} us, beta {link['beta_Bps'] / 1e9:.2f} GB/s (2 gloo processes)")
     print(f"{'config':>8} {'predicted ms':>12} {'interval':>17} {'measured ms':>11} {'runs':>4} {'error':>7}  grid")
     for r in result["rows"]:
-        # none where the twin's single run gives it no width (the report's table shows none either)
-        low, high = r["low_ms"], r["high_ms"]
-        interval = f"{low:.0f} to {high:.0f}" if low and high and f"{low:.4g}" != f"{high:.4g}" else "-"
+        # none where the twin's single run gives it no width: the report table's own rule
+        interval = prediction_range(r["low_ms"], r["high_ms"], ".0f") or "-"
         print(
             f"{r['config']:>8} {r['predicted_ms']:>12.1f} {interval:>17} {r['measured_ms']:>11.1f} {r['runs']:>4} "
             f"{100 * r['error']:>+6.1f}%  {' '.join(f'{k}={v}' for k, v in r['grid'].items())}"

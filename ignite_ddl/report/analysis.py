@@ -237,13 +237,20 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
     return dict(groups)
 
 
+def step_predictions(analysis: Analysis) -> dict[int, dict[str, Any]]:
+    """The step-time model's prediction of each configuration (by index) as the sweep recorded it (``step_s``,
+    ``low_s``, ``high_s``, ``basis``; no ``step_s`` where it could not predict, ``basis`` saying why)."""
+    predicted = _mapping(_mapping(analysis.meta.get("step_model")).get("configurations"))
+    return {c.index: _mapping(predicted.get(str(c.index))) for c in analysis.configs if str(c.index) in predicted}
+
+
 def step_model_accuracy(analysis: Analysis) -> dict[str, Any]:
     """The step-time model's median absolute relative error and rank correlation (Spearman) with the measured step
     times, over the configurations it predicted."""
-    predicted = _mapping(_mapping(analysis.meta.get("step_model")).get("configurations"))
+    predicted = step_predictions(analysis)
     pairs = []
     for c in analysis.configs:
-        step = _mapping(predicted.get(str(c.index))).get("step_s")
+        step = predicted.get(c.index, {}).get("step_s")
         if step and c.global_batch and c.throughput.value:
             pairs.append((float(step), c.global_batch / c.throughput.value))
     errors = [abs(p - m) / m for p, m in pairs]

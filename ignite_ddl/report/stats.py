@@ -121,6 +121,18 @@ def positive_range(e: Estimate | None, fmt: str = ".0f") -> str:
     return f"{format(e.low, fmt)} to {format(e.high, fmt)}"
 
 
+def prediction_range(low: float | None, high: float | None, fmt: str = ".1f") -> str | None:
+    """A predicted interval as ``low to high``, or None where it has no width to show: a bound missing, or both ends
+    equal to 4 significant figures (a prediction from a single run has no spread).
+
+    >>> prediction_range(40.25, 47.0), prediction_range(40.0, 40.0), prediction_range(None, 3.0)
+    ('40.2 to 47.0', None, None)
+    """
+    if not low or not high or f"{low:.4g}" == f"{high:.4g}":
+        return None
+    return f"{format(low, fmt)} to {format(high, fmt)}"
+
+
 def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Estimate:
     """Mean of ``values`` with its Student-t confidence interval (no interval from fewer than 2 values)."""
     n = len(values)

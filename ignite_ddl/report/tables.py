@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
-from ignite_ddl.report.analysis import step_model_accuracy
+from ignite_ddl.report.analysis import step_model_accuracy, step_predictions
 from ignite_ddl.report.comparisons import payback_verdict
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
-from ignite_ddl.report.stats import Estimate, positive_range
+from ignite_ddl.report.stats import Estimate, positive_range, prediction_range
 
 __all__ = ["config_tables", "decision_table", "interval_text", "options_text", "rate_text", "ratio_text"]
 
@@ -290,19 +290,18 @@ def _memory_table(analysis: Analysis) -> Table:
 
 def _step_model_table(analysis: Analysis) -> Table:
     """Each configuration's step time predicted after the first round's one-process runs beside what it measured."""
-    predicted = _dict_of(_dict_of(analysis.meta.get("step_model")).get("configurations"))
+    predicted = step_predictions(analysis)
     header = ["config", "predicted step ms", "interval", "measured step ms", "error %", "from"]
     rows: list[list[Any]] = []
     for c in analysis.configs:
-        p = _dict_of(predicted.get(str(c.index)))
+        p = predicted.get(c.index, {})
         if not p.get("step_s"):
             continue  # nothing predicted (no one-process twin): counted in the text, not a row of blanks
         measured = c.global_batch / c.throughput.value if c.global_batch and c.throughput.value else None
         step = p.get("step_s")
         error = f"{100 * (step - measured) / measured:+.1f}" if step and measured else None
         low, high = p.get("low_s"), p.get("high_s")
-        # "a to b" (a hyphen reads as a minus sign); none where the prediction has no spread to show
-        interval = f"{1e3 * low:.1f} to {1e3 * high:.1f}" if low and high and f"{low:.4g}" != f"{high:.4g}" else None
+        interval = prediction_range(low and 1e3 * low, high and 1e3 * high)  # none where it has no spread
         shown = None if not step else f"{1e3 * step:.1f}"
         rows.append([c.name, shown, interval, measured and f"{1e3 * measured:.1f}", error, p.get("basis")])
     return header, rows
@@ -310,10 +309,10 @@ def _step_model_table(analysis: Analysis) -> Table:
 
 def _unpredicted_text(analysis: Analysis) -> str:
     """The configurations of several processes the step-time model could not predict, by reason."""
-    predicted = _dict_of(_dict_of(analysis.meta.get("step_model")).get("configurations"))
+    predicted = step_predictions(analysis)
     by_reason: dict[str, list[str]] = {}
     for c in analysis.configs:
-        p = _dict_of(predicted.get(str(c.index)))
+        p = predicted.get(c.index, {})
         if p and not p.get("step_s"):
             by_reason.setdefault(str(p.get("basis")), []).append(c.name)
     if not by_reason:
