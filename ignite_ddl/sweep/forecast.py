@@ -280,11 +280,14 @@ def fit_step_model(
     from ignite_ddl.report.analysis import analyze
     from ignite_ddl.sweep.steptime import Observed, predict_steps
     from ignite_ddl.trainer.footprint import gradient_bytes, world_size
+    from ignite_ddl.trainer.strategies import strategy_for
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
     # is still one (the report judges the measurements with its own rules).
     measured = {c.index: c for c in analyze(records, {"spec": spec.to_dict()}, include_contended=True).configs}
     observed, grads = [], {}
+    hooks: dict[int, Any] = {}
+    measured_hooks: dict[str, Any] = {}  # configurations of one gradient layout share one measurement
     for index, grid in enumerate(configurations(spec)):
         config = make_run(spec, index, grid, 0, out).config
         c = measured.get(index)
@@ -300,9 +303,34 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share))
         if world > 1:
             grads[index] = gradient_bytes(config)
+            if config.comm_hook == "powersgd" and strategy_for(config.strategy, world).name == "ddp":
+                hooks[index] = _powersgd_cost(config, measured_hooks, progress)
     link = measured_link(out, progress) if grads else None
-    predictions = predict_steps(observed, link, grads)
+    predictions = predict_steps(observed, link, grads, hooks)
     return {
         "link": None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
         "configurations": {str(i): p.to_dict() for i, p in sorted(predictions.items())},
     }
+
+
+def _powersgd_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
+    """PowerSGD's cost per bucket for ``config`` (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`), measured
+    once per gradient layout, rank and thread count; or why it is not measured."""
+    import torch
+
+    from ignite_ddl.core.environment import cpu_cores
+    from ignite_ddl.trainer.hook_cost import powersgd_cost
+
+    if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
+        return "its buckets would be reduced on a GPU, and the hook's work is measured on CPU tensors here"
+    threads = config.threads or max(1, cpu_cores() // (config.nproc_per_node or 1))
+    # What sets the buckets' shapes and the hook's work (compile and the batch do not: the hook sees gradients).
+    key = repr([config.model, config.workload, config.workload_args, config.dataset])
+    key += repr([config.bucket_cap_mb, config.powersgd_rank, threads])
+    if key not in seen:
+        progress(f"plan: measuring PowerSGD's own work a step ({threads} thread(s), no communication)")
+        try:
+            seen[key] = powersgd_cost(config, threads)
+        except Exception as e:  # the configuration goes unpredicted, with why; the sweep goes on
+            seen[key] = f"{type(e).__name__}: {e}"
+    return seen[key]

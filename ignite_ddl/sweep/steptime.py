@@ -15,9 +15,14 @@ N processes then takes
   reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
 
 with the link (alpha, beta) fitted to all-reduces measured on this machine (:func:`~ignite_ddl.projection.inputs.
-measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory). PowerSGD's bytes depend on
-the rank it learns and its first plain iterations: not predicted. The interval is the twin's throughput interval
-carried through the compute term (the link's own fit error is left out: it is small beside run-to-run noise here).
+measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory);
+- DDP with PowerSGD (its steady phase, the one a run measures): the hook's own work on every bucket, measured on
+  this machine with a rank's threads (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`) and not hidden behind
+  backward (on a CPU rank it shares backward's cores), plus its three small all-reduces per bucket, the buckets one
+  after another as the run orders them on gloo, each once it is ready.
+
+The interval is the twin's throughput interval carried through the compute term (the link's own fit error is left
+out: it is small beside run-to-run noise here).
 
 Example:
     >>> from ignite_ddl.projection.model import Link
@@ -31,13 +36,17 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
-from ignite_ddl.projection.model import Link, bucketed_exposed_s
+from ignite_ddl.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
-__all__ = ["Observed", "StepPrediction", "predict_steps"]
+if TYPE_CHECKING:
+    from ignite_ddl.trainer.hook_cost import BucketCost
+
+__all__ = ["Observed", "StepPrediction", "powersgd_s", "predict_steps"]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -82,9 +91,15 @@ def _twin_key(config: dict[str, Any]) -> str:
     return repr(sorted((k, repr(v)) for k, v in config.items() if k not in LAYOUT_OPTIONS and k != "output_dir"))
 
 
-def predict_steps(observed: list[Observed], link: Link | None, grad_bytes: dict[int, int]) -> dict[int, StepPrediction]:
+def predict_steps(
+    observed: list[Observed],
+    link: Link | None,
+    grad_bytes: dict[int, int],
+    hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
+) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
-    ``grad_bytes``: each configuration's gradient bytes (float32)."""
+    ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: PowerSGD's measured cost per
+    bucket for each configuration that uses it, or why it was not measured."""
     twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
     found = {}
     for o in observed:
@@ -100,7 +115,8 @@ def predict_steps(observed: list[Observed], link: Link | None, grad_bytes: dict[
         )  # CPU ranks split one machine's cores; a GPU rank has its own
         scale = 1.0 if shared else 1 / o.world_size
         compute = twin.step_s * scale
-        comm, why = _comm_s(o, link, grad_bytes.get(o.index), compute * (twin.backward_share or 2 / 3))
+        backward = compute * (twin.backward_share or 2 / 3)
+        comm, why = _comm_s(o, link, grad_bytes.get(o.index), backward, (hook_costs or {}).get(o.index))
         if comm is None:
             found[o.index] = StepPrediction(o.index, None, None, None, compute, None, why)
             continue
@@ -112,7 +128,9 @@ def predict_steps(observed: list[Observed], link: Link | None, grad_bytes: dict[
     return found
 
 
-def _comm_s(o: Observed, link: Link | None, grad_bytes: int | None, backward_s: float) -> tuple[float | None, str]:
+def _comm_s(
+    o: Observed, link: Link | None, grad_bytes: int | None, backward_s: float, hook: Sequence[BucketCost] | str | None
+) -> tuple[float | None, str]:
     strategy = o.config.get("strategy", "auto")
     n = o.world_size
     if link is None or grad_bytes is None:
@@ -121,9 +139,22 @@ def _comm_s(o: Observed, link: Link | None, grad_bytes: int | None, backward_s: 
         one = (n - 1) * link.alpha_s + (n - 1) / n * grad_bytes / link.beta_Bps
         accumulate = int(o.config.get("accumulate") or 1)
         return (2 * accumulate + 1) * one, ""
-    hook = o.config.get("comm_hook", "none")
-    if hook == "powersgd":
-        return None, "PowerSGD's bytes are learnt as it runs: not predicted"
-    nbytes = grad_bytes / 2 if hook in ("fp16", "bf16") else grad_bytes
+    name = o.config.get("comm_hook", "none")
+    if name == "powersgd":
+        if hook is None or isinstance(hook, str):
+            return None, f"PowerSGD's work not measured{': ' + hook if hook else ''}"
+        return powersgd_s(hook, backward_s, n, link), ""
+    nbytes = grad_bytes / 2 if name in ("fp16", "bf16") else grad_bytes
     bucket = float(o.config.get("bucket_cap_mb") or _DEFAULT_BUCKET_MB) * MIB
     return bucketed_exposed_s(backward_s, nbytes, bucket, n, link), ""
+
+
+def powersgd_s(buckets: Sequence[BucketCost], backward_s: float, n: int, link: Link) -> float:
+    """Seconds PowerSGD adds to a step after backward: every bucket's own work (none of it hidden: on a CPU rank it
+    shares backward's cores) and what its all-reduces leave exposed, bucket i ready at ``backward (i+1)/k`` and its
+    three all-reduces starting once it is ready and the previous bucket is done (gloo: strategies.comm_hook)."""
+    done = 0.0
+    for i, bucket in enumerate(buckets):
+        ready = backward_s * (i + 1) / len(buckets)
+        done = max(ready, done) + sum(ring_allreduce_s(b, n, link) for b in bucket.allreduce_bytes if b)
+    return sum(b.compute_s for b in buckets) + max(0.0, done - backward_s)

@@ -70,7 +70,16 @@ from ignite_ddl.trainer.models import build_model
 from ignite_ddl.trainer.strategies import FSDPStrategy, strategy_for
 from ignite_ddl.trainer.workload import activation_checkpointing
 
-__all__ = ["PARTS", "Prediction", "data_bytes", "gradient_bytes", "predict", "trace_step", "world_size"]
+__all__ = [
+    "PARTS",
+    "Prediction",
+    "data_bytes",
+    "gradient_bytes",
+    "gradient_shapes",
+    "predict",
+    "trace_step",
+    "world_size",
+]
 
 PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "runtime")
 _STATE_PER_PARAMETER = {"adam": 2, "sgd": 1}  # optimizer state tensors per parameter (SGD: with momentum)
@@ -221,12 +230,19 @@ def data_bytes(config: TrainConfig) -> int:
     return _job(config).data_bytes
 
 
+def gradient_shapes(config: TrainConfig) -> list[torch.Tensor]:
+    """The model's gradients as meta tensors (one per trainable parameter, its shape and dtype, in the model's
+    parameter order), built on the meta device: nothing is allocated. Raises :class:`NotTraceable` for a workload
+    of the user's."""
+    with torch.device("meta"):
+        net = _job(config).build()
+    return [torch.empty_like(p) for p in net.parameters() if p.requires_grad]
+
+
 def gradient_bytes(config: TrainConfig) -> int:
     """Bytes of the model's gradients (one per trainable parameter, in the parameters' dtype), counted on the meta
     device: nothing is allocated."""
-    with torch.device("meta"):
-        net = _job(config).build()
-    return sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
+    return sum(g.numel() * g.element_size() for g in gradient_shapes(config))
 
 
 def trace_step(config: TrainConfig) -> dict[str, int]:

@@ -1,0 +1,165 @@
+"""What PowerSGD costs a rank in a step besides its all-reduces: torch's own hook, run on this machine in one
+process, timed per DDP bucket, with the bytes each of its all-reduces carries.
+
+**Why measure it.** PowerSGD trades bytes for work: per bucket it adds the previous step's error, keeps a copy,
+multiplies every gradient matrix by its factor Q, orthogonalises the product P, multiplies again for Q, rebuilds the
+matrix from P Q^T and keeps the new error. Its three all-reduces (the tensors it leaves uncompressed, the Ps, the Qs)
+are small; the work is not: on wide_mlp's 59 MB of gradients it costs more than the plain all-reduce it replaces
+(docs/faster-step.md). That work depends on the machine, so it is measured here rather than counted.
+
+**How.** The model's gradients are laid out in DDP's buckets as DDP forms them (the parameters in reverse order,
+capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_size``, which DDP calls), each bucket a real float32 buffer of random values. torch's ``powerSGD_hook`` then runs on them with
+the run's rank, error feedback and warm start, on a process group of this one process (an all-reduce over one rank
+is its input: nothing is sent, nothing listens), with the intra-op threads a rank of the run gets. Its plain
+iterations and its first compressed one (which draws Q) are left out; the median of the next :data:`MEASURED_STEPS`
+is the cost. The bytes come from PowerSGD's own rule (``_should_compress``): a matrix is compressed where its two
+factors are at least ``min_compression_rate`` times smaller; vectors and the rest go whole.
+
+**What it is not**: a GPU rank's cost (the buffers here are CPU tensors), nor the contention a rank's other threads
+add to its own. The buffers are real: this allocates about four times the gradients' bytes, so a model above
+:data:`MAX_GRADIENT_BYTES` is not measured (its configuration says why).
+
+Example:
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> cost = powersgd_cost(TrainConfig(model="mlp", nproc_per_node=2, comm_hook="powersgd"), threads=1)
+    >>> len(cost) >= 1 and all(b.compute_s > 0 and len(b.allreduce_bytes) == 3 for b in cost)
+    True
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.trainer.footprint import gradient_shapes
+
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "powersgd_cost"]
+
+MEASURED_STEPS = 3
+MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
+_MIN_COMPRESSION_RATE = 2  # PowerSGDState's default, which the run uses (strategies.comm_hook)
+
+
+@dataclass(frozen=True)
+class BucketCost:
+    """One DDP bucket under PowerSGD: the hook's own work a step (seconds, one rank) and the bytes of its three
+    all-reduces in the order it issues them (uncompressed tensors, Ps, Qs)."""
+
+    compute_s: float
+    allreduce_bytes: tuple[int, int, int]
+
+
+def ddp_buckets(config: TrainConfig) -> list[list[torch.Tensor]]:
+    """The model's gradients (meta tensors) grouped in DDP's buckets, in the order DDP reduces them."""
+    # After its first iteration DDP rebuilds its buckets in the order backward made the gradients ready: the
+    # parameters' reverse, here. Their cap is bucket_cap_mb for every bucket, the first too: torch gives the first a
+    # cap of its own (1 MiB) only where bucket_cap_mb is left unset, and the DDP strategy always sets it.
+    grads = gradient_shapes(config)[::-1]
+    indices, _ = dist._compute_bucket_assignment_by_size(grads, [int(config.bucket_cap_mb * 2**20)])
+    return [[grads[i] for i in bucket] for bucket in indices]
+
+
+def _bytes(bucket: list[torch.Tensor], rank: int) -> tuple[int, int, int]:
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
+    whole = ps = qs = 0
+    for g in bucket:
+        n = g.shape[0] if g.dim() else 1
+        m = g.numel() // n
+        r = min(n, m, rank)
+        if _should_compress(n, m, r, _MIN_COMPRESSION_RATE)[0]:
+            ps, qs = ps + n * r, qs + m * r
+        else:
+            whole += g.numel()
+    return whole * 4, ps * 4, qs * 4
+
+
+class _Bucket:
+    """What torch's hook reads of DDP's ``GradBucket``: its flat buffer, its index, whether it is the step's last,
+    and its gradients as views of the buffer."""
+
+    def __init__(self, index: int, count: int, shapes: list[torch.Size]):
+        self._index, self._count, self._shapes = index, count, shapes
+        self._buffer = torch.randn(sum(s.numel() for s in shapes))
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._index == self._count - 1
+
+    def gradients(self) -> list[torch.Tensor]:
+        views, offset = [], 0
+        for shape in self._shapes:
+            views.append(self._buffer[offset : offset + shape.numel()].view(shape))
+            offset += shape.numel()
+        return views
+
+
+class _Alone(dist.ProcessGroup):
+    """A process group of this one process: an all-reduce over one rank is its input, complete when issued. The
+    hook's completion callbacks then run at once on this thread, where a gloo group of one would run them on its
+    worker thread beside the next bucket's work (and, holding the last reference to the group, abort the process
+    when they destroy it there: seen here). Nothing is sent, so nothing binds or listens."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+        from torch._C._distributed_c10d import _create_work_from_future
+
+        done: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        done.set_result(tensors)
+        return _create_work_from_future(done)
+
+    def size(self) -> int:
+        return 1
+
+    def getBackendName(self) -> str:
+        return "alone"
+
+
+def powersgd_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
+    """Each of ``config``'s DDP buckets under PowerSGD (its ``powersgd_rank``): the hook's own work a step, measured
+    here with ``threads`` intra-op threads, and the bytes of its all-reduces. Raises ValueError for gradients above
+    :data:`MAX_GRADIENT_BYTES`; :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    layout = ddp_buckets(config)
+    total = sum(g.numel() * g.element_size() for bucket in layout for g in bucket)
+    if total > MAX_GRADIENT_BYTES:
+        raise ValueError(
+            f"PowerSGD's work is measured on real gradients, {total / 2**30:.1f} GiB here: above the "
+            f"{MAX_GRADIENT_BYTES / 2**30:.0f} GiB measured"
+        )
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    group = _Alone()
+    times: list[list[float]] = [[] for _ in layout]
+    try:
+        start = 2  # the fewest plain iterations PowerSGD allows with error feedback
+        state = powerSGD_hook.PowerSGDState(
+            process_group=group, matrix_approximation_rank=config.powersgd_rank, start_powerSGD_iter=start
+        )
+        buckets = [_Bucket(i, len(layout), [g.shape for g in b]) for i, b in enumerate(layout)]
+        for step in range(start + 1 + MEASURED_STEPS):
+            for bucket, seen in zip(buckets, times, strict=True):
+                began = time.perf_counter()
+                powerSGD_hook.powerSGD_hook(state, bucket).wait()  # type: ignore[arg-type]
+                if step > start:  # the plain iterations and the first compressed one (it draws Q) left out
+                    seen.append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(before)
+    return [
+        BucketCost(statistics.median(seen), _bytes(b, config.powersgd_rank))
+        for b, seen in zip(layout, times, strict=True)
+    ]
