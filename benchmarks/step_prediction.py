@@ -7,6 +7,7 @@ measured step times.
 Usage:
     python benchmarks/step_prediction.py experiments/quickstart/spec.yaml --output-dir runs/step_quickstart
     python benchmarks/step_prediction.py --from runs/step_quickstart     # a finished sweep (refitted if it has to)
+    python benchmarks/step_prediction.py --from runs/step_quickstart --refit   # its first round, the model fitted again
 
 A sweep whose ``step_model`` predicted nothing (its first round was all contended on a release that counted only
 uncontended runs) is refitted from its records exactly as the sweep fits it.
@@ -33,12 +34,12 @@ from ignite_ddl.sweep.runner import sweep
 from ignite_ddl.sweep.spec import load_spec
 
 
-def summarise(out: Path) -> dict[str, Any]:
+def summarise(out: Path, refit: bool = False) -> dict[str, Any]:
     meta = read_json(out / "sweep.json")
     records = read_results(out / "results.jsonl")
     spec = parse_spec(meta["spec"])
     model = meta.get("step_model") or {}
-    if not any((p or {}).get("step_s") for p in (model.get("configurations") or {}).values()):
+    if refit or not any((p or {}).get("step_s") for p in (model.get("configurations") or {}).values()):
         first = [r for r in records if r["repeat"] == 0 and (r["config"].get("nproc_per_node") or 1) == 1]
         model = fit_step_model(spec, out, first, progress=print)
     configs = {c.index: c for c in analyze(records, meta, include_contended=True).configs}
@@ -96,6 +97,9 @@ def main() -> None:
     parser.add_argument("--output-dir", default="runs/step_prediction")
     parser.add_argument("--repeats", type=int, help="fixed repeats instead of the spec's")
     parser.add_argument("--from", dest="done", metavar="DIR", help="only summarise the sweep in DIR")
+    parser.add_argument(
+        "--refit", action="store_true", help="with --from: fit the model again to the sweep's first round"
+    )
     parser.add_argument("--json", type=Path, help="also write the result as JSON")
     args = parser.parse_args()
     print_machine()
@@ -107,7 +111,7 @@ def main() -> None:
         if args.repeats:
             spec.update({"repeats": args.repeats, "adaptive": False})
         sweep(parse_spec(spec))
-    result = summarise(out)
+    result = summarise(out, refit=args.refit)
     show(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

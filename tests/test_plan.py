@@ -165,17 +165,20 @@ def test_a_configuration_predicted_not_to_fit_is_launched_only_when_asked(tmp_pa
 
 
 def test_the_step_model_recovers_known_costs():
-    """Simulated first-round runs with known costs: 2 ms of compute per sample (one process), a link of 50 us and
-    1 GB/s, 10 MB of gradients. Each configuration of 2 processes is predicted from its one-process twin (same
-    accumulation) as the costs say: compute unchanged (the two CPU ranks share the cores), plus DDP's all-reduce of
-    one bucket after backward, or FSDP's two gathers per micro-batch and one reduce-scatter."""
+    """Simulated first-round runs with known costs: 2 ms of compute per sample (one process), a tenth of it the
+    optimizer step, a link of 50 us and 1 GB/s, 10 MB of gradients. Each configuration of 2 processes is predicted
+    from its one-process twin (same accumulation) as the costs say: forward and backward unchanged (the two CPU
+    ranks share the cores), the optimizer step twice under DDP (each rank's whole) and once under FSDP (a shard
+    each), plus DDP's all-reduce, or FSDP's two gathers per micro-batch and one reduce-scatter."""
     c, alpha, beta, grads, batch = 2e-3, 50e-6, 1e9, 10_000_000, 64
     link = Link("simulated", alpha, beta, "test")
 
     def config(n, strategy, accumulate):
         return {"nproc_per_node": n, "strategy": strategy, "accumulate": accumulate, "batch_size": batch}
 
-    one = [Observed(i, config(1, "ddp", a), 1, "cpu", c * batch * a, None, None, 0.5) for i, a in ((0, 1), (1, 4))]
+    one = [
+        Observed(i, config(1, "ddp", a), 1, "cpu", c * batch * a, None, None, 0.5, 0.1 / a) for i, a in ((0, 1), (1, 4))
+    ]
     many = [
         Observed(2, config(2, "ddp", 1), 2, None, None, None, None, None),
         Observed(3, config(2, "fsdp", 1), 2, None, None, None, None, None),
@@ -185,11 +188,31 @@ def test_the_step_model_recovers_known_costs():
     found = predict_steps(one + many, link, {i: grads for i in range(2, 6)})
     ring = 2 * alpha + grads / beta  # 2(N-1) alpha + 2(N-1)/N M / beta, N = 2
     gather = alpha + grads / 2 / beta  # (N-1) alpha + (N-1)/N M / beta
-    assert found[2].step_s == pytest.approx(c * batch + ring) and found[2].basis == "one-process twin cfg000"
+    optimizer = 0.1 * c * batch
+    assert found[2].step_s == pytest.approx(c * batch + optimizer + ring)
+    assert found[2].basis == "one-process twin cfg000"
     assert found[3].step_s == pytest.approx(c * batch + 3 * gather)
     assert found[4].step_s == pytest.approx(4 * c * batch + 9 * gather) and found[4].basis.endswith("cfg001")
     assert found[5].step_s is None and found[5].basis == "no one-process twin measured"
     assert 0 not in found and 1 not in found  # one process is measured, not predicted
+
+
+def test_only_ranks_with_their_own_device_hide_ddps_all_reduce_behind_backward():
+    """Two buckets of 10 MB, a backward of 0.6 of a 100 ms step. CPU ranks share the cores gloo's copies and sums need:
+    the whole all-reduce is added. A GPU rank has its own device: compute is a half, the optimizer step (10 ms)
+    stays whole, and the first bucket's all-reduce hides behind the rest of backward."""
+    from ignite_ddl.projection.model import bucketed_exposed_s, ring_allreduce_s
+
+    link = Link("simulated", 50e-6, 1e9, "test")
+    grads, bucket = 20 * 2**20, {"bucket_cap_mb": 10.0}
+    hidden = bucketed_exposed_s(0.03, grads, 10 * 2**20, 2, link)
+    whole = 2 * ring_allreduce_s(10 * 2**20, 2, link)
+    assert hidden < whole  # the scenario shows the difference
+    for device, compute, comm in (("cpu", 0.1 + 0.01, whole), ("cuda", 0.09 / 2 + 0.01, hidden)):
+        one = Observed(0, {"nproc_per_node": 1, **bucket}, 1, device, 0.1, None, None, 0.6, 0.1)
+        two = Observed(1, {"nproc_per_node": 2, "strategy": "ddp", **bucket}, 2, device, None, None, None, None)
+        found = predict_steps([one, two], link, {1: grads})[1]
+        assert found.compute_s == pytest.approx(compute) and found.comm_s == pytest.approx(comm), device
 
 
 def test_the_step_model_adds_powersgds_work_and_its_small_all_reduces():
@@ -212,7 +235,7 @@ def test_the_step_model_adds_powersgds_work_and_its_small_all_reduces():
     two = Observed(1, hooked, 2, None, None, None, None, None)
     three = Observed(2, {**hooked, "powersgd_rank": 4}, 2, None, None, None, None, None)
     found = predict_steps([one, two, three], link, {1: 10_000, 2: 10_000}, {1: buckets, 2: "ValueError: too big"})
-    assert found[1].step_s == pytest.approx(0.1 + powersgd_s(buckets, 0.05, 2, link))
+    assert found[1].step_s == pytest.approx(0.1 + powersgd_s(buckets, 0.0, 2, link))  # CPU ranks: nothing hidden
     assert found[1].low_s == pytest.approx(0.09 + found[1].comm_s)
     assert found[2].step_s is None and found[2].basis == "PowerSGD's work not measured: ValueError: too big"
 

@@ -291,16 +291,17 @@ def fit_step_model(
     for index, grid in enumerate(configurations(spec)):
         config = make_run(spec, index, grid, 0, out).config
         c = measured.get(index)
-        step = low = high = share = None
+        step = low = high = share = optimizer = None
         if c is not None and c.throughput.value and c.global_batch:
             step = c.global_batch / c.throughput.value
             low = c.global_batch / c.throughput.high if c.throughput.high else None
             high = c.global_batch / c.throughput.low if c.throughput.low else None
             total = sum(c.phases.values())
             share = c.phases.get("backward_compute", 0.0) / total if total else None
+            optimizer = c.phases.get("optimizer", 0.0) / total if total else None
         world = world_size(config)
         device = c.device_type if c is not None else None
-        observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share))
+        observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             grads[index] = gradient_bytes(config)
             if config.comm_hook == "powersgd" and strategy_for(config.strategy, world).name == "ddp":

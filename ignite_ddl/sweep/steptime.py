@@ -2,27 +2,31 @@
 all-reduce, predicting every configuration of several processes before its figures are read, with an interval.
 
 **The model.** A configuration's *one-process twin* is the configuration with the same options but one process
-(the layout options, :data:`~ignite_ddl.core.config.LAYOUT_OPTIONS`, aside). Its measured step gives the compute
-per sample ``c`` (seconds per sample of the global batch, with the interval of its throughput). A configuration of
-N processes then takes
+(the layout options, :data:`~ignite_ddl.core.config.LAYOUT_OPTIONS`, aside: one process ignores DDP's hook and graph
+options, so a hooked configuration's twin is the plain one). Its measured step, with the interval of its
+throughput and its phases, gives the compute. A configuration of N processes then takes
 
-- compute ``c x batch`` where the N ranks share the cores one process used (CPU: each rank gets cores / N threads),
-  ``c x batch / N`` where each rank has its own device;
-- DDP: the gradients' exposed all-reduce, DDP's buckets overlapping backward (backward as the twin measured its
-  share of the step; :func:`~ignite_ddl.projection.model.bucketed_exposed_s`), half the bytes with an fp16 / bf16
-  hook; once per optimizer step, whatever the accumulation;
+- compute: forward and backward as the twin's where the N ranks share the cores one process used (CPU: each rank
+  gets cores / N threads), 1/N of it where each rank has its own device; the optimizer step is each rank's whole
+  under DDP (every rank updates every parameter: on shared cores, N times the twin's optimizer time), a shard under
+  FSDP;
+- DDP: the gradients' all-reduce, once per optimizer step whatever the accumulation, half the bytes with an fp16 /
+  bf16 hook. On a GPU its buckets overlap backward (backward as the twin measured its share of the step;
+  :func:`~ignite_ddl.projection.model.bucketed_exposed_s`). On CPU ranks they do not: gloo's copies and sums need
+  the cores backward holds, and measured here the overlapped part of wide_mlp's all-reduce came back as slower
+  backward (2 processes: backward +17 ms over the twin's, 47 ms exposed, against 38 ms for the whole all-reduce
+  at the fitted link);
+- DDP with PowerSGD (its steady phase, the one a run measures): the hook's own work on every bucket, measured on
+  this machine with a rank's threads (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`) and never hidden, plus
+  its three small all-reduces per bucket, the buckets one after another as the run orders them on gloo;
 - FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
   reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
 
 with the link (alpha, beta) fitted to all-reduces measured on this machine (:func:`~ignite_ddl.projection.inputs.
-measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory);
-- DDP with PowerSGD (its steady phase, the one a run measures): the hook's own work on every bucket, measured on
-  this machine with a rank's threads (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`) and not hidden behind
-  backward (on a CPU rank it shares backward's cores), plus its three small all-reduces per bucket, the buckets one
-  after another as the run orders them on gloo, each once it is ready.
-
-The interval is the twin's throughput interval carried through the compute term (the link's own fit error is left
-out: it is small beside run-to-run noise here).
+measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory). What it cannot see: how
+well the twin's threads scaled (a small CNN ran 20 % faster as 2 processes of 1 thread than as 1 process of 2, so
+its prediction is that much high). The interval is the twin's throughput interval carried through the compute term
+(the link's own fit error is left out: it is small beside run-to-run noise here).
 
 Example:
     >>> from ignite_ddl.projection.model import Link
@@ -30,7 +34,7 @@ Example:
     >>> two = Observed(1, {"nproc_per_node": 2, "batch_size": 64, "strategy": "ddp"}, 2, "cpu", None, None, None, None)
     >>> link = Link("made up", alpha_s=1e-4, beta_Bps=1e9, source="example")
     >>> p = predict_steps([one, two], link, {1: 4_000_000})[1]
-    >>> round(p.compute_s, 3), round(p.comm_s * 1e3, 3)  # all 4 MB in one bucket, after backward's last gradient
+    >>> round(p.compute_s, 3), round(p.comm_s * 1e3, 3)  # all 4 MB in one bucket: not hidden on CPU ranks
     (0.64, 4.2)
 """
 
@@ -64,6 +68,7 @@ class Observed:
     low_s: float | None  # its interval's ends (faster, slower)
     high_s: float | None
     backward_share: float | None  # backward / step, as its runs timed it
+    optimizer_share: float | None = None  # optimizer step / step, as its runs timed it
 
 
 @dataclass(frozen=True)
@@ -109,23 +114,33 @@ def predict_steps(
         if twin is None or twin.step_s is None:
             found[o.index] = StepPrediction(o.index, None, None, None, None, None, "no one-process twin measured")
             continue
-        shared = (o.device_type or twin.device_type) in (
-            None,
-            "cpu",
-        )  # CPU ranks split one machine's cores; a GPU rank has its own
-        scale = 1.0 if shared else 1 / o.world_size
-        compute = twin.step_s * scale
-        backward = compute * (twin.backward_share or 2 / 3)
-        comm, why = _comm_s(o, link, grad_bytes.get(o.index), backward, (hook_costs or {}).get(o.index))
+        # CPU ranks split one machine's cores; a GPU rank has its own device.
+        shared = (o.device_type or twin.device_type) in (None, "cpu")
+        backward = twin.step_s * (1.0 if shared else 1 / o.world_size) * (twin.backward_share or 2 / 3)
+        hook = (hook_costs or {}).get(o.index)
+        comm, why = _comm_s(o, link, grad_bytes.get(o.index), 0.0 if shared else backward, hook)
+        compute = _compute_s(twin, twin.step_s, o, shared)
         if comm is None:
             found[o.index] = StepPrediction(o.index, None, None, None, compute, None, why)
             continue
-        low = (twin.low_s or twin.step_s) * scale + comm
-        high = (twin.high_s or twin.step_s) * scale + comm
+        low = _compute_s(twin, twin.low_s or twin.step_s, o, shared) + comm
+        high = _compute_s(twin, twin.high_s or twin.step_s, o, shared) + comm
         found[o.index] = StepPrediction(
             o.index, compute + comm, low, high, compute, comm, f"one-process twin cfg{twin.index:03d}"
         )
     return found
+
+
+def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> float:
+    """``o``'s compute from its twin's step ``step_s``: forward and backward split over the ranks (on shared cores
+    the N ranks take as long together as the twin did); the optimizer step is every rank's whole under DDP (each
+    updates all the parameters: N times the twin's work on the same cores), a shard under FSDP."""
+    n = o.world_size
+    optimizer = step_s * (twin.optimizer_share or 0.0)
+    sharded = o.config.get("strategy", "auto") == "fsdp"
+    if shared:
+        return step_s if sharded else step_s + (n - 1) * optimizer
+    return (step_s - optimizer) / n + (optimizer / n if sharded else optimizer)
 
 
 def _comm_s(

@@ -8,12 +8,13 @@ are small; the work is not: on wide_mlp's 59 MB of gradients it costs more than 
 (docs/faster-step.md). That work depends on the machine, so it is measured here rather than counted.
 
 **How.** The model's gradients are laid out in DDP's buckets as DDP forms them (the parameters in reverse order,
-capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_size``, which DDP calls), each bucket a real float32 buffer of random values. torch's ``powerSGD_hook`` then runs on them with
-the run's rank, error feedback and warm start, on a process group of this one process (an all-reduce over one rank
-is its input: nothing is sent, nothing listens), with the intra-op threads a rank of the run gets. Its plain
-iterations and its first compressed one (which draws Q) are left out; the median of the next :data:`MEASURED_STEPS`
-is the cost. The bytes come from PowerSGD's own rule (``_should_compress``): a matrix is compressed where its two
-factors are at least ``min_compression_rate`` times smaller; vectors and the rest go whole.
+capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_size``, which DDP calls), each
+bucket a real float32 buffer of random values. torch's ``powerSGD_hook`` then runs on them with the run's rank,
+error feedback and warm start, on a process group of this one process (an all-reduce over one rank is its input:
+nothing is sent, nothing listens), with the intra-op threads a rank of the run gets. Its plain iterations and its
+first compressed one (which draws Q) are left out; the median of the next :data:`MEASURED_STEPS` is the cost. The
+bytes come from PowerSGD's own rule (``_should_compress``): a matrix is compressed where its two factors are at
+least ``min_compression_rate`` times smaller; vectors and the rest go whole.
 
 **What it is not**: a GPU rank's cost (the buffers here are CPU tensors), nor the contention a rank's other threads
 add to its own. The buffers are real: this allocates about four times the gradients' bytes, so a model above
