@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import platform
 import resource
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -162,6 +164,38 @@ def test_a_configuration_predicted_not_to_fit_is_launched_only_when_asked(tmp_pa
     big = [r for r in read_results(out / "results.jsonl") if r["grid"]["batch_size"] == 2048]
     assert len(big) == 1 and big[0]["status"] == "out_of_memory", big
     assert big[0]["prediction"]["peak_bytes"] > 2000 * 2**20
+
+
+FORK_AFTER_PLAN = """
+import os, sys, torch
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.trainer import footprint
+
+config = TrainConfig(model="toy", batch_size=8, nproc_per_node=2, strategy="fsdp")
+first = footprint.predict(config, 0).parts
+pid = os.fork()  # as the launcher forks ranks
+if pid == 0:
+    try:
+        x = torch.ones(3, requires_grad=True)
+        (2 * x).sum().backward()
+        print("forked rank: backward ok", flush=True)
+    except RuntimeError as e:
+        print("forked rank:", e, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+footprint._trace_here(config)  # this process now in the state torch refuses forked autograd from
+print("again:", footprint.predict(config, 0).parts == first, flush=True)
+"""
+
+
+def test_a_plan_leaves_this_process_able_to_fork_ranks(tmp_path):
+    """A backward on fake tensors starts autograd's device threads, and torch then refuses autograd in every process
+    forked from that one: a notebook that planned, then launched forked ranks, saw its ranks fail. The trace runs in
+    a forked child of its own, so a rank forked after a plan trains; a process already in that state traces in
+    itself and gets the same parts."""
+    result = subprocess.run([sys.executable, "-c", FORK_AFTER_PLAN], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "forked rank: backward ok" in result.stdout and "again: True" in result.stdout, result.stdout
 
 
 def test_the_step_model_recovers_known_costs():

@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import multiprocessing as mp
 import platform
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,7 +249,47 @@ def gradient_bytes(config: TrainConfig) -> int:
 
 def trace_step(config: TrainConfig) -> dict[str, int]:
     """The parts (bytes) of one rank at the peak of its traced training step (see the module docstring). Raises
-    whatever the trace raises: a model that cannot run on fake tensors (:class:`NotTraceable`: a user's workload)."""
+    whatever the trace raises: a model that cannot run on fake tensors (:class:`NotTraceable`: a user's workload).
+
+    On Linux the trace runs in a forked child: a backward on fake tensors starts autograd's device threads, after
+    which torch refuses autograd in every process forked from this one ("Unable to handle autograd's threading in
+    combination with fork-based multiprocessing"). Traced here, a plan would break the ranks a notebook or a test
+    then forks. Where this process already is in that state (it compiled, or traced before), or cannot fork, the
+    trace runs here."""
+    if sys.platform != "linux":
+        return _trace_here(config)
+    context = mp.get_context("fork")
+    mine, theirs = context.Pipe(duplex=False)
+    child = context.Process(target=_trace_for_parent, args=(config, theirs), daemon=True)
+    child.start()
+    theirs.close()
+    try:
+        kind, value = mine.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the trace's process ended with exit code {child.exitcode}") from None
+    finally:
+        mine.close()
+        child.join()
+    if kind == "parts":
+        return dict(value)
+    name, text = value
+    if "fork-based multiprocessing" in text:  # this process forked ranks' bane already: nothing more to lose here
+        return _trace_here(config)
+    known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
+    raise known.get(name, type(name, (RuntimeError,), {}))(text)
+
+
+def _trace_for_parent(config: TrainConfig, answer: Any) -> None:
+    try:
+        found: tuple[str, Any] = ("parts", _trace_here(config))
+    except Exception as e:  # the parent raises it again, by its name (predict words some by it)
+        found = ("error", (type(e).__name__, str(e)))
+    answer.send(found)
+    answer.close()
+
+
+def _trace_here(config: TrainConfig) -> dict[str, int]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     world = world_size(config)
