@@ -17,7 +17,7 @@ from ignite.engine import Engine, Events
 
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.measure.recorder import format_steps
-from ignite_ddl.trainer.hook_cost import ddp_buckets, powersgd_cost
+from ignite_ddl.trainer.hook_cost import ddp_buckets, hook_cost
 from ignite_ddl.trainer.run import TrainingRun
 from ignite_ddl.trainer.strategies import unwrap
 
@@ -248,11 +248,15 @@ def test_each_comm_hook_sends_what_it_promises_and_trains_alike(hook_runs, hook_
     rank32 = _relative_diff(_weights(hook_runs["powersgd_rank32"]), reference)
     assert rank32 <= POWERSGD_RANK32_BOUND and rank32 < rank1 / 4, (rank32, rank1)
     assert _bytes_per_step(hook_runs["powersgd_rank32"]) < param_bytes / 5
-    # The step-time model's PowerSGD cost lays the gradients out in DDP's buckets and counts its all-reduces' bytes
-    # as PowerSGD does: the same as these real runs recorded, every compressed step.
+    # The step-time model's hook cost lays the gradients out in DDP's buckets and counts its all-reduces' bytes as
+    # the hook does: the same as these real runs recorded, every (compressed) step.
+    for name in ("fp16", "bf16"):
+        predicted = hook_cost(TrainConfig(nproc_per_node=2, **{**COMMON, **HOOK_RUNS[name]}), threads=1)
+        assert sum(sum(b.allreduce_bytes) for b in predicted) == _bytes_per_step(hook_runs[name]), name
+        assert all(b.compute_s > 0 for b in predicted), name
     for name in ("powersgd", "powersgd_rank32"):
         config = TrainConfig(nproc_per_node=2, **{**COMMON, **HOOK_RUNS[name]})
-        predicted = powersgd_cost(config, threads=1)
+        predicted = hook_cost(config, threads=1)
         rows = _csv(hook_root / name)
         assert len(predicted) == len(ddp_buckets(config)) == min(int(r["buckets"]) for r in rows[1:]), name
         steady = {int(r["comm_bytes"]) for r in rows if int(r["iteration"]) > 2}

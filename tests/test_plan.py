@@ -249,27 +249,29 @@ def test_only_ranks_with_their_own_device_hide_ddps_all_reduce_behind_backward()
         assert found.compute_s == pytest.approx(compute) and found.comm_s == pytest.approx(comm), device
 
 
-def test_the_step_model_adds_powersgds_work_and_its_small_all_reduces():
-    """PowerSGD's steady step: the twin's compute, plus every bucket's measured work (not hidden behind backward), plus
-    its all-reduces, bucket after bucket, each once its bucket is ready: with a backward of 0 all of them show."""
-    from ignite_ddl.sweep.steptime import powersgd_s
+def test_the_step_model_adds_a_hooks_work_and_its_all_reduces():
+    """A hooked step (PowerSGD's steady phase, bf16): the twin's compute, plus every bucket's measured work (not
+    hidden behind backward), plus its all-reduces, bucket after bucket, each once its bucket is ready: with a
+    backward of 0 (CPU ranks) all of them show."""
+    from ignite_ddl.sweep.steptime import hook_s
     from ignite_ddl.trainer.hook_cost import BucketCost
 
     alpha, beta = 50e-6, 1e9
     link = Link("simulated", alpha, beta, "test")
     buckets = [BucketCost(0.010, (400, 4000, 0)), BucketCost(0.030, (800, 8000, 16000))]
     ring = lambda nbytes: 2 * alpha + nbytes / beta  # noqa: E731 - N = 2
-    assert powersgd_s(buckets, 0.0, 2, link) == pytest.approx(
-        0.040 + sum(ring(b) for b in (400, 4000, 800, 8000, 16000))
-    )
+    assert hook_s(buckets, 0.0, 2, link) == pytest.approx(0.040 + sum(ring(b) for b in (400, 4000, 800, 8000, 16000)))
     # A long backward hides the first bucket's all-reduces; the last one's come after it.
-    assert powersgd_s(buckets, 1.0, 2, link) == pytest.approx(0.040 + sum(ring(b) for b in (800, 8000, 16000)))
+    assert hook_s(buckets, 1.0, 2, link) == pytest.approx(0.040 + sum(ring(b) for b in (800, 8000, 16000)))
     one = Observed(0, {"nproc_per_node": 1, "batch_size": 64}, 1, "cpu", 0.1, 0.09, 0.11, 0.5)
     hooked = {"nproc_per_node": 2, "batch_size": 64, "comm_hook": "powersgd"}
     two = Observed(1, hooked, 2, None, None, None, None, None)
     three = Observed(2, {**hooked, "powersgd_rank": 4}, 2, None, None, None, None, None)
-    found = predict_steps([one, two, three], link, {1: 10_000, 2: 10_000}, {1: buckets, 2: "ValueError: too big"})
-    assert found[1].step_s == pytest.approx(0.1 + powersgd_s(buckets, 0.0, 2, link))  # CPU ranks: nothing hidden
+    half = Observed(3, {**hooked, "comm_hook": "bf16"}, 2, None, None, None, None, None)
+    costs = {1: buckets, 2: "ValueError: too big", 3: [BucketCost(0.002, (5000,))]}
+    found = predict_steps([one, two, three, half], link, {i: 10_000 for i in (1, 2, 3)}, costs)
+    assert found[3].step_s == pytest.approx(0.1 + 0.002 + ring(5000))  # a half-precision hook: its cast, half bytes
+    assert found[1].step_s == pytest.approx(0.1 + hook_s(buckets, 0.0, 2, link))  # CPU ranks: nothing hidden
     assert found[1].low_s == pytest.approx(0.09 + found[1].comm_s)
     assert found[2].step_s is None and found[2].basis == "PowerSGD's work not measured: ValueError: too big"
 
@@ -295,7 +297,7 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     out = tmp_path / "out"
     result = run_cli("sweep", spec, "--output-dir", str(out), timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "one-process runs first" in result.stdout and "measuring PowerSGD's own work" in result.stdout
+    assert "one-process runs first" in result.stdout and "measuring the powersgd hook's own work" in result.stdout
     model = read_json(out / "sweep.json")["step_model"]
     assert model["link"]["beta_Bps"] > 0 and set(model["configurations"]) == {"1", "2"}
     for predicted in model["configurations"].values():  # DDP's own all-reduce, and PowerSGD's steady phase

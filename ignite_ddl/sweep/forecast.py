@@ -304,8 +304,8 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             grads[index] = gradient_bytes(config)
-            if config.comm_hook == "powersgd" and strategy_for(config.strategy, world).name == "ddp":
-                hooks[index] = _powersgd_cost(config, measured_hooks, progress)
+            if config.comm_hook != "none" and strategy_for(config.strategy, world).name == "ddp":
+                hooks[index] = _hook_cost(config, measured_hooks, progress)
     link = measured_link(out, progress) if grads else None
     predictions = predict_steps(observed, link, grads, hooks)
     return {
@@ -314,24 +314,26 @@ def fit_step_model(
     }
 
 
-def _powersgd_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
-    """PowerSGD's cost per bucket for ``config`` (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`), measured
-    once per gradient layout, rank and thread count; or why it is not measured."""
+def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
+    """The communication hook's cost per bucket for ``config`` (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`),
+    measured once per hook, gradient layout and thread count; or why it is not measured."""
     import torch
 
     from ignite_ddl.core.environment import cpu_cores
-    from ignite_ddl.trainer.hook_cost import powersgd_cost
+    from ignite_ddl.trainer.hook_cost import hook_cost
 
     if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
         return "its buckets would be reduced on a GPU, and the hook's work is measured on CPU tensors here"
     threads = config.threads or max(1, cpu_cores() // (config.nproc_per_node or 1))
     # What sets the buckets' shapes and the hook's work (compile and the batch do not: the hook sees gradients).
-    key = repr([config.model, config.workload, config.workload_args, config.dataset])
+    key = repr([config.model, config.workload, config.workload_args, config.dataset, config.comm_hook])
     key += repr([config.bucket_cap_mb, config.powersgd_rank, threads])
     if key not in seen:
-        progress(f"plan: measuring PowerSGD's own work a step ({threads} thread(s), no communication)")
+        progress(
+            f"plan: measuring the {config.comm_hook} hook's own work a step ({threads} thread(s), no communication)"
+        )
         try:
-            seen[key] = powersgd_cost(config, threads)
+            seen[key] = hook_cost(config, threads)
         except Exception as e:  # the configuration goes unpredicted, with why; the sweep goes on
             seen[key] = f"{type(e).__name__}: {e}"
     return seen[key]

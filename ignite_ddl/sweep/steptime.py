@@ -16,9 +16,11 @@ throughput and its phases, gives the compute. A configuration of N processes the
   the cores backward holds, and measured here the overlapped part of wide_mlp's all-reduce came back as slower
   backward (2 processes: backward +17 ms over the twin's, 47 ms exposed, against 38 ms for the whole all-reduce
   at the fitted link);
-- DDP with PowerSGD (its steady phase, the one a run measures): the hook's own work on every bucket, measured on
-  this machine with a rank's threads (:func:`~ignite_ddl.trainer.hook_cost.powersgd_cost`) and never hidden, plus
-  its three small all-reduces per bucket, the buckets one after another as the run orders them on gloo;
+- DDP with a hook, measured on CPU (PowerSGD in its steady phase, the one a run measures; fp16 / bf16): the
+  hook's own work on every bucket, measured on this machine with a rank's threads
+  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) and never hidden, plus its all-reduces (PowerSGD's three small
+  ones, the half-precision bucket), the buckets one after another; on a GPU rank, where the work is not measured,
+  fp16 / bf16 are half the bytes and PowerSGD is not predicted;
 - FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
   reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
 
@@ -50,7 +52,7 @@ from ignite_ddl.projection.model import Link, bucketed_exposed_s, ring_allreduce
 if TYPE_CHECKING:
     from ignite_ddl.trainer.hook_cost import BucketCost
 
-__all__ = ["Observed", "StepPrediction", "powersgd_s", "predict_steps"]
+__all__ = ["Observed", "StepPrediction", "hook_s", "predict_steps"]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -103,8 +105,8 @@ def predict_steps(
     hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
 ) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
-    ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: PowerSGD's measured cost per
-    bucket for each configuration that uses it, or why it was not measured."""
+    ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
+    bucket for each configuration that uses a hook, or why it was not measured."""
     twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
     found = {}
     for o in observed:
@@ -155,19 +157,20 @@ def _comm_s(
         accumulate = int(o.config.get("accumulate") or 1)
         return (2 * accumulate + 1) * one, ""
     name = o.config.get("comm_hook", "none")
+    if name != "none" and hook is not None and not isinstance(hook, str):
+        return hook_s(hook, backward_s, n, link), ""
     if name == "powersgd":
-        if hook is None or isinstance(hook, str):
-            return None, f"PowerSGD's work not measured{': ' + hook if hook else ''}"
-        return powersgd_s(hook, backward_s, n, link), ""
-    nbytes = grad_bytes / 2 if name in ("fp16", "bf16") else grad_bytes
+        return None, "PowerSGD's work not measured" + (f": {hook}" if isinstance(hook, str) else "")
+    nbytes = grad_bytes / 2 if name in ("fp16", "bf16") else grad_bytes  # their cast unmeasured: not costed
     bucket = float(o.config.get("bucket_cap_mb") or _DEFAULT_BUCKET_MB) * MIB
     return bucketed_exposed_s(backward_s, nbytes, bucket, n, link), ""
 
 
-def powersgd_s(buckets: Sequence[BucketCost], backward_s: float, n: int, link: Link) -> float:
-    """Seconds PowerSGD adds to a step after backward: every bucket's own work (none of it hidden: on a CPU rank it
-    shares backward's cores) and what its all-reduces leave exposed, bucket i ready at ``backward (i+1)/k`` and its
-    three all-reduces starting once it is ready and the previous bucket is done (gloo: strategies.comm_hook)."""
+def hook_s(buckets: Sequence[BucketCost], backward_s: float, n: int, link: Link) -> float:
+    """Seconds a communication hook adds to a step after backward (``backward_s`` 0 on CPU ranks: nothing hidden):
+    every bucket's own work (never hidden: it blocks backward's thread or shares its cores) and what its all-reduces
+    leave exposed, bucket i ready at ``backward (i+1)/k`` and its all-reduces starting once it is ready and the
+    previous bucket's are done (PowerSGD on gloo waits for them: strategies.comm_hook)."""
     done = 0.0
     for i, bucket in enumerate(buckets):
         ready = backward_s * (i + 1) / len(buckets)

@@ -1,20 +1,22 @@
-"""What PowerSGD costs a rank in a step besides its all-reduces: torch's own hook, run on this machine in one
-process, timed per DDP bucket, with the bytes each of its all-reduces carries.
+"""What a DDP communication hook costs a rank in a step besides its all-reduces: torch's own hook, run on this
+machine in one process, timed per DDP bucket, with the bytes each of its all-reduces carries.
 
-**Why measure it.** PowerSGD trades bytes for work: per bucket it adds the previous step's error, keeps a copy,
-multiplies every gradient matrix by its factor Q, orthogonalises the product P, multiplies again for Q, rebuilds the
-matrix from P Q^T and keeps the new error. Its three all-reduces (the tensors it leaves uncompressed, the Ps, the Qs)
-are small; the work is not: on wide_mlp's 59 MB of gradients it costs more than the plain all-reduce it replaces
-(docs/faster-step.md). That work depends on the machine, so it is measured here rather than counted.
+**Why measure it.** A hook trades bytes for work. PowerSGD, per bucket, adds the previous step's error, keeps a
+copy, multiplies every gradient matrix by its factor Q, orthogonalises the product P, multiplies again for Q,
+rebuilds the matrix from P Q^T and keeps the new error; its three all-reduces (the tensors it leaves uncompressed,
+the Ps, the Qs) are small, the work is not: on wide_mlp's 59 MB of gradients it costs more than the plain
+all-reduce it replaces (docs/faster-step.md). fp16 / bf16 cast the bucket down, divide it and copy the sum back.
+That work depends on the machine, so it is measured here rather than counted.
 
 **How.** The model's gradients are laid out in DDP's buckets as DDP forms them (the parameters in reverse order,
 capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_size``, which DDP calls), each
-bucket a real float32 buffer of random values. torch's ``powerSGD_hook`` then runs on them with the run's rank,
-error feedback and warm start, on a process group of this one process (an all-reduce over one rank is its input:
-nothing is sent, nothing listens), with the intra-op threads a rank of the run gets. Its plain iterations and its
-first compressed one (which draws Q) are left out; the median of the next :data:`MEASURED_STEPS` is the cost. The
-bytes come from PowerSGD's own rule (``_should_compress``): a matrix is compressed where its two factors are at
-least ``min_compression_rate`` times smaller; vectors and the rest go whole.
+bucket a real float32 buffer of random values. torch's hook then runs on them (``powerSGD_hook`` with the run's
+rank, error feedback and warm start; ``fp16_compress_hook``, ``bf16_compress_hook``) on a process group of this one
+process (an all-reduce over one rank is its input: nothing is sent, nothing listens), with the intra-op threads a
+rank of the run gets. PowerSGD's plain iterations and its first compressed one (which draws Q), or a half-precision
+hook's first step, are left out; the median of the next :data:`MEASURED_STEPS` is the cost. PowerSGD's bytes come
+from its own rule (``_should_compress``): a matrix is compressed where its two factors are at least
+``min_compression_rate`` times smaller; vectors and the rest go whole.
 
 **What it is not**: a GPU rank's cost (the buffers here are CPU tensors), nor the contention a rank's other threads
 add to its own. The buffers are real: this allocates about four times the gradients' bytes, so a model above
@@ -22,9 +24,12 @@ add to its own. The buffers are real: this allocates about four times the gradie
 
 Example:
     >>> from ignite_ddl.core.config import TrainConfig
-    >>> cost = powersgd_cost(TrainConfig(model="mlp", nproc_per_node=2, comm_hook="powersgd"), threads=1)
+    >>> cost = hook_cost(TrainConfig(model="mlp", nproc_per_node=2, comm_hook="powersgd"), threads=1)
     >>> len(cost) >= 1 and all(b.compute_s > 0 and len(b.allreduce_bytes) == 3 for b in cost)
     True
+    >>> half = hook_cost(TrainConfig(model="mlp", nproc_per_node=2, comm_hook="bf16"), threads=1)
+    >>> [len(b.allreduce_bytes) for b in half], sum(b.allreduce_bytes[0] for b in half)  # mlp's 0.8 M parameters
+    ([1], 1641748)
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import torch.distributed as dist
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.trainer.footprint import gradient_shapes
 
-__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "powersgd_cost"]
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
 
 MEASURED_STEPS = 3
 MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
@@ -49,11 +54,12 @@ _MIN_COMPRESSION_RATE = 2  # PowerSGDState's default, which the run uses (strate
 
 @dataclass(frozen=True)
 class BucketCost:
-    """One DDP bucket under PowerSGD: the hook's own work a step (seconds, one rank) and the bytes of its three
-    all-reduces in the order it issues them (uncompressed tensors, Ps, Qs)."""
+    """One DDP bucket under a communication hook: the hook's own work a step (seconds, one rank) and the bytes of
+    its all-reduces in the order it issues them (PowerSGD: uncompressed tensors, Ps, Qs; fp16 / bf16: the bucket
+    in half precision)."""
 
     compute_s: float
-    allreduce_bytes: tuple[int, int, int]
+    allreduce_bytes: tuple[int, ...]
 
 
 def ddp_buckets(config: TrainConfig) -> list[list[torch.Tensor]]:
@@ -66,9 +72,13 @@ def ddp_buckets(config: TrainConfig) -> list[list[torch.Tensor]]:
     return [[grads[i] for i in bucket] for bucket in indices]
 
 
-def _bytes(bucket: list[torch.Tensor], rank: int) -> tuple[int, int, int]:
+def _bytes(bucket: list[torch.Tensor], hook: str, rank: int) -> tuple[int, ...]:
+    """The bytes of each all-reduce the hook issues for ``bucket`` (float32 gradients): one of half precision for
+    fp16 / bf16; PowerSGD's three, by its own rule."""
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
+    if hook != "powersgd":
+        return (2 * sum(g.numel() for g in bucket),)
     whole = ps = qs = 0
     for g in bucket:
         n = g.shape[0] if g.dim() else 1
@@ -129,17 +139,20 @@ class _Alone(dist.ProcessGroup):
         return "alone"
 
 
-def powersgd_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
-    """Each of ``config``'s DDP buckets under PowerSGD (its ``powersgd_rank``): the hook's own work a step, measured
-    here with ``threads`` intra-op threads, and the bytes of its all-reduces. Raises ValueError for gradients above
+def hook_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
+    """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: powersgd at its
+    ``powersgd_rank``, fp16 or bf16): the hook's own work a step, measured here with ``threads`` intra-op threads,
+    and the bytes of its all-reduces. Raises ValueError for another hook or for gradients above
     :data:`MAX_GRADIENT_BYTES`; :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
+    if config.comm_hook not in ("powersgd", "fp16", "bf16"):
+        raise ValueError(f"no work of its own to measure for the communication hook {config.comm_hook!r}")
     layout = ddp_buckets(config)
     total = sum(g.numel() * g.element_size() for bucket in layout for g in bucket)
     if total > MAX_GRADIENT_BYTES:
         raise ValueError(
-            f"PowerSGD's work is measured on real gradients, {total / 2**30:.1f} GiB here: above the "
+            f"the hook's work is measured on real gradients, {total / 2**30:.1f} GiB here: above the "
             f"{MAX_GRADIENT_BYTES / 2**30:.0f} GiB measured"
         )
     before = torch.get_num_threads()
@@ -147,20 +160,26 @@ def powersgd_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
     group = _Alone()
     times: list[list[float]] = [[] for _ in layout]
     try:
-        start = 2  # the fewest plain iterations PowerSGD allows with error feedback
-        state = powerSGD_hook.PowerSGDState(
-            process_group=group, matrix_approximation_rank=config.powersgd_rank, start_powerSGD_iter=start
-        )
+        if config.comm_hook == "powersgd":
+            start = 2  # the fewest plain iterations PowerSGD allows with error feedback
+            state = powerSGD_hook.PowerSGDState(
+                process_group=group, matrix_approximation_rank=config.powersgd_rank, start_powerSGD_iter=start
+            )
+            hook: Any = lambda bucket: powerSGD_hook.powerSGD_hook(state, bucket)  # noqa: E731
+        else:
+            start = 0
+            half = default_hooks.fp16_compress_hook if config.comm_hook == "fp16" else default_hooks.bf16_compress_hook
+            hook = lambda bucket: half(group, bucket)  # noqa: E731
         buckets = [_Bucket(i, len(layout), [g.shape for g in b]) for i, b in enumerate(layout)]
         for step in range(start + 1 + MEASURED_STEPS):
             for bucket, seen in zip(buckets, times, strict=True):
                 began = time.perf_counter()
-                powerSGD_hook.powerSGD_hook(state, bucket).wait()  # type: ignore[arg-type]
-                if step > start:  # the plain iterations and the first compressed one (it draws Q) left out
+                hook(bucket).wait()
+                if step > start:  # PowerSGD's plain iterations and every hook's first step (PowerSGD draws Q) out
                     seen.append(time.perf_counter() - began)
     finally:
         torch.set_num_threads(before)
     return [
-        BucketCost(statistics.median(seen), _bytes(b, config.powersgd_rank))
+        BucketCost(statistics.median(seen), _bytes(b, config.comm_hook, config.powersgd_rank))
         for b, seen in zip(layout, times, strict=True)
     ]
