@@ -254,9 +254,9 @@ def trace_step(config: TrainConfig) -> dict[str, int]:
     On Linux the trace runs in a forked child: a backward on fake tensors starts autograd's device threads, after
     which torch refuses autograd in every process forked from this one ("Unable to handle autograd's threading in
     combination with fork-based multiprocessing"). Traced here, a plan would break the ranks a notebook or a test
-    then forks. Where this process already is in that state (it compiled, or traced before), or cannot fork, the
-    trace runs here."""
-    if sys.platform != "linux":
+    then forks. Where this process already is in that state (it compiled, or traced before), cannot fork, or may
+    have no children (a daemonic process), the trace runs here."""
+    if sys.platform != "linux" or mp.current_process().daemon:
         return _trace_here(config)
     context = mp.get_context("fork")
     mine, theirs = context.Pipe(duplex=False)
