@@ -198,6 +198,20 @@ def test_a_plan_leaves_this_process_able_to_fork_ranks(tmp_path):
     assert "forked rank: backward ok" in result.stdout and "again: True" in result.stdout, result.stdout
 
 
+def test_a_hooks_work_is_measured_in_a_process_of_its_own():
+    """The sweep measures a hook's work in a fresh spawned process (its result does not depend on what the planning
+    process's allocator holds): the same buckets and bytes as measured here, work of its own; a hook the child
+    cannot measure comes back as the child's error, in one line."""
+    from ignite_ddl.trainer.hook_cost import hook_cost, hook_cost_apart
+
+    config = TrainConfig(model="mlp", nproc_per_node=2, comm_hook="powersgd")
+    apart, here = hook_cost_apart(config, threads=1), hook_cost(config, threads=1)
+    assert [b.allreduce_bytes for b in apart] == [b.allreduce_bytes for b in here]
+    assert all(b.compute_s > 0 for b in apart)
+    with pytest.raises(RuntimeError, match="ValueError: no work of its own to measure for the communication hook"):
+        hook_cost_apart(TrainConfig(model="mlp", nproc_per_node=2), threads=1)
+
+
 def test_the_step_model_recovers_known_costs():
     """Simulated first-round runs with known costs: 2 ms of compute per sample (one process), a tenth of it the
     optimizer step, a link of 50 us and 1 GB/s, 10 MB of gradients. Each configuration of 2 processes is predicted

@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ import torch.distributed as dist
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.trainer.footprint import gradient_shapes
 
-__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost", "hook_cost_apart"]
 
 MEASURED_STEPS = 3
 MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
@@ -183,3 +184,41 @@ def hook_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
         BucketCost(statistics.median(seen), _bytes(b, config.comm_hook, config.powersgd_rank))
         for b, seen in zip(layout, times, strict=True)
     ]
+
+
+def hook_cost_apart(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> list[BucketCost]:
+    """:func:`hook_cost` measured in a fresh process of its own (spawned). The work depends on what the C allocator
+    already holds: PowerSGD's 32 MiB copies on wide_mlp are fresh mappings or reused heap by the measuring
+    process's history, and the same measurement gave 40 to 66 ms a step in different planning processes (2-core
+    EPYC VM). A fresh process gives the same start every time; its buffers leave with it. Raises RuntimeError with
+    the child's error, or where it does not answer within ``timeout_s``."""
+    context = mp.get_context("spawn")
+    mine, theirs = context.Pipe(duplex=False)
+    child = context.Process(target=_measure_for_parent, args=(config, threads, theirs), daemon=True)
+    child.start()
+    theirs.close()
+    try:
+        if not mine.poll(timeout_s):
+            raise RuntimeError(f"the hook's work was not measured within {timeout_s:.0f} s")
+        kind, value = mine.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the process measuring the hook's work ended with exit code {child.exitcode}") from None
+    finally:
+        mine.close()
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    if kind == "error":
+        raise RuntimeError(value)
+    return [BucketCost(float(work), tuple(sizes)) for work, sizes in value]
+
+
+def _measure_for_parent(config: TrainConfig, threads: int, answer: Any) -> None:
+    try:
+        found: tuple[str, Any] = ("costs", [(b.compute_s, b.allreduce_bytes) for b in hook_cost(config, threads)])
+    except Exception as e:  # the parent raises it: the configuration goes unpredicted, with why
+        found = ("error", f"{type(e).__name__}: {e}")
+    answer.send(found)
+    answer.close()
