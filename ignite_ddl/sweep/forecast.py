@@ -316,12 +316,12 @@ def fit_step_model(
 
 def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
     """The communication hook's cost per bucket for ``config``, measured in a fresh process
-    (:func:`~ignite_ddl.trainer.hook_cost.hook_cost_apart`) once per hook, gradient layout and thread count; or
+    (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
     why it is not measured."""
     import torch
 
     from ignite_ddl.core.environment import cpu_cores
-    from ignite_ddl.trainer.hook_cost import hook_cost_apart
+    from ignite_ddl.trainer.hook_cost import hook_cost
 
     if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
         return "its buckets would be reduced on a GPU, and the hook's work is measured on CPU tensors here"
@@ -334,7 +334,7 @@ def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[st
             f"plan: measuring the {config.comm_hook} hook's own work a step ({threads} thread(s), no communication)"
         )
         try:
-            seen[key] = hook_cost_apart(config, threads)
+            seen[key] = hook_cost(config, threads)
         except Exception as e:  # the configuration goes unpredicted, with why; the sweep goes on
             seen[key] = f"{type(e).__name__}: {e}"
     return seen[key]

@@ -18,7 +18,7 @@ throughput and its phases, gives the compute. A configuration of N processes the
   at the fitted link);
 - DDP with a hook, measured on CPU (PowerSGD in its steady phase, the one a run measures; fp16 / bf16): the
   hook's own work on every bucket, measured on this machine with a rank's threads in a fresh process
-  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost_apart`) and never hidden, plus its all-reduces (PowerSGD's three small
+  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) and never hidden, plus its all-reduces (PowerSGD's three small
   ones, the half-precision bucket), the buckets one after another; on a GPU rank, where the work is not measured,
   fp16 / bf16 are half the bytes and PowerSGD is not predicted;
 - FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are

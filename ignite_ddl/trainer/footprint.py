@@ -63,6 +63,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.text import format_bytes
@@ -258,35 +259,13 @@ def trace_step(config: TrainConfig) -> dict[str, int]:
     have no children (a daemonic process), the trace runs here."""
     if sys.platform != "linux" or mp.current_process().daemon:
         return _trace_here(config)
-    context = mp.get_context("fork")
-    mine, theirs = context.Pipe(duplex=False)
-    child = context.Process(target=_trace_for_parent, args=(config, theirs), daemon=True)
-    child.start()
-    theirs.close()
     try:
-        kind, value = mine.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"the trace's process ended with exit code {child.exitcode}") from None
-    finally:
-        mine.close()
-        child.join()
-    if kind == "parts":
-        return dict(value)
-    name, text = value
-    if "fork-based multiprocessing" in text:  # this process forked ranks' bane already: nothing more to lose here
-        return _trace_here(config)
-    known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
-    raise known.get(name, type(name, (RuntimeError,), {}))(text)
-
-
-def _trace_for_parent(config: TrainConfig, answer: Any) -> None:
-    try:
-        found: tuple[str, Any] = ("parts", _trace_here(config))
-    except Exception as e:  # the parent raises it again, by its name (predict words some by it)
-        found = ("error", (type(e).__name__, str(e)))
-    answer.send(found)
-    answer.close()
+        return dict(call_apart(_trace_here, config, start_method="fork"))
+    except ChildFailed as e:
+        if "fork-based multiprocessing" in e.text:  # this process is in that state already: nothing more to lose
+            return _trace_here(config)
+        known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
+        raise known.get(e.name, type(e.name, (RuntimeError,), {}))(e.text) from None
 
 
 def _trace_here(config: TrainConfig) -> dict[str, int]:

@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import statistics
 import time
 from dataclasses import dataclass
@@ -43,10 +42,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.trainer.footprint import gradient_shapes
 
-__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost", "hook_cost_apart"]
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
 
 MEASURED_STEPS = 3
 MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
@@ -140,11 +140,10 @@ class _Alone(dist.ProcessGroup):
         return "alone"
 
 
-def hook_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
-    """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: powersgd at its
-    ``powersgd_rank``, fp16 or bf16): the hook's own work a step, measured here with ``threads`` intra-op threads,
-    and the bytes of its all-reduces. Raises ValueError for another hook or for gradients above
-    :data:`MAX_GRADIENT_BYTES`; :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
+def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
+    """:func:`hook_cost` measured in this process, which it leaves unable to fork after PowerSGD: only ever called
+    in a process of its own. Raises ValueError for another hook or for gradients above :data:`MAX_GRADIENT_BYTES`;
+    :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if config.comm_hook not in ("powersgd", "fp16", "bf16"):
@@ -186,39 +185,20 @@ def hook_cost(config: TrainConfig, threads: int) -> list[BucketCost]:
     ]
 
 
-def hook_cost_apart(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> list[BucketCost]:
-    """:func:`hook_cost` measured in a fresh process of its own (spawned). The work depends on what the C allocator
-    already holds: PowerSGD's 32 MiB copies on wide_mlp are fresh mappings or reused heap by the measuring
-    process's history, and the same measurement gave 40 to 66 ms a step in different planning processes (2-core
-    EPYC VM). A fresh process gives the same start every time; its buffers leave with it. Raises RuntimeError with
-    the child's error, or where it does not answer within ``timeout_s``."""
-    context = mp.get_context("spawn")
-    mine, theirs = context.Pipe(duplex=False)
-    child = context.Process(target=_measure_for_parent, args=(config, threads, theirs), daemon=True)
-    child.start()
-    theirs.close()
-    try:
-        if not mine.poll(timeout_s):
-            raise RuntimeError(f"the hook's work was not measured within {timeout_s:.0f} s")
-        kind, value = mine.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"the process measuring the hook's work ended with exit code {child.exitcode}") from None
-    finally:
-        mine.close()
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join()
-    if kind == "error":
-        raise RuntimeError(value)
-    return [BucketCost(float(work), tuple(sizes)) for work, sizes in value]
+def hook_cost(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> list[BucketCost]:
+    """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: powersgd at its
+    ``powersgd_rank``, fp16 or bf16): the hook's own work a step, measured with ``threads`` intra-op threads in a
+    fresh process of its own (spawned), and the bytes of its all-reduces.
 
-
-def _measure_for_parent(config: TrainConfig, threads: int, answer: Any) -> None:
+    Apart, for two reasons measured here. The work depends on what the C allocator already holds: PowerSGD's 32 MiB
+    copies on wide_mlp are fresh mappings or reused heap by the measuring process's history, and the same
+    measurement gave 40 to 66 ms a step in different planning processes (2-core EPYC VM); a fresh process starts
+    the same every time. And PowerSGD leaves the process it ran in unable to fork: a child forked after it aborted
+    in its first backward. Raises RuntimeError with the child's error ("ValueError: ..." for another hook or for
+    gradients above :data:`MAX_GRADIENT_BYTES`, "NotTraceable: ..." for a workload of the user's), or where it does
+    not answer within ``timeout_s``."""
     try:
-        found: tuple[str, Any] = ("costs", [(b.compute_s, b.allreduce_bytes) for b in hook_cost(config, threads)])
-    except Exception as e:  # the parent raises it: the configuration goes unpredicted, with why
-        found = ("error", f"{type(e).__name__}: {e}")
-    answer.send(found)
-    answer.close()
+        costs: list[BucketCost] = call_apart(_measure, config, threads, start_method="spawn", timeout_s=timeout_s)
+    except ChildFailed as e:
+        raise RuntimeError(str(e)) from None
+    return costs
