@@ -44,6 +44,7 @@ __all__ = [
     "launched_externally",
     "needs_named_interface",
     "plan_launch",
+    "rank_threads",
 ]
 
 # gloo's own setting: the interface(s) its per-rank sockets bind to. Left unset, gloo binds to whatever this host's
@@ -158,14 +159,14 @@ def plan_launch(
         )
     master_addr = settings.master_addr or environ.get("MASTER_ADDR", "127.0.0.1")
     cores = cpu_cores()
-    threads = settings.threads or max(1, cores // nproc)
+    threads = rank_threads(settings.threads, nproc)
     first_here = environ.get("LOCAL_RANK", environ.get("SLURM_LOCALID", "0")) == "0"  # one warning per node
     if settings.threads and threads * nproc > cores and first_here:
         # Threads beyond the cores wait for one: each step is slower and noisier (57x slower at 1000 on 2 cores),
         # which no figure of the run says by itself.
         say(
             f"warning: {threads} thread(s) x {nproc} process(es) oversubscribe the {cores} core(s) this process may "
-            f"use: steps wait for a core (use --threads {max(1, cores // nproc)}, or leave it out)"
+            f"use: steps wait for a core (use --threads {rank_threads(None, nproc)}, or leave it out)"
         )
     plan = LaunchPlan(
         mode,
@@ -213,6 +214,12 @@ def needs_named_interface(plan: LaunchPlan) -> bool:
         _, address = bind_address(plan.master_addr)
         return not ipaddress.ip_address(address).is_loopback
     return True
+
+
+def rank_threads(threads: int | None, nproc: int) -> int:
+    """The intra-op threads each of ``nproc`` ranks on this node gets: ``threads`` where given, else an even share of
+    the cores this process may use (at least one)."""
+    return threads or max(1, cpu_cores() // nproc)
 
 
 def compiled_here() -> bool:

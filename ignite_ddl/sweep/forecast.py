@@ -318,14 +318,13 @@ def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[st
     """The communication hook's cost per bucket for ``config``, measured in a fresh process
     (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
     why it is not measured."""
-    import torch
-
-    from ignite_ddl.core.environment import cpu_cores
+    from ignite_ddl.launcher.settings import rank_threads
+    from ignite_ddl.trainer.footprint import on_cuda
     from ignite_ddl.trainer.hook_cost import hook_cost
 
-    if torch.cuda.is_available() and config.backend in ("auto", "nccl"):
+    if on_cuda(config):
         return "its buckets would be reduced on a GPU, and the hook's work is measured on CPU tensors here"
-    threads = config.threads or max(1, cpu_cores() // (config.nproc_per_node or 1))
+    threads = rank_threads(config.threads, config.nproc_per_node or 1)
     # What sets the buckets' shapes and the hook's work (compile and the batch do not: the hook sees gradients).
     key = repr([config.model, config.workload, config.workload_args, config.dataset, config.comm_hook])
     key += repr([config.bucket_cap_mb, config.powersgd_rank, threads])

@@ -79,6 +79,7 @@ __all__ = [
     "data_bytes",
     "gradient_bytes",
     "gradient_shapes",
+    "on_cuda",
     "predict",
     "trace_step",
     "world_size",
@@ -154,6 +155,11 @@ class Prediction:
         parts = ", ".join(f"{name} {format_bytes(self.parts[name])}" for name in PARTS if self.parts.get(name))
         text = f"{format_bytes(self.peak_bytes or 0)} ({parts})"
         return text + "".join(f"; not predicted: {u}" for u in self.unpredicted)
+
+
+def on_cuda(config: TrainConfig) -> bool:
+    """Whether ``config``'s ranks would run on CUDA devices here (a GPU, and a backend that uses one)."""
+    return torch.cuda.is_available() and config.backend in ("auto", "nccl")
 
 
 def world_size(config: TrainConfig) -> int:
@@ -369,7 +375,7 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     unpredicted = []
     if config.compile:
         unpredicted.append("--compile (Inductor's own memory and the compiled graph's buffers; traced eagerly)")
-    cuda = torch.cuda.is_available() and config.backend in ("auto", "nccl")
+    cuda = on_cuda(config)
     if cuda:
         unpredicted.append(_CUDA_NOTE)
     strategy_name = strategy_for(config.strategy, world_size(config)).name
