@@ -214,6 +214,31 @@ def test_a_hooks_work_is_measured_in_a_process_of_its_own():
         hook_cost(TrainConfig(model="mlp", nproc_per_node=2), threads=1)
 
 
+HOOK_FROM_STDIN = """
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.trainer.hook_cost import ddp_buckets, hook_cost
+
+config = TrainConfig(model="mlp", nproc_per_node=2, comm_hook="bf16")
+costs = hook_cost(config, threads=1)
+print("every bucket measured:", len(costs) == len(ddp_buckets(config)) and all(b.compute_s > 0 for b in costs))
+"""
+
+
+def test_a_driver_read_from_standard_input_still_measures_a_hook(tmp_path):
+    """The spawned child runs the caller's main script again before it measures; a main read from standard input
+    (``python - <<EOF``) names "<stdin>", which the child cannot open: it exited and the hook went "not measured"."""
+    result = subprocess.run(
+        [sys.executable, "-"],
+        input=HOOK_FROM_STDIN,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "every bucket measured: True" in result.stdout, result.stdout
+
+
 def test_the_step_model_recovers_known_costs():
     """Simulated first-round runs with known costs: 2 ms of compute per sample (one process), a tenth of it the
     optimizer step, a link of 50 us and 1 GB/s, 10 MB of gradients. Each configuration of 2 processes is predicted

@@ -19,8 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["ChildFailed", "call_apart"]
@@ -40,7 +43,8 @@ def call_apart(fn: Callable[..., Any], *args: Any, start_method: str, timeout_s:
     context: Any = mp.get_context(start_method)  # a fork or spawn context: both start a Process
     mine, theirs = context.Pipe(duplex=False)
     child = context.Process(target=_answer, args=(fn, args, theirs), daemon=True)
-    child.start()
+    with _main_file_hidden_if_unreadable(start_method):
+        child.start()
     theirs.close()
     try:
         if timeout_s is not None and not mine.poll(timeout_s):
@@ -67,3 +71,24 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
         found = ("error", (type(e).__name__, str(e)))
     answer.send(found)
     answer.close()
+
+
+@contextlib.contextmanager
+def _main_file_hidden_if_unreadable(start_method: str) -> Iterator[None]:
+    """A spawned child runs the caller's main script again from its ``__file__`` before it can call ``fn``; a main
+    read from standard input (``python - <<EOF``) names "<stdin>", which the child cannot open, and it exits before
+    answering. ``fn`` is importable without the main script, so where that file cannot be read, multiprocessing is
+    not told of it while the child starts."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if start_method != "spawn" or main is None or path is None or getattr(main, "__spec__", None) is not None:
+        yield  # a main run as a module is imported by name; one without a file (a notebook) is not run again
+        return
+    if os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
