@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ignite_ddl.core.outputs import output_errors, write_bytes
 from ignite_ddl.report.analysis import load
-from ignite_ddl.report.comparisons import versus_text
 from ignite_ddl.report.document import Document
 from ignite_ddl.report.glossary import add_glossary
 from ignite_ddl.report.hparams import write_hparams
@@ -55,10 +54,6 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
     if tables.shown_note:
         doc.paragraph(tables.shown_note)
     config_tables(doc, tables)
-    faster = [versus_text(c, found) for c in tables.configs for found in c.versus]
-    if faster:
-        doc.heading("A faster step")
-        doc.bullets(faster)
     found = notes(tables)
     if found:
         doc.heading("Where time is lost")

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
 from ignite_ddl.report.analysis import step_model_accuracy, step_predictions
-from ignite_ddl.report.comparisons import payback_verdict
+from ignite_ddl.report.comparisons import payback_verdict, versus_text
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
@@ -570,3 +570,5 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             doc.heading(title, 3)
             doc.paragraph(text)
             doc.table(header, rows)
+            if title == "A faster step":  # each row read out, under its table: what a cell cannot say (why no payback)
+                doc.bullets([versus_text(c, found) for c in analysis.configs for found in c.versus])
