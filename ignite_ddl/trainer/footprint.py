@@ -71,7 +71,7 @@ from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
 from ignite_ddl.trainer.models import build_model
 from ignite_ddl.trainer.strategies import FSDPStrategy, strategy_for
-from ignite_ddl.trainer.workload import activation_checkpointing
+from ignite_ddl.trainer.workload import activation_checkpointing, submodule_names
 
 __all__ = [
     "PARTS",
@@ -175,7 +175,7 @@ class _Job:
     build: Callable[[], nn.Module]
     loss: Callable[..., torch.Tensor]
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
-    blocks: tuple[str, ...]
+    blocks: Callable[[nn.Module], list[str]]  # the built model's blocks, by name
     data_bytes: int
 
 
@@ -210,7 +210,7 @@ def _job(config: TrainConfig) -> _Job:
     def build() -> nn.Module:
         return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
 
-    return _Job(build, nn.CrossEntropyLoss(), batch, (), held)
+    return _Job(build, nn.CrossEntropyLoss(), batch, lambda model: [], held)
 
 
 def _gpt_job(config: TrainConfig) -> _Job:
@@ -230,7 +230,10 @@ def _gpt_job(config: TrainConfig) -> _Job:
     def build() -> nn.Module:
         return gpt.GPT(size["n_layer"], size["d_model"], size["n_head"], size["seq_len"], size["vocab"])
 
-    blocks = tuple(f"blocks.{i}" for i in range(size["n_layer"]))
+    def blocks(model: nn.Module) -> list[str]:  # the blocks gpt.make marks
+        assert isinstance(model, gpt.GPT)
+        return submodule_names(model, list(model.blocks))
+
     return _Job(build, gpt.lm_loss, batch, blocks, 2 * sequences * size["seq_len"] * 8)
 
 
@@ -286,14 +289,15 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
     sharded = strategy.name == "fsdp"
     with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, FakeTensorMode():
         model: nn.Module = job.build()
+        blocks = job.blocks(model)
         if config.channels_last:  # as the trainer lays the model out
             model = model.to(memory_format=torch.channels_last)
         if config.activation_checkpointing:  # as the trainer wraps a workload's blocks, before placing it
-            activation_checkpointing(model, job.blocks)
+            activation_checkpointing(model, blocks)
         no_sync: Any = contextlib.nullcontext
         if sharded:
             fsdp = FSDPStrategy()
-            fsdp.units = job.blocks
+            fsdp.units = tuple(blocks)
             model = fsdp.shard(model, config, mesh)
             no_sync = lambda: fsdp.no_sync(model)  # noqa: E731 - as the trainer calls it
         optimizer = build_optimizer(model, config)

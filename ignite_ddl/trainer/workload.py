@@ -149,8 +149,7 @@ class Workload:
 
     def block_names(self) -> list[str]:
         """The marked blocks as names of submodules of the model (what survives wrapping and compiling)."""
-        names = {id(m): n for n, m in self.model.named_modules() if n}
-        return [names[id(b)] for b in self.blocks]
+        return submodule_names(self.model, self.blocks)
 
 
 @dataclass(frozen=True)
@@ -387,6 +386,12 @@ def count_workload_flops(workload: Workload, batch: Any) -> FlopCount:
     if workload.flops is not None:
         return workload.flops
     return count_step_flops(workload.model, lambda m: workload.step(m, batch), workload.samples_in(batch))
+
+
+def submodule_names(model: nn.Module, modules: Sequence[nn.Module]) -> list[str]:
+    """Each of ``modules`` by its name as a submodule of ``model`` (KeyError for one that is not)."""
+    names = {id(m): n for n, m in model.named_modules() if n}
+    return [names[id(m)] for m in modules]
 
 
 def activation_checkpointing(model: nn.Module, names: Sequence[str]) -> None:
