@@ -304,6 +304,15 @@ def check_the_pareto_front_is_marked(analysis, fig) -> None:
     assert pareto_front(everything)
 
 
+def check_legends_leave_the_workload_to_panel_titles(analysis, fig) -> None:
+    """Panels titled by workload ("workload: model=cnn"): no legend entry says the workload again."""
+    named = [a for a in analysis.workload_axes if any(f"{a}=" in ax.get_title() for ax in panels(fig))]
+    entries = [t.get_text() for legend in fig.findobj(Legend) for t in legend.get_texts()]
+    assert entries
+    for axis in named:
+        assert not any(f"{axis}=" in e for e in entries), f"legend repeats {axis}: {entries}"
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize(("n_axes", "n_configs"), [(1, 2), (5, 32), (6, 64)])
@@ -320,6 +329,8 @@ def test_plots_are_readable(tmp_path, n_axes, n_configs):
         check_throughput_is_honest(analysis, made["throughput.png"])
         check_confusion_sums_the_runs(analysis, records, made["confusion.png"])
         check_the_pareto_front_is_marked(analysis, made["throughput_vs_memory.png"])
+        for plot in ("throughput_vs_memory.png", "speed_vs_quality.png"):
+            check_legends_leave_the_workload_to_panel_titles(analysis, made[plot])
     finally:
         for fig in made.values():
             plt.close(fig)

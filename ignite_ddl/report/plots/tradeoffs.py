@@ -42,7 +42,7 @@ class _Scatter:
 
     def __init__(self, analysis: Analysis, plt: Any, measured: list[ConfigResult]) -> None:
         self.panels = workloads(analysis, measured)
-        self.keys = varying(measured, set())
+        self.keys = varying(measured, set(analysis.workload_axes))  # each panel title names its workload
         self.style = palette([named(c, self.keys) for c in measured])
         self.fig, _, self.axes, self._add_legend = line_panels(plt, len(self.panels), legend=True)
         self._handles: dict[str, Any] = {}
