@@ -250,7 +250,7 @@ def test_each_comm_hook_sends_what_it_promises_and_trains_alike(hook_runs, hook_
     assert _bytes_per_step(hook_runs["powersgd_rank32"]) < param_bytes / 5
     # The step-time model's hook cost lays the gradients out in DDP's buckets and counts its all-reduces' bytes as
     # the hook does: the same as these real runs recorded, every (compressed) step.
-    for name in ("fp16", "bf16"):
+    for name in ("none", "fp16", "bf16"):  # none: DDP's own copies and division, and the whole bucket sent
         predicted = hook_cost(TrainConfig(nproc_per_node=2, **{**COMMON, **HOOK_RUNS[name]}), threads=1)
         assert sum(sum(b.allreduce_bytes) for b in predicted) == _bytes_per_step(hook_runs[name]), name
         assert all(b.compute_s > 0 for b in predicted), name

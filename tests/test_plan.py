@@ -201,7 +201,7 @@ def test_a_plan_leaves_this_process_able_to_fork_ranks(tmp_path):
 def test_a_hooks_work_is_measured_in_a_process_of_its_own():
     """A hook's work is measured in a fresh spawned process: PowerSGD leaves the process it ran in unable to fork
     (a child forked after it aborted in its first backward), so this one still plans (its trace runs in a forked
-    child) after measuring it; a hook the child cannot measure comes back as the child's error, in one line."""
+    child) after measuring it; what the child cannot measure comes back as its error, in one line."""
     from ignite_ddl.trainer.hook_cost import ddp_buckets, hook_cost
 
     config = TrainConfig(model="mlp", nproc_per_node=2, comm_hook="powersgd")
@@ -210,8 +210,14 @@ def test_a_hooks_work_is_measured_in_a_process_of_its_own():
         b.compute_s > 0 and len(b.allreduce_bytes) == 3 for b in costs
     )
     assert footprint.predict(TrainConfig(model="toy", batch_size=8), 0).problem is None
-    with pytest.raises(RuntimeError, match="ValueError: no work of its own to measure for the communication hook"):
-        hook_cost(TrainConfig(model="mlp", nproc_per_node=2), threads=1)
+    # Without a hook: DDP's own copies and division, and the whole bucket all-reduced.
+    plain = TrainConfig(model="mlp", nproc_per_node=2)
+    assert [b.allreduce_bytes for b in hook_cost(plain, threads=1)] == [
+        (4 * sum(g.numel() for g in bucket),) for bucket in ddp_buckets(plain)
+    ]
+    huge = TrainConfig(workload="gpt", workload_args={"d_model": 4096, "n_layer": 8}, nproc_per_node=2)
+    with pytest.raises(RuntimeError, match=r"ValueError: the hook's work is measured on real gradients, \d"):
+        hook_cost(huge, threads=1)  # counted on the meta device, refused before a byte is allocated
 
 
 HOOK_FROM_STDIN = """
@@ -338,7 +344,9 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     out = tmp_path / "out"
     result = run_cli("sweep", spec, "--output-dir", str(out), timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "one-process runs first" in result.stdout and "measuring the powersgd hook's own work" in result.stdout
+    assert "one-process runs first" in result.stdout
+    for hook in ("none", "powersgd"):  # DDP's own copies and division, and PowerSGD's work
+        assert f"measuring DDP's own work on the gradients a step, {hook} hook" in result.stdout, result.stdout
     model = read_json(out / "sweep.json")["step_model"]
     assert model["link"]["beta_Bps"] > 0 and set(model["configurations"]) == {"1", "2"}
     for predicted in model["configurations"].values():  # DDP's own all-reduce, and PowerSGD's steady phase

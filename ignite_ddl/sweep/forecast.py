@@ -304,7 +304,7 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             grads[index] = gradient_bytes(config)
-            if config.comm_hook != "none" and strategy_for(config.strategy, world).name == "ddp":
+            if strategy_for(config.strategy, world).name == "ddp":
                 hooks[index] = _hook_cost(config, measured_hooks, progress)
     link = measured_link(out, progress) if grads else None
     predictions = predict_steps(observed, link, grads, hooks)
@@ -315,7 +315,7 @@ def fit_step_model(
 
 
 def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
-    """The communication hook's cost per bucket for ``config``, measured in a fresh process
+    """DDP's and its communication hook's own work per bucket for ``config``, measured in a fresh process
     (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
     why it is not measured."""
     from ignite_ddl.launcher.settings import rank_threads
@@ -327,10 +327,11 @@ def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[st
     threads = rank_threads(config.threads, config.nproc_per_node or 1)
     # What sets the buckets' shapes and the hook's work (compile and the batch do not: the hook sees gradients).
     key = repr([config.model, config.workload, config.workload_args, config.dataset, config.comm_hook])
-    key += repr([config.bucket_cap_mb, config.powersgd_rank, threads])
+    key += repr([config.bucket_cap_mb, config.powersgd_rank, config.gradient_as_bucket_view, threads])
     if key not in seen:
         progress(
-            f"plan: measuring the {config.comm_hook} hook's own work a step ({threads} thread(s), no communication)"
+            f"plan: measuring DDP's own work on the gradients a step, {config.comm_hook} hook ({threads} thread(s), "
+            "no communication)"
         )
         try:
             seen[key] = hook_cost(config, threads)

@@ -10,24 +10,27 @@ throughput and its phases, gives the compute. A configuration of N processes the
   gets cores / N threads), 1/N of it where each rank has its own device; the optimizer step is each rank's whole
   under DDP (every rank updates every parameter: on shared cores, N times the twin's optimizer time), a shard under
   FSDP;
-- DDP: the gradients' all-reduce, once per optimizer step whatever the accumulation, half the bytes with an fp16 /
-  bf16 hook. On a GPU its buckets overlap backward (backward as the twin measured its share of the step;
-  :func:`~ignite_ddl.projection.model.bucketed_exposed_s`). On CPU ranks they do not: gloo's copies and sums need
-  the cores backward holds, and measured here the overlapped part of wide_mlp's all-reduce came back as slower
-  backward (2 processes: backward +17 ms over the twin's, 47 ms exposed, against 38 ms for the whole all-reduce
-  at the fitted link);
-- DDP with a hook, measured on CPU (PowerSGD in its steady phase, the one a run measures; fp16 / bf16): the
-  hook's own work on every bucket, measured on this machine with a rank's threads in a fresh process
-  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) and never hidden, plus its all-reduces (PowerSGD's three small
-  ones, the half-precision bucket), the buckets one after another; on a GPU rank, where the work is not measured,
-  fp16 / bf16 are half the bytes and PowerSGD is not predicted;
+- DDP on CPU ranks: every bucket's own work, measured on this machine with a rank's threads in a fresh process
+  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`): the gradients copied into the bucket and back, and the hook's
+  work on it (without one, DDP's division by the world size; fp16 / bf16 casts; PowerSGD in its steady phase, the
+  one a run measures); never hidden, plus its all-reduces (the bucket; the half-precision bucket; PowerSGD's three
+  small ones), the buckets one after another. Nothing hides behind backward: gloo's copies and sums need the cores
+  backward holds, and measured here the overlapped part of wide_mlp's all-reduce came back as slower backward
+  (2 processes: backward +17 ms over the twin's, 47 ms exposed, against 38 ms for the whole all-reduce at the
+  fitted link). On wide_mlp's 59 MB of gradients DDP's copies and division alone cost 12 ms a step. Where that
+  work could not be measured: the all-reduces alone, and PowerSGD not predicted;
+- DDP on a GPU rank (nothing measured there): the gradients' all-reduce, once per optimizer step whatever the
+  accumulation, half the bytes with an fp16 / bf16 hook, its buckets overlapping backward (backward as the twin
+  measured its share of the step; :func:`~ignite_ddl.projection.model.bucketed_exposed_s`); PowerSGD not
+  predicted;
 - FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
   reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
 
 with the link (alpha, beta) fitted to all-reduces measured on this machine (:func:`~ignite_ddl.projection.inputs.
 measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory). What it cannot see: how
-well the twin's threads scaled (a small CNN ran 20 % faster as 2 processes of 1 thread than as 1 process of 2, so
-its prediction is that much high). The interval is the twin's throughput interval carried through the compute term
+much more the all-reduce costs beside compute than alone (gloo's threads share the cores), the work PowerSGD adds
+inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the next:
+its predictions move as much). The interval is the twin's throughput interval carried through the compute term
 (the link's own fit error is left out: it is small beside run-to-run noise here).
 
 Example:
@@ -36,7 +39,7 @@ Example:
     >>> two = Observed(1, {"nproc_per_node": 2, "batch_size": 64, "strategy": "ddp"}, 2, "cpu", None, None, None, None)
     >>> link = Link("made up", alpha_s=1e-4, beta_Bps=1e9, source="example")
     >>> p = predict_steps([one, two], link, {1: 4_000_000})[1]
-    >>> round(p.compute_s, 3), round(p.comm_s * 1e3, 3)  # all 4 MB in one bucket: not hidden on CPU ranks
+    >>> round(p.compute_s, 3), round(p.comm_s * 1e3, 3)  # DDP's work unmeasured: the all-reduce, not hidden
     (0.64, 4.2)
 """
 
@@ -157,7 +160,7 @@ def _comm_s(
         accumulate = int(o.config.get("accumulate") or 1)
         return (2 * accumulate + 1) * one, ""
     name = o.config.get("comm_hook", "none")
-    if name != "none" and hook is not None and not isinstance(hook, str):
+    if hook is not None and not isinstance(hook, str):  # DDP's and the hook's own work measured, with its bytes
         return hook_s(hook, backward_s, n, link), ""
     if name == "powersgd":
         return None, "PowerSGD's work not measured" + (f": {hook}" if isinstance(hook, str) else "")

@@ -1,17 +1,24 @@
-"""What a DDP communication hook costs a rank in a step besides its all-reduces: torch's own hook, run on this
-machine in one process, timed per DDP bucket, with the bytes each of its all-reduces carries.
+"""What DDP and its communication hook cost a rank in a step besides the all-reduces: DDP's own work on each
+bucket and torch's own hook, run on this machine in one process, timed per DDP bucket, with the bytes each of the
+hook's all-reduces carries.
 
 **Why measure it.** A hook trades bytes for work. PowerSGD, per bucket, adds the previous step's error, keeps a
 copy, multiplies every gradient matrix by its factor Q, orthogonalises the product P, multiplies again for Q,
 rebuilds the matrix from P Q^T and keeps the new error; its three all-reduces (the tensors it leaves uncompressed,
 the Ps, the Qs) are small, the work is not: on wide_mlp's 59 MB of gradients it costs more than the plain
 all-reduce it replaces (docs/faster-step.md). fp16 / bf16 cast the bucket down, divide it and copy the sum back.
-That work depends on the machine, so it is measured here rather than counted.
+Without a hook, DDP's default one divides the bucket by the world size before its all-reduce. And whatever the
+hook, DDP copies each gradient into its bucket as backward makes it and the reduced bucket back into the gradients
+(unless ``gradient_as_bucket_view`` makes the gradients views of the bucket): on wide_mlp's 59 MB, 12 ms a step
+with one thread here, which a rank pays on its own cores and the one-process run never did. That work depends on
+the machine, so it is measured here rather than counted.
 
 **How.** The model's gradients are laid out in DDP's buckets as DDP forms them (the parameters in reverse order,
 capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_size``, which DDP calls), each
-bucket a real float32 buffer of random values. torch's hook then runs on them (``powerSGD_hook`` with the run's
-rank, error feedback and warm start; ``fp16_compress_hook``, ``bf16_compress_hook``) on a process group of this one
+bucket a real float32 buffer of random values beside real gradients. Each step copies the gradients into their
+bucket, runs torch's hook on it (``allreduce_hook`` for none, ``powerSGD_hook`` with the run's rank, error feedback
+and warm start; ``fp16_compress_hook``, ``bf16_compress_hook``) and copies the bucket back, on a process group of
+this one
 process (an all-reduce over one rank is its input: nothing is sent, nothing listens), with the intra-op threads a
 rank of the run gets. PowerSGD's plain iterations and its first compressed one (which draws Q), or a half-precision
 hook's first step, are left out; the median of the next :data:`MEASURED_STEPS` is the cost. PowerSGD's bytes come
@@ -19,7 +26,7 @@ from its own rule (``_should_compress``): a matrix is compressed where its two f
 ``min_compression_rate`` times smaller; vectors and the rest go whole.
 
 **What it is not**: a GPU rank's cost (the buffers here are CPU tensors), nor the contention a rank's other threads
-add to its own. The buffers are real: this allocates about four times the gradients' bytes, so a model above
+add to its own. The buffers are real: this allocates about five times the gradients' bytes, so a model above
 :data:`MAX_GRADIENT_BYTES` is not measured (its configuration says why).
 
 Example:
@@ -30,6 +37,9 @@ Example:
     >>> half = hook_cost(TrainConfig(model="mlp", nproc_per_node=2, comm_hook="bf16"), threads=1)
     >>> [len(b.allreduce_bytes) for b in half], sum(b.allreduce_bytes[0] for b in half)  # mlp's 0.8 M parameters
     ([1], 1641748)
+    >>> plain = hook_cost(TrainConfig(model="mlp", nproc_per_node=2), threads=1)  # DDP's copies and division
+    >>> [len(b.allreduce_bytes) for b in plain], sum(b.allreduce_bytes[0] for b in plain), plain[0].compute_s > 0
+    ([1], 3283496, True)
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.trainer.footprint import gradient_shapes
 
-__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "bucket_indices", "ddp_buckets", "hook_cost"]
 
 MEASURED_STEPS = 3
 MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
@@ -55,9 +65,10 @@ _MIN_COMPRESSION_RATE = 2  # PowerSGDState's default, which the run uses (strate
 
 @dataclass(frozen=True)
 class BucketCost:
-    """One DDP bucket under a communication hook: the hook's own work a step (seconds, one rank) and the bytes of
-    its all-reduces in the order it issues them (PowerSGD: uncompressed tensors, Ps, Qs; fp16 / bf16: the bucket
-    in half precision)."""
+    """One DDP bucket under a communication hook: DDP's and the hook's own work a step (seconds, one rank: the
+    gradients copied in and out, the hook's division, casts or compression) and the bytes of its all-reduces in the
+    order it issues them (none: the bucket; PowerSGD: uncompressed tensors, Ps, Qs; fp16 / bf16: the bucket in half
+    precision)."""
 
     compute_s: float
     allreduce_bytes: tuple[int, ...]
@@ -65,19 +76,28 @@ class BucketCost:
 
 def ddp_buckets(config: TrainConfig) -> list[list[torch.Tensor]]:
     """The model's gradients (meta tensors) grouped in DDP's buckets, in the order DDP reduces them."""
+    grads = gradient_shapes(config)[::-1]
+    return [[grads[i] for i in bucket] for bucket in bucket_indices(config)]
+
+
+def bucket_indices(config: TrainConfig) -> list[list[int]]:
+    """DDP's buckets as indices into the model's trainable parameters in reverse order, in the order DDP reduces
+    them."""
     # After its first iteration DDP rebuilds its buckets in the order backward made the gradients ready: the
     # parameters' reverse, here. Their cap is bucket_cap_mb for every bucket, the first too: torch gives the first a
     # cap of its own (1 MiB) only where bucket_cap_mb is left unset, and the DDP strategy always sets it.
     grads = gradient_shapes(config)[::-1]
     indices, _ = dist._compute_bucket_assignment_by_size(grads, [int(config.bucket_cap_mb * 2**20)])
-    return [[grads[i] for i in bucket] for bucket in indices]
+    return [list(bucket) for bucket in indices]
 
 
 def _bytes(bucket: list[torch.Tensor], hook: str, rank: int) -> tuple[int, ...]:
-    """The bytes of each all-reduce the hook issues for ``bucket`` (float32 gradients): one of half precision for
-    fp16 / bf16; PowerSGD's three, by its own rule."""
+    """The bytes of each all-reduce the hook issues for ``bucket`` (float32 gradients): the bucket itself without a
+    hook, one of half precision for fp16 / bf16; PowerSGD's three, by its own rule."""
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
+    if hook == "none":
+        return (4 * sum(g.numel() for g in bucket),)
     if hook != "powersgd":
         return (2 * sum(g.numel() for g in bucket),)
     whole = ps = qs = 0
@@ -94,11 +114,23 @@ def _bytes(bucket: list[torch.Tensor], hook: str, rank: int) -> tuple[int, ...]:
 
 class _Bucket:
     """What torch's hook reads of DDP's ``GradBucket``: its flat buffer, its index, whether it is the step's last,
-    and its gradients as views of the buffer."""
+    and its gradients as views of the buffer; and the parameters' own gradients DDP copies in and out
+    (:meth:`fill`, :meth:`empty`)."""
 
-    def __init__(self, index: int, count: int, shapes: list[torch.Size]):
+    def __init__(self, index: int, count: int, shapes: list[torch.Size], as_view: bool):
         self._index, self._count, self._shapes = index, count, shapes
         self._buffer = torch.randn(sum(s.numel() for s in shapes))
+        self._grads = [] if as_view else [torch.randn(shape) for shape in shapes]
+
+    def fill(self) -> None:
+        """DDP's copy of each gradient into the bucket, as backward makes it (none where gradients are views)."""
+        for view, grad in zip(self.gradients(), self._grads):
+            view.copy_(grad)
+
+    def empty(self) -> None:
+        """DDP's copy of the reduced bucket back into the gradients (none where gradients are views)."""
+        for view, grad in zip(self.gradients(), self._grads):
+            grad.copy_(view)
 
     def buffer(self) -> torch.Tensor:
         return self._buffer
@@ -146,8 +178,8 @@ def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
     :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-    if config.comm_hook not in ("powersgd", "fp16", "bf16"):
-        raise ValueError(f"no work of its own to measure for the communication hook {config.comm_hook!r}")
+    if config.comm_hook not in ("none", "powersgd", "fp16", "bf16"):
+        raise ValueError(f"no measurement for the communication hook {config.comm_hook!r}")
     layout = ddp_buckets(config)
     total = sum(g.numel() * g.element_size() for bucket in layout for g in bucket)
     if total > MAX_GRADIENT_BYTES:
@@ -168,13 +200,20 @@ def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
             hook: Any = lambda bucket: powerSGD_hook.powerSGD_hook(state, bucket)  # noqa: E731
         else:
             start = 0
-            half = default_hooks.fp16_compress_hook if config.comm_hook == "fp16" else default_hooks.bf16_compress_hook
-            hook = lambda bucket: half(group, bucket)  # noqa: E731
-        buckets = [_Bucket(i, len(layout), [g.shape for g in b]) for i, b in enumerate(layout)]
+            plain = {
+                "none": default_hooks.allreduce_hook,  # what DDP runs without a hook: divide, then all-reduce
+                "fp16": default_hooks.fp16_compress_hook,
+                "bf16": default_hooks.bf16_compress_hook,
+            }[config.comm_hook]
+            hook = lambda bucket: plain(group, bucket)  # noqa: E731
+        as_view = config.gradient_as_bucket_view
+        buckets = [_Bucket(i, len(layout), [g.shape for g in b], as_view) for i, b in enumerate(layout)]
         for step in range(start + 1 + MEASURED_STEPS):
             for bucket, seen in zip(buckets, times, strict=True):
                 began = time.perf_counter()
+                bucket.fill()
                 hook(bucket).wait()
+                bucket.empty()
                 if step > start:  # PowerSGD's plain iterations and every hook's first step (PowerSGD draws Q) out
                     seen.append(time.perf_counter() - began)
     finally:
@@ -186,9 +225,9 @@ def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
 
 
 def hook_cost(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> list[BucketCost]:
-    """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: powersgd at its
-    ``powersgd_rank``, fp16 or bf16): the hook's own work a step, measured with ``threads`` intra-op threads in a
-    fresh process of its own (spawned), and the bytes of its all-reduces.
+    """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: none, powersgd at its
+    ``powersgd_rank``, fp16 or bf16): DDP's and the hook's own work a step, measured with ``threads`` intra-op
+    threads in a fresh process of its own (spawned), and the bytes of its all-reduces.
 
     Apart, for two reasons measured here. The work depends on what the C allocator already holds: PowerSGD's 32 MiB
     copies on wide_mlp are fresh mappings or reused heap by the measuring process's history, and the same
