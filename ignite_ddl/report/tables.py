@@ -504,6 +504,8 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
     """The decision table, then one table per topic."""
     doc.table(*decision_table(analysis))
     pct = round(100 * analysis.confidence)
+    # Rows read out in words under their table: what a cell cannot say (why a compilation shows no payback, ...).
+    readings = {"A faster step": [versus_text(c, found) for c in analysis.configs for found in c.versus]}
     for title, (header, rows), text in (
         (
             "Speed and quality",
@@ -570,5 +572,5 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             doc.heading(title, 3)
             doc.paragraph(text)
             doc.table(header, rows)
-            if title == "A faster step":  # each row read out, under its table: what a cell cannot say (why no payback)
-                doc.bullets([versus_text(c, found) for c in analysis.configs for found in c.versus])
+            if reading := readings.get(title):
+                doc.bullets(reading)

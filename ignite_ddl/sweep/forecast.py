@@ -323,7 +323,7 @@ def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[st
     from ignite_ddl.trainer.hook_cost import hook_cost
 
     if on_cuda(config):
-        return "its buckets would be reduced on a GPU, and the hook's work is measured on CPU tensors here"
+        return "its buckets would be reduced on a GPU, and DDP's and the hook's work is measured on CPU tensors here"
     threads = rank_threads(config.threads, config.nproc_per_node or 1)
     # What sets the buckets' shapes and the hook's work (compile and the batch do not: the hook sees gradients).
     key = repr([config.model, config.workload, config.workload_args, config.dataset, config.comm_hook])

@@ -18,11 +18,10 @@ capped at ``bucket_cap_mb``: ``torch.distributed._compute_bucket_assignment_by_s
 bucket a real float32 buffer of random values beside real gradients. Each step copies the gradients into their
 bucket, runs torch's hook on it (``allreduce_hook`` for none, ``powerSGD_hook`` with the run's rank, error feedback
 and warm start; ``fp16_compress_hook``, ``bf16_compress_hook``) and copies the bucket back, on a process group of
-this one
-process (an all-reduce over one rank is its input: nothing is sent, nothing listens), with the intra-op threads a
-rank of the run gets. PowerSGD's plain iterations and its first compressed one (which draws Q), or a half-precision
-hook's first step, are left out; the median of the next :data:`MEASURED_STEPS` is the cost. PowerSGD's bytes come
-from its own rule (``_should_compress``): a matrix is compressed where its two factors are at least
+this one process (an all-reduce over one rank is its input: nothing is sent, nothing listens), with the intra-op
+threads a rank of the run gets. PowerSGD's plain iterations and its first compressed one (which draws Q), or the
+other hooks' first step, are left out; the median of the next :data:`MEASURED_STEPS` is the cost. PowerSGD's bytes
+come from its own rule (``_should_compress``): a matrix is compressed where its two factors are at least
 ``min_compression_rate`` times smaller; vectors and the rest go whole.
 
 **What it is not**: a GPU rank's cost (the buffers here are CPU tensors), nor the contention a rank's other threads
@@ -56,10 +55,10 @@ from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.trainer.footprint import gradient_shapes
 
-__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "bucket_indices", "ddp_buckets", "hook_cost"]
+__all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
 
 MEASURED_STEPS = 3
-MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 4x) would strain the machine
+MAX_GRADIENT_BYTES = 2 << 30  # beyond this the measurement's buffers (about 5x) would strain the machine
 _MIN_COMPRESSION_RATE = 2  # PowerSGDState's default, which the run uses (strategies.comm_hook)
 
 
@@ -76,19 +75,12 @@ class BucketCost:
 
 def ddp_buckets(config: TrainConfig) -> list[list[torch.Tensor]]:
     """The model's gradients (meta tensors) grouped in DDP's buckets, in the order DDP reduces them."""
-    grads = gradient_shapes(config)[::-1]
-    return [[grads[i] for i in bucket] for bucket in bucket_indices(config)]
-
-
-def bucket_indices(config: TrainConfig) -> list[list[int]]:
-    """DDP's buckets as indices into the model's trainable parameters in reverse order, in the order DDP reduces
-    them."""
     # After its first iteration DDP rebuilds its buckets in the order backward made the gradients ready: the
     # parameters' reverse, here. Their cap is bucket_cap_mb for every bucket, the first too: torch gives the first a
     # cap of its own (1 MiB) only where bucket_cap_mb is left unset, and the DDP strategy always sets it.
     grads = gradient_shapes(config)[::-1]
     indices, _ = dist._compute_bucket_assignment_by_size(grads, [int(config.bucket_cap_mb * 2**20)])
-    return [list(bucket) for bucket in indices]
+    return [[grads[i] for i in bucket] for bucket in indices]
 
 
 def _bytes(bucket: list[torch.Tensor], hook: str, rank: int) -> tuple[int, ...]:
