@@ -216,7 +216,9 @@ class CompileStats(TypedDict):
     ]
     compile_s_per_rank: Annotated[list[float], "the same, per rank"]
     iterations: Annotated[list[int], "the iterations during which something was compiled (on any rank)"]
-    recompilations: Annotated[int, "iterations that compiled again after the first compilation ended"]
+    recompilations: Annotated[
+        int, "iterations that compiled again: a guard failed (a new shape, ...) or anything compiled after the first"
+    ]
     reasons: Annotated[list[str], "TorchDynamo's reasons for recompiling (guard failures), first lines"]
 
 

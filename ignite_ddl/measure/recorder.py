@@ -121,6 +121,8 @@ class StepRecorder:
         self._compiling = compile_watch is not None  # the run's first compilation has not ended yet
         self._compile_events = self._guard_failures = 0
         self.recompile_reasons: list[str] = []  # why the model compiled again during training
+        self.recompiled: list[int] = []  # the iterations in which it did
+        self._first_compiled: int | None = None  # the first iteration that compiled
         self.rows: list[tuple] = []
         self._batch_start = self._batch_end = self._step_start = self._last_mark = 0.0
         self._last_end: tuple[int, float] | None = None  # (epoch, time) the previous iteration ended
@@ -179,8 +181,18 @@ class StepRecorder:
         phases = tuple(self._phases.get(p, math.nan) for p in _PHASES)
         compiled = self.compile_watch is not None and self.compile_watch.events() != self._compile_events
         self._compiling = self._compiling and compiled  # the first iteration that compiled nothing ends it
-        if compiled and not self._compiling and self.compile_watch is not None:
-            self.recompile_reasons += self.compile_watch.reasons_since(self._guard_failures)
+        if compiled and self.compile_watch is not None:
+            # Anything compiled after the first compilation ended is a recompilation; so is a guard that failed in a
+            # later iteration of that first stretch (Inductor's counters can move for several iterations in a row).
+            # Guards failing within the first compiled iteration are its own (FSDP's units compile the same code
+            # one after the other, each failing the last one's identity guard).
+            first = self._first_compiled is None or self._first_compiled == state.iteration
+            reasons = self.compile_watch.reasons_since(self._guard_failures)
+            if self._first_compiled is None:
+                self._first_compiled = state.iteration
+            if not self._compiling or (reasons and not first):
+                self.recompiled.append(state.iteration)
+                self.recompile_reasons += reasons
         warmup = int(len(self.rows) < self.warmup or self._compiling)
         step = end - self._step_start
         comm = self.comm.take() if self.comm is not None else NO_COMM
@@ -312,11 +324,10 @@ class StepRecorder:
         compiled = [r for r in self.rows if r[_COMPILED]]
         steady = statistics.median([r["iter_s"] for r in self.measured()] or [math.nan])
         extra = sum(r[_ITER_S] - (0.0 if math.isnan(steady) else steady) for r in compiled)
-        first = [r for r in self.rows if r[_COMPILED] and r[_WARMUP]]
         local = {
             "compile_s": extra,
             "iterations": [r[0] for r in compiled],
-            "recompilations": len(compiled) - len(first),
+            "recompilations": len(self.recompiled),
             "reasons": distinct(self.recompile_reasons),
         }
         parts = gather_objects(local)
