@@ -38,8 +38,16 @@ in NHWC) and pinned host batches; the clock is read after ``torch.cuda.synchroni
 so the window holds the GPU's work, not only its launch. ``--fresh`` runs every run in a fresh Python process (the
 GPU's allocator, cuDNN's autotuning and the CUDA context start anew each time, alike for both sides).
 
+**Step pairs** (``--mode pairs``, the default): instead of whole runs, ours and raw alternate blocks of ``--block``
+steps inside the same process(es), ``--pairs`` pairs after the warm-up (:mod:`step_pairs`); the ratio is the
+geometric mean of the pairs' ours/raw with its paired 95 % interval. ``--mode runs`` is the whole-run method above
+(slower to resolve a few percent). ``--model gpt`` trains the built-in GPT workload (sizes from ``--gpt``) on both
+sides, in tokens.
+
 Usage:
-    python benchmarks/overhead.py                       # defaults: about 2-4 minutes on 2 cores
+    python benchmarks/overhead.py                       # step pairs, the CNN, 1 and 2 processes
+    python benchmarks/overhead.py --model gpt --pairs 60 --block 5
+    python benchmarks/overhead.py --mode runs           # whole runs: about 2-4 minutes on 2 cores
     python benchmarks/overhead.py --repeats 7 --iters 200 --model resnet18 --procs 1 --json overhead.json
     python benchmarks/overhead.py --device cuda --procs 1 --model resnet18 --batch-size 256 --amp bf16 --fresh
 """
@@ -67,6 +75,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 from ignite.engine import Engine, Events
+from step_pairs import Pairs, run_pairs
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
@@ -286,7 +295,15 @@ def run_fresh(side: str, procs: int, args: argparse.Namespace, run_dir: Path) ->
     return float(json.loads((run_dir / "step.json").read_text())["step_s"])
 
 
+def _gpt_sizes(text: str) -> dict[str, int]:
+    return {k.strip(): int(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
+
+
 def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainConfig:
+    model = {"model": args.model} if args.model != "gpt" else {"workload": "gpt", "workload_args": _gpt_sizes(args.gpt)}
+    if args.model == "gpt":
+        model["workload_args"]["train_sequences"] = window.last * args.batch_size
+        model["workload_args"].setdefault("val_sequences", args.batch_size)
     return TrainConfig(
         backend="none" if procs == 1 else "gloo",
         amp=args.amp,
@@ -297,7 +314,7 @@ def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainC
         train_size=window.last * args.batch_size,  # exactly one epoch of W + M global batches
         val_size=args.batch_size,  # the final evaluation runs after the window; keep it short
         batch_size=args.batch_size,
-        model=args.model,
+        **model,
         epochs=1,
         max_iters=window.last,
         progress=False,
@@ -312,6 +329,27 @@ def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path)
         return run_fresh(side, procs, args, run_dir) if args.fresh else RUNNERS[side](config, window, run_dir)
 
     return alternate(one_run, config, args.repeats, tmp)
+
+
+def bench_pairs(procs: int, args: argparse.Namespace, window: Window, plan: Pairs, tmp: Path) -> dict[str, Any]:
+    """Ours and raw by step pairs with ``procs`` processes (:func:`step_pairs.run_pairs`), beside the other
+    processes' CPU share meanwhile; the same keys as :func:`alternate`'s, each pair standing for a run."""
+    config = bench_config(procs, args, window)
+    with ForeignLoad() as other:
+        found = run_pairs(config, plan, tmp / f"pairs-p{procs}")
+    busy = f", other processes used {other.share:.0%} of the CPUs" if other.share is not None else ""
+    print(f"  {procs} proc: {plan.pairs} pairs of {plan.block} steps{busy}")
+    ours, raw = found["ours_s"], found["raw_s"]
+    return {
+        **found,
+        "threads_per_process": plan_launch(config).threads,
+        "per_rank_batch": config.batch_size // procs,
+        "ours": {"median_s": statistics.median(ours), "min_s": min(ours), "runs_s": ours, "foreign_cpu": [other.share]},
+        "raw": {"median_s": statistics.median(raw), "min_s": min(raw), "runs_s": raw, "foreign_cpu": [other.share]},
+        "ratio_median": statistics.median(ours) / statistics.median(raw),
+        "pair_ratio_median": found["ratio_median"],
+        "ratio_min": min(ours) / min(raw),
+    }
 
 
 def alternate(one_run: Callable[[str, Path], float], config: TrainConfig, repeats: int, tmp: Path) -> dict[str, Any]:
@@ -370,7 +408,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"{r['ratio_median']:>8.3f} {r['ratio_min']:>6.3f} | {_paired_text(r.get('ratio_paired'))}"
         )
     print("ours/raw: median step time of ignite_ddl's trainer / that of the hand-written loop (1.00 = no overhead);")
-    print("paired: the geometric mean of each alternation's ours/raw, with its 95 % Student-t interval")
+    print(
+        "paired: the geometric mean of each alternation's (or step pair's) ours/raw, with its 95 % Student-t interval"
+    )
     shares = [s for r in results for side in RUNNERS for s in r[side]["foreign_cpu"] if s is not None]
     if shares and max(shares) > 0.05:
         print(
@@ -386,7 +426,15 @@ def machine() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs per side and process count (default 5)")
+    parser.add_argument(
+        "--mode", choices=("pairs", "runs"), default="pairs", help="step pairs in one run (default) or whole runs"
+    )
+    parser.add_argument("--pairs", type=int, default=40, help="pairs of blocks, --mode pairs (default 40)")
+    parser.add_argument("--block", type=int, default=10, help="steps per block, --mode pairs (default 10)")
+    parser.add_argument(
+        "--gpt", default="n_layer=2,d_model=64,n_head=4,seq_len=64,vocab=256", help="--model gpt: make()'s sizes"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="runs per side and process count, --mode runs")
     parser.add_argument("--warmup", type=int, default=10, help="warm-up iterations per run, not timed (default 10)")
     parser.add_argument("--iters", type=int, default=200, help="measured iterations per run (default 200)")
     parser.add_argument("--model", default="cnn", help="model name as in TrainConfig (default cnn)")
@@ -409,6 +457,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--procs expects comma-separated integers, got {args.procs!r}")
     if args.repeats < 1 or args.warmup < 1 or args.iters < 1 or not procs_list or min(procs_list) < 1:
         parser.error("--repeats, --warmup, --iters and every --procs value must be >= 1")
+    if args.pairs < 2 or args.block < 1:
+        parser.error("--pairs must be >= 2 and --block >= 1")
+    if args.fresh:
+        args.mode = "runs"  # fresh processes are whole runs
+    try:
+        _gpt_sizes(args.gpt)
+    except ValueError:
+        parser.error(f"--gpt expects KEY=INTEGER,..., got {args.gpt!r}")
+    if args.mode == "pairs":
+        args.iters = args.pairs * args.block
     window = Window(args.warmup, args.iters)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA GPU is visible here")
@@ -431,14 +489,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"ignite {info['ignite']}"
     )
     where = f"GPU {info['gpu']}" if info["gpu"] and args.device != "cpu" else "CPU"
+    model = f"gpt ({args.gpt})" if args.model == "gpt" else args.model
+    how = (
+        f"{args.warmup} warm-up steps a side, then {args.pairs} pairs of {args.block}-step blocks alternating "
+        "ours/raw in the same process(es)"
+        if args.mode == "pairs"
+        else f"{args.warmup} warm-up + {args.iters} measured iterations per run, {args.repeats} runs per side, "
+        f"alternating ours/raw{', each in a fresh process' if args.fresh else ''}"
+    )
     print(
-        f"model {args.model} on the {where}, global batch {args.batch_size}, amp {args.amp}"
-        f"{', channels_last' if args.channels_last else ''}, {args.warmup} warm-up + {args.iters} measured "
-        f"iterations per run, {args.repeats} runs per side, alternating ours/raw"
-        f"{', each in a fresh process' if args.fresh else ''}"
+        f"model {model} on the {where}, global batch {args.batch_size}, amp {args.amp}"
+        f"{', channels_last' if args.channels_last else ''}, {how}"
     )
     with tempfile.TemporaryDirectory(prefix="ignite_ddl_overhead_") as tmp:
-        results = [bench_procs(procs, args, window, Path(tmp)) for procs in procs_list]
+        if args.mode == "pairs":
+            plan = Pairs(args.warmup, args.block, args.pairs)
+            results = [bench_pairs(procs, args, window, plan, Path(tmp)) for procs in procs_list]
+        else:
+            results = [bench_procs(procs, args, window, Path(tmp)) for procs in procs_list]
     print()
     print_table(results)
 
@@ -446,7 +514,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "overhead",
         "machine": info,
         "settings": {
+            "mode": args.mode,
             "model": args.model,
+            "gpt": _gpt_sizes(args.gpt) if args.model == "gpt" else None,
+            "pairs": args.pairs if args.mode == "pairs" else None,
+            "block": args.block if args.mode == "pairs" else None,
             "device": where,
             "amp": args.amp,
             "channels_last": args.channels_last,
