@@ -152,19 +152,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="continue a sweep cut short")
     parser.add_argument("--from", dest="done", metavar="DIR", help="only summarise the sweep in DIR")
     parser.add_argument("--json", type=Path, help="also write the result as JSON")
-    parser.add_argument("--cuda", action="store_true", help="instead: the traced step against a CUDA device's peak")
     args = parser.parse_args()
-    if args.cuda:
-        found = cuda_check([w for w in args.workloads.split(",") if w != "gpt"])  # models only
-        print(f"{found['device']}, torch {found['torch']}; CUDA context and driver: {found['context_mib']:.0f} MiB")
-        for r in found["rows"]:
-            print(
-                f"{r['model']:>9} amp {r['amp']:>4}: predicted {r['predicted_mib']:8.1f} MiB, allocated peak "
-                f"{r['allocated_mib']:8.1f} MiB ({100 * r['error']:+.1f}%), reserved peak {r['reserved_mib']:8.1f} MiB"
-            )
-        if args.json:
-            args.json.write_text(json.dumps(found, indent=2))
-        return
     print_machine()
     out = Path(args.done or args.output_dir)
     workloads = args.workloads.split(",")
@@ -184,55 +172,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def cuda_check(workloads: list[str]) -> dict[str, Any]:
-    """On a CUDA device, one process: each workload's traced step (the prediction's params, grads, optimizer and
-    activations, :func:`ignite_ddl.trainer.footprint.trace_step`) against ``torch.cuda.max_memory_allocated`` of the
-    same step run for real (3 optimizer steps, peak after the first), with the caching allocator's reserved peak and
-    the CUDA context (device memory in use after the first CUDA call, beside nothing allocated) shown apart."""
-    import torch
-    from torch import nn
-
-    from ignite_ddl.core.config import TrainConfig
-    from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
-    from ignite_ddl.trainer.footprint import trace_step
-    from ignite_ddl.trainer.models import build_model
-
-    device = torch.device("cuda")
-    free, total = torch.cuda.mem_get_info(device)
-    context = total - free  # the context and the driver's own, before any tensor
-    rows = []
-    for model_name in workloads:
-        for amp in ("none", "bf16"):
-            config = TrainConfig(model=model_name, optimizer="adam", batch_size=32, amp=amp)
-            predicted = sum(trace_step(config).values())
-            torch.manual_seed(0)
-            model = build_model(model_name, 3, 32, 10).to(device)
-            optimizer = build_optimizer(model, config)
-            x, y = torch.randn(32, 3, 32, 32, device=device), torch.randint(0, 10, (32,), device=device)
-            for step in range(3):
-                optimizer_step(model, optimizer, nn.CrossEntropyLoss(), x, y, amp)
-                if step == 0:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats(device)
-            torch.cuda.synchronize()
-            allocated, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
-            rows.append(
-                {
-                    "model": model_name,
-                    "amp": amp,
-                    "predicted_mib": predicted / 2**20,
-                    "allocated_mib": allocated / 2**20,
-                    "reserved_mib": reserved / 2**20,
-                    "error": (predicted - allocated) / allocated,
-                }
-            )
-            del model, optimizer, x, y
-            torch.cuda.empty_cache()
-    return {
-        "device": torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "context_mib": context / 2**20,
-        "rows": rows,
-    }
