@@ -13,7 +13,11 @@ import torch
 from conftest import run
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
-STEPS = ("environment", "tests", "overhead", "gpu_single", "resnet50", "what_fits", "faster_step")
+STEPS = ("environment", "tests", "overhead", "gpu_single", "resnet50", "what_fits", "gpt", "faster_step")
+PARTS = {
+    "1": ("environment", "tests", "overhead", "gpu_single"),
+    "2": ("environment", "resnet50", "what_fits", "gpt", "faster_step"),
+}
 
 
 def _module():
@@ -39,29 +43,54 @@ def test_the_sweeps_it_runs_are_valid_specs_of_the_cut_it_promises(cpu):
 
     module = _module()
     grids = {}
-    for name in ("gpu_single", "what_fits", "faster_step"):
+    for name in ("gpu_single", "faster_step"):
         spec = parse_spec(getattr(module, f"{name}_spec")(cpu))
-        assert spec.on_busy == "run" and spec.busy_stop_after == 0
+        assert spec.on_busy == "run" and spec.busy_stop_after == 0 and not spec.predict
         grids[name] = configurations(spec)
         for grid in grids[name]:
             TrainConfig(**run_options(spec, grid))
     amps = {"none", "bf16"} if cpu else {"none", "bf16", "fp16"}
-    assert {g["amp"] for g in grids["gpu_single"]} == amps and len({g["batch_size"] for g in grids["gpu_single"]}) == 2
+    assert {g["amp"] for g in grids["gpu_single"]} == amps
     assert parse_spec(module.gpu_single_spec(cpu)).repeats == (1 if cpu else 3)
-    layout = {(g["strategy"], g["accumulate"], g["nproc_per_node"]) for g in grids["what_fits"]}
-    assert layout == {("ddp", 1, 1), ("ddp", 4, 1), ("fsdp", 1, 2), ("fsdp", 4, 2)}
-    if not cpu:  # one GPU: two ranks cannot share it (Ignite gives process r the GPU cuda:r), DDP's rows alone
-        one = configurations(parse_spec(module.what_fits_spec(cpu, gpus=1)))
-        assert {(g["strategy"], g["accumulate"], g["nproc_per_node"]) for g in one} == {("ddp", 1, 1), ("ddp", 4, 1)}
     modes = {(g["compile"], g.get("compile_mode", "default")) for g in grids["faster_step"]}
     expected = {(False, "default"), (True, "default")} | (set() if cpu else {(True, "reduce-overhead")})
     assert modes == expected
+    # the GPT step's runs are valid configurations of the GPT-2-small shape on a GPU
+    gpt = module.gpt_config(cpu, True, Path("unused"))
+    assert gpt.workload == "gpt" and gpt.compile and gpt.amp == "bf16"
+    assert cpu or {k: gpt.workload_args[k] for k in module.GPT2_SMALL} == module.GPT2_SMALL
+
+
+def test_the_parts_cover_every_step_and_fit_five_minutes_each_on_a_gpu():
+    module = _module()
+    assert {k: tuple(v) for k, v in module.PARTS.items()} == PARTS
+    assert set(STEPS) == {name for part in module.PARTS.values() for name in part}
+    for part in module.PARTS.values():
+        assert sum(module.GPU_BUDGET_S[name] for name in part) <= module.GPU_TOTAL_S <= 300
+
+
+def test_pytest_outcomes_are_read_with_and_without_xdist():
+    module = _module()
+    output = "\n".join(
+        [
+            "tests/test_gpu_cuda.py::test_a PASSED                [ 50%]",
+            "[gw1] [ 75%] FAILED tests/test_gpu_cuda.py::test_b[bf16] ",
+            "[gw0] [100%] SKIPPED tests/test_lab_dp_vs_ddp.py::test_c ",
+            "12.50s call     tests/test_gpu_cuda.py::test_a",
+        ]
+    )
+    assert module.test_outcomes(output) == {
+        "tests/test_gpu_cuda.py::test_a": "passed",
+        "tests/test_gpu_cuda.py::test_b[bf16]": "failed",
+        "tests/test_lab_dp_vs_ddp.py::test_c": "skipped",
+    }
 
 
 @pytest.mark.parametrize(
     "args, said",
     [
         (["--cpu", "--steps", "environment,warp"], "unknown step(s) warp"),
+        (["--cpu", "--part", "3"], "invalid choice: '3'"),
         (["--cpu", "--budget", "tests=soon"], "--budget expects NAME=SECONDS"),
         (["--cpu", "--budget", "nothing=5"], "--budget expects NAME=SECONDS"),
         (["--cpu", "--budget", "tests=-1"], "--budget expects NAME=SECONDS"),
@@ -99,43 +128,46 @@ def test_a_step_past_its_budget_is_stopped_and_reported(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_every_step_runs_at_toy_size_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("part", ["1", "2"])
+def test_each_part_runs_every_step_at_toy_size_on_the_cpu(tmp_path, part):
     out = tmp_path / "out"
-    result = gpu_check(str(out), "--cpu", timeout=1900)  # the toy run's own limit is 1800 s
+    result = gpu_check(str(out), "--cpu", "--part", part, timeout=1900)  # a toy part's own limit is 1800 s
     assert result.returncode == 0, result.stdout + result.stderr
     figures = json.loads((out / "figures.json").read_text())
-    assert figures["mode"] == "cpu (toy size)" and list(figures["steps"]) == list(STEPS)
+    assert figures["mode"] == "cpu (toy size)" and figures["part"] == part
+    assert list(figures["steps"]) == list(PARTS[part])
     steps = {name: s["figures"] for name, s in figures["steps"].items() if s["status"] == "ok"}
-    assert set(steps) == set(STEPS), {name: s.get("reason") for name, s in figures["steps"].items()}
-    # the matmul peak: measured once on this CPU, kept, read back by the steps that report MFU
+    assert set(steps) == set(PARTS[part]), {name: s.get("reason") for name, s in figures["steps"].items()}
+    # the matmul peak: measured once on this CPU, kept in the part's folder
     peaks = steps["environment"]["matmul_peak"]
     assert peaks["fp32"]["measured_flops_per_s"] > 0 and not peaks["fp32"]["from_cache"]
     assert json.loads((out / "runs" / "matmul_peak.json").read_text())["entries"]
+    summary = (out / "summary.md").read_text()
+    assert "Toy size on the CPU: these figures test the script, they say nothing about a GPU." in summary
+    for name in PARTS[part]:
+        assert f"## {name}" in summary
+    if part == "1":
+        # the GPU tests skip here, each saying why
+        tests = steps["tests"]["tests"]
+        assert tests["counts"]["skipped"] > 0 and tests["counts"]["passed"] == tests["counts"]["failed"] == 0
+        assert all("needs a CUDA GPU" in s["reason"] or "GPU" in s["reason"] for s in tests["skip_reasons"])
+        # ours vs raw by step pairs in one process, the CNN and the GPT
+        for workload in ("resnet18", "gpt"):
+            found = steps["overhead"][workload]
+            assert found["settings"]["mode"] == "pairs" and found["pairs"] == 4
+            assert found["ours_over_raw"]["mean_ratio"] > 0 and found["ours_step_s"]["n"] == 4
+        assert steps["gpu_single"]["configs"] and steps["gpu_single"]["verdicts"]
+        return
     mfu = steps["resnet50"]["mfu"]
     assert mfu["of_measured"] > 0 and mfu["of_datasheet"] is None  # no datasheet for a CPU
     assert steps["resnet50"]["per_step_samples_per_s"]["n"] >= 3
-    # the GPU tests skip here, each saying why
-    tests = steps["tests"]["tests"]
-    assert tests["counts"]["skipped"] > 0 and tests["counts"]["passed"] == tests["counts"]["failed"] == 0
-    assert all("needs a CUDA GPU" in s["reason"] for s in tests["skip_reasons"])
-    # ours vs raw in both layouts: contiguous in fresh processes, channels_last within one (a fresh CUDA process
-    # took 15-25 s to start on an H200)
-    for layout, fresh in (("contiguous", True), ("channels_last", False)):
-        assert steps["overhead"][layout]["settings"]["fresh_processes"] is fresh
-        assert steps["overhead"][layout]["ours_over_raw"]["mean_ratio"] > 0
-    # the sweeps ran and were reported
-    assert steps["gpu_single"]["configs"] and steps["gpu_single"]["verdicts"]
-    fits = steps["what_fits"]["configs"]
-    assert {(c["grid"]["strategy"], c["grid"]["accumulate"]) for c in fits} == {
-        ("ddp", 1),
-        ("ddp", 4),
-        ("fsdp", 1),
-        ("fsdp", 4),
-    }
-    assert all(c["peak_memory_bytes"] and c["held_bytes"] and c["predicted_held_bytes"] for c in fits)
+    # the plan's memory against the run: predicted for the built-ins, said why not for a user's workload
+    rows = {r["workload"]: r for r in steps["what_fits"]["rows"]}
+    assert rows["resnet18"]["predicted_bytes"] > 0 and rows["gpt"]["predicted_bytes"] > 0
+    assert all("problem" not in r for r in rows.values())
+    own = rows["own_workload"]
+    assert own["predicted_bytes"] is not None or own["prediction_problem"].startswith("cannot predict")
+    eager = steps["gpt"]["runs"]["eager"]
+    assert eager["tokens_per_s"] > 0 and eager["mfu"]["of_measured"] > 0
     compiled = [c for c in steps["faster_step"]["configs"] if c["grid"].get("compile")]
     assert compiled and compiled[0]["compile_s"] > 0
-    summary = (out / "summary.md").read_text()
-    assert "Toy size on the CPU: these figures test the script, they say nothing about a GPU." in summary
-    for name in STEPS:
-        assert f"## {name}" in summary
