@@ -265,11 +265,16 @@ def trace_step(config: TrainConfig) -> dict[str, int]:
     which torch refuses autograd in every process forked from this one ("Unable to handle autograd's threading in
     combination with fork-based multiprocessing"). Traced here, a plan would break the ranks a notebook or a test
     then forks. Where this process already is in that state (it compiled, or traced before), cannot fork, or may
-    have no children (a daemonic process), the trace runs here."""
+    have no children (a daemonic process), the trace runs here.
+
+    Where a CUDA GPU is visible the child is spawned instead: asking whether CUDA is available initialises the
+    driver in this process, and a child forked after that fails at the first CUDA call that autograd's backward
+    makes, even on fake CPU tensors (seen on an H200: "CUDA error: initialization error" for every workload)."""
     if sys.platform != "linux" or mp.current_process().daemon:
         return _trace_here(config)
+    start_method = "spawn" if torch.cuda.is_available() else "fork"
     try:
-        return dict(call_apart(_trace_here, config, start_method="fork"))
+        return dict(call_apart(_trace_here, config, start_method=start_method))
     except ChildFailed as e:
         if "fork-based multiprocessing" in e.text:  # this process is in that state already: nothing more to lose
             return _trace_here(config)
