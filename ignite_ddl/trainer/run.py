@@ -205,6 +205,14 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
         if isinstance(strategy, FSDPStrategy) and blocks:
             strategy.units = tuple(blocks)
     # Compiled before it is placed (see Strategy.compile); evaluation, checkpoints and FLOPs unwrap it, eager.
+    if config.compile:
+        # Each compiled run starts from a clean TorchDynamo, as in a fresh process: what an earlier run of this
+        # process compiled, and which of its dimensions went dynamic (Dynamo's in-process profile of each code
+        # object), would otherwise change this run's compilation and recompilations (seen on an H200: after a
+        # run whose batch shrank once, the next run in the process compiled the batch dynamic from the start).
+        from torch import _dynamo
+
+        _dynamo.reset()
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
     optimizer = idist.auto_optim(build_optimizer(model, config))
     process_function = None
