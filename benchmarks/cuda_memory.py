@@ -45,7 +45,8 @@ if str(ROOT) not in sys.path:  # the own-workload example is imported as example
 import torch  # noqa: E402
 
 from ignite_ddl import TrainConfig, train  # noqa: E402
-from ignite_ddl.trainer.footprint import predict  # noqa: E402
+from ignite_ddl.core.apart import call_apart  # noqa: E402
+from ignite_ddl.trainer.footprint import Prediction, predict  # noqa: E402
 
 GOAL = 0.10
 DEVICE_PARTS = ("params", "grads", "optimizer", "activations", "buckets")
@@ -98,12 +99,20 @@ def cases(toy: bool) -> dict[str, dict[str, Any]]:
     }
 
 
+def predict_all(configs: dict[str, TrainConfig]) -> dict[str, Prediction]:
+    """Every configuration's prediction, traced in this process (a child of :func:`run`'s, which stays untouched by
+    autograd's threads and never touches CUDA before its runs)."""
+    return {name: predict(config, runtime_bytes=0) for name, config in configs.items()}
+
+
 def run(device: str, toy: bool, names: list[str] | None = None) -> dict[str, Any]:
     """Predict every case first (the trace forks a child: before this process initialises CUDA), then run each and
     read its CUDA figures."""
     chosen = {k: v for k, v in cases(toy).items() if names is None or k in names}
     configs = {name: TrainConfig(**RUN, **options) for name, options in chosen.items()}
-    predictions = {name: predict(config, runtime_bytes=0) for name, config in configs.items()}
+    # One fresh child traces them all (each trace in its own child would start an interpreter per workload: more
+    # than the step's budget on the GPU machine).
+    predictions: dict[str, Prediction] = call_apart(predict_all, configs, start_method="spawn")
     cuda = device == "cuda"
     context = None
     if cuda:
