@@ -876,7 +876,7 @@ def render(figures: dict[str, Any]) -> str:
     """summary.md: every step's status and figures, each with its spread."""
     steps = figures["steps"]
     env = (steps.get("environment", {}).get("figures") or {}).get("environment", {})
-    where = env.get("gpu") or f"CPU {env.get('cpu', '?')}"
+    where = env.get("gpu") or (f"CPU {env['cpu']}" if env.get("cpu") else "the environment step did not run")
     lines = [
         f"# GPU check: {where}",
         "",
