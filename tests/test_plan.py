@@ -8,6 +8,7 @@ import platform
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -360,6 +361,42 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     row = next(line for line in table.splitlines() if line.startswith("| cfg001"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert float(cells[1]) == pytest.approx(1e3 * predicted["step_s"], abs=0.06) and float(cells[3]) > 0
+
+
+def test_a_workload_the_plan_cannot_build_is_not_predicted_and_says_why(tmp_path, monkeypatch):
+    """A workload of one's own (only its function builds it): the step-time model leaves its configuration of 2
+    processes unpredicted with why, said in one line, measuring nothing for it (no all-reduce, no hook's work);
+    a step-time model that fails outright leaves every configuration of several processes unpredicted with why,
+    and the sweep goes on."""
+    from ignite_ddl.sweep import runner
+    from ignite_ddl.sweep.forecast import fit_step_model
+    from ignite_ddl.sweep.plan import expand
+    from ignite_ddl.sweep.spec import parse_spec
+
+    example = Path(__file__).parents[1] / "examples" / "own_workload"
+    spec = parse_spec(
+        {
+            "name": "own",
+            "workload": "bench:make",
+            "base": {"workload_dir": str(example), "batch_size": 32},
+            "grid": {"nproc_per_node": [1, 2]},
+        }
+    )
+    why = "a workload of your own (--workload) is built by its function, which the plan does not call"
+    said: list[str] = []
+    model = fit_step_model(spec, tmp_path, [], said.append)
+    assert model["link"] is None and model["configurations"]["1"]["step_s"] is None
+    assert model["configurations"]["1"]["basis"] == why
+    assert said == [f"plan: cfg001: step time not predicted: {why}"]
+
+    def fails(*args):
+        raise RuntimeError("the link's fit diverged\nsecond line")
+
+    monkeypatch.setattr(runner, "fit_step_model", fails)
+    said.clear()
+    model = runner._step_model(spec, tmp_path, [], said.append, list(expand(spec, tmp_path)))
+    assert model["configurations"] == {"1": {"step_s": None, "basis": "RuntimeError: the link's fit diverged"}}
+    assert said == ["plan: step time not predicted: RuntimeError: the link's fit diverged"]
 
 
 def test_configurations_the_step_model_could_not_predict_are_named_not_listed_blank():

@@ -340,6 +340,20 @@ def _same_but_strategy(a: ConfigResult, b: ConfigResult) -> bool:
     return {k: v for k, v in a.config.items() if k not in own} == {k: v for k, v in b.config.items() if k not in own}
 
 
+def _memory_unpredicted_text(analysis: Analysis) -> str:
+    """The configurations run whose peak the plan could not predict, by reason."""
+    run = {c.index: c.name for c in analysis.configs}
+    by_reason: dict[str, list[str]] = {}
+    for planned in _dict_of(analysis.meta.get("plan")).get("configurations") or []:
+        problem = _dict_of(_dict_of(planned).get("prediction")).get("problem")
+        if problem and planned.get("index") in run:
+            why = str(problem).removeprefix("cannot predict: ")
+            by_reason.setdefault(why, []).append(run[planned["index"]])
+    if not by_reason:
+        return ""
+    return " Not predicted: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in by_reason.items()) + "."
+
+
 def memory_text(analysis: Analysis) -> str:
     """What the memory table's columns are, and, measured, why sharding can raise the resident peak on CPU."""
     limit = _memory_limit(analysis)
@@ -362,6 +376,7 @@ def memory_text(analysis: Analysis) -> str:
         else "No memory_limit_mb was given, so nothing is said to fit or not (set it to have the verdict pass over "
         "configurations above it)."
     )
+    text += _memory_unpredicted_text(analysis)
     pairs = []  # (fsdp, ddp, held MiB of each, resident peak MiB of each) where sharding raised the peak
     for fsdp in (c for c in analysis.configs if c.strategy == "fsdp" and c.memory_kind == "resident"):
         ddp = next((c for c in analysis.configs if c.strategy == "ddp" and _same_but_strategy(c, fsdp)), None)
@@ -574,3 +589,6 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             doc.table(header, rows)
             if reading := readings.get(title):
                 doc.bullets(reading)
+        elif title == "Step time, predicted" and (unpredicted := _unpredicted_text(analysis)):
+            doc.heading(title, 3)  # nothing predicted: why, not nothing
+            doc.paragraph(unpredicted.strip())

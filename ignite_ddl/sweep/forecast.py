@@ -139,14 +139,17 @@ def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[s
     """Run ``probe`` as the sweep starts its runs; its runtime (its largest rank's peak less its own model and
     data), or None and why."""
     from ignite_ddl.sweep.local import run_one
-    from ignite_ddl.trainer.footprint import data_bytes, trace_step
+    from ignite_ddl.trainer.footprint import data_bytes, not_traceable_reason, trace_step
 
     record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
     summary: dict[str, Any] = dict(record.get("summary") or {})
     peak = ((summary.get("memory") or {}).get("max") or {}).get("peak_rss_bytes")
     if record["status"] != "completed" or not isinstance(peak, int):
         return None, {"error": record.get("error") or "no peak recorded"}
-    own = data_bytes(probe) + sum(trace_step(probe).values())
+    try:
+        own = data_bytes(probe) + sum(trace_step(probe).values())
+    except Exception as e:  # the runtime goes unmeasured, with why; the plan and the sweep go on
+        return None, {"error": f"the probe's own model could not be traced: {not_traceable_reason(e)}"}
     entry = {
         "bytes": peak - own,
         "peak_bytes": peak,
@@ -278,14 +281,15 @@ def fit_step_model(
     """The step-time model (:mod:`ignite_ddl.sweep.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction, as kept in ``sweep.json`` (``step_model``)."""
     from ignite_ddl.report.analysis import analyze
-    from ignite_ddl.sweep.steptime import Observed, predict_steps
-    from ignite_ddl.trainer.footprint import gradient_bytes, world_size
+    from ignite_ddl.sweep.steptime import Observed, StepPrediction, predict_steps
+    from ignite_ddl.trainer.footprint import gradient_bytes, not_traceable_reason, world_size
     from ignite_ddl.trainer.strategies import strategy_for
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
     # is still one (the report judges the measurements with its own rules).
     measured = {c.index: c for c in analyze(records, {"spec": spec.to_dict()}, include_contended=True).configs}
     observed, grads = [], {}
+    untraced: dict[int, str] = {}  # configurations whose gradients could not be counted, and why
     hooks: dict[int, Any] = {}
     measured_hooks: dict[str, Any] = {}  # configurations of one gradient layout share one measurement
     for index, grid in enumerate(configurations(spec)):
@@ -303,11 +307,21 @@ def fit_step_model(
         device = c.device_type if c is not None else None
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
-            grads[index] = gradient_bytes(config)
+            try:
+                grads[index] = gradient_bytes(config)
+            except Exception as e:  # a model the plan cannot build (a workload of one's own): run, not predicted
+                untraced[index] = not_traceable_reason(e)
+                continue
             if strategy_for(config.strategy, world).name == "ddp":
                 hooks[index] = _hook_cost(config, measured_hooks, progress)
     link = measured_link(out, progress) if grads else None
     predictions = predict_steps(observed, link, grads, hooks)
+    by_reason: dict[str, list[str]] = {}
+    for index, why in untraced.items():
+        predictions[index] = StepPrediction(index, None, None, None, None, None, why)
+        by_reason.setdefault(why, []).append(f"cfg{index:03d}")
+    for why, names in by_reason.items():
+        progress(f"plan: {', '.join(names)}: step time not predicted: {why}")
     return {
         "link": None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
         "configurations": {str(i): p.to_dict() for i, p in sorted(predictions.items())},

@@ -97,8 +97,19 @@ def _memory_plan(spec: Spec, out: Path, progress: Callable[[str], None]) -> Memo
         return None
     from ignite_ddl.sweep.forecast import plan_memory, plan_record, write_plan
 
-    planned = plan_memory(spec, out, progress=progress)
+    try:
+        planned = plan_memory(spec, out, progress=progress)
+    except Exception as e:  # a prediction never stops a sweep: its runs go on, without a plan
+        progress(f"plan: peak memory not predicted: {type(e).__name__}: {e}".splitlines()[0])
+        return None
     write_plan(planned, out, spec.memory_limit_mb)
+    by_reason: dict[str, list[str]] = {}
+    for p in planned:
+        if p.prediction.problem:
+            why = p.prediction.problem.removeprefix("cannot predict: ")
+            by_reason.setdefault(why, []).append(f"cfg{p.index:03d}")
+    for why, names in by_reason.items():
+        progress(f"plan: {', '.join(names)}: peak memory not predicted: {why}")
     return plan_record(planned, spec.memory_limit_mb)
 
 
@@ -140,7 +151,7 @@ def _sweep(
             first = [run for run in todo if run.repeat == 0 and _world(run) == 1]
             if first:
                 session.execute(first, " one-process runs first", repeats)
-            session.meta["step_model"] = fit_step_model(spec, out, session.records(), progress)
+            session.meta["step_model"] = _step_model(spec, out, session.records(), progress, todo)
             session.save()
             todo = _likeliest_first([run for run in todo if run not in first], session.meta["step_model"])
         session.execute(todo, "", repeats)
@@ -154,6 +165,20 @@ def _sweep(
                 session.execute(batch, f" round {batch[0].repeat + 1}", repeats)
                 session.rerun_contended(repeats)
     return session.records()
+
+
+def _step_model(
+    spec: Spec, out: Path, records: list[dict[str, Any]], progress: Callable[[str], None], runs: list[Run]
+) -> dict[str, Any]:
+    """The step-time model fitted to the first round (:func:`~ignite_ddl.sweep.forecast.fit_step_model`); where it
+    fails, every configuration of several processes in ``runs`` not predicted, with why: the runs go on."""
+    try:
+        return fit_step_model(spec, out, records, progress)
+    except Exception as e:  # a prediction never stops a sweep
+        why = f"{type(e).__name__}: {e}".splitlines()[0]
+        progress(f"plan: step time not predicted: {why}")
+        several = sorted({run.index for run in runs if _world(run) > 1})
+        return {"link": None, "configurations": {str(i): {"step_s": None, "basis": why} for i in several}}
 
 
 def _world(run: Run) -> int:

@@ -79,6 +79,7 @@ __all__ = [
     "data_bytes",
     "gradient_bytes",
     "gradient_shapes",
+    "not_traceable_reason",
     "on_cuda",
     "predict",
     "trace_step",
@@ -381,6 +382,31 @@ def _checkpoint_phase(config: TrainConfig, step: dict[str, int]) -> dict[str, in
     return saving if sum(saving.values()) > sum(step.values()) else {**step, "checkpoint": 0}
 
 
+def not_traceable_reason(e: Exception) -> str:
+    """Why ``e``, raised by a trace or a count of a configuration's model, leaves it unpredicted: one line."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, NotTraceable):
+        return text
+    if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+        return f"the model reads a tensor's value ({text}), which a trace on fake tensors (no data) cannot follow"
+    return f"{type(e).__name__}: {text}"
+
+
+def _model_parts(config: TrainConfig, strategy: str) -> dict[str, int]:
+    """The traced step's parts, DDP's buckets, FSDP's checkpoint moment and the datasets (no runtime)."""
+    parts = trace_step(config)
+    parts["buckets"] = 0
+    if strategy == "ddp":
+        # DDP's flat bucket buffers, one copy of every gradient (float32: DDP reduces the parameters' dtype).
+        parts["buckets"] = gradient_bytes(config)
+        if config.gradient_as_bucket_view:
+            parts["grads"] = 0  # the gradients are views of the buckets
+    if strategy == "fsdp" and config.checkpoints:
+        parts = _checkpoint_phase(config, parts)
+    parts["data"] = data_bytes(config)
+    return parts
+
+
 def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     """``config``'s predicted peak per rank: the traced step, DDP's buckets, the datasets and ``runtime_bytes``
     (None: the runtime is not known, so neither is the peak). A model that cannot be traced gets ``problem``."""
@@ -399,26 +425,10 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     method = "FSDPMemTracker" if strategy_name == "fsdp" else "MemTracker"
     if method == "FSDPMemTracker" and not cuda and platform.libc_ver()[0] == "glibc":
         unpredicted.append(_HEAP_NOTE)
-    try:
-        parts = trace_step(config)
-    except NotTraceable as e:
-        return Prediction(problem=f"cannot predict: {e}", method=method)
+    try:  # the trace, and every count of the model after it: none of them may fail the plan or the sweep
+        parts = _model_parts(config, strategy_name)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
-        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        why = f"{type(e).__name__}: {text}"
-        if type(e).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
-            why = f"the model reads a tensor's value ({text}), which a trace on fake tensors (no data) cannot follow"
-        return Prediction(problem=f"cannot predict: {why}"[:300], method=method)
-    strategy = strategy_for(config.strategy, world_size(config)).name
-    parts["buckets"] = 0
-    if strategy == "ddp":
-        # DDP's flat bucket buffers, one copy of every gradient (float32: DDP reduces the parameters' dtype).
-        parts["buckets"] = gradient_bytes(config)
-        if config.gradient_as_bucket_view:
-            parts["grads"] = 0  # the gradients are views of the buckets
-    if strategy == "fsdp" and config.checkpoints:
-        parts = _checkpoint_phase(config, parts)
-    parts["data"] = data_bytes(config)
+        return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     if runtime_bytes is None:
         return Prediction(
             parts, "cannot predict: the runtime's own memory was not measured", tuple(unpredicted), method
