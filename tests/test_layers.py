@@ -204,3 +204,52 @@ def test_a_report_is_written_without_torch(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "report.md").read_text().count("cfg00") >= 2
+
+
+# -- names only their owners compare
+
+
+def _owned_names() -> list[tuple[frozenset[str], set[str], str]]:
+    """(names, the modules that may compare them, what they are): a strategy's name is compared only by its
+    description and its torch side, a backend's only by the launcher's rules table; every other module asks them."""
+    from ignite_ddl.core.strategies import strategy_infos
+
+    strategies = frozenset(strategy_infos()) - {"none"}  # "none" is also amp's, comm_hook's, ... value
+    return [
+        (strategies, {"ignite_ddl.core.strategies", "ignite_ddl.trainer.strategies"}, "strategy"),
+        (frozenset({"gloo", "nccl", "xla-tpu"}), {"ignite_ddl.launcher.backends"}, "backend"),
+    ]
+
+
+# The fsdp lab compares its own two modes (a hand-written DDP and FSDP side by side), not --strategy's choices.
+_OWN_MODES = {"ignite_ddl.labs.fsdp"}
+
+
+def _compared_strings(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every string constant a comparison (==, !=, in, not in) is made against, with its line."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in [node.left, *node.comparators]:
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            found += [(node.lineno, i.value) for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_strategy_and_backend_names_are_compared_only_by_their_owners(module):
+    """A third strategy or a fourth backend is described in its own module: no other module compares names (the
+    house's rule; issue: 11 strategy-name and 8 backend-name comparisons were spread over 11 modules)."""
+    tree = ast.parse(MODULES[module].read_text())
+    compared = _compared_strings(tree)
+    for names, owners, what in _owned_names():
+        if module in owners or (what == "strategy" and module in _OWN_MODES):
+            continue
+        bad = [f"line {line}: {value!r}" for line, value in compared if value in names]
+        assert not bad, f"{module} compares {what} names (ask the {what}'s description instead): {bad}"
+
+
+def test_the_name_rule_can_fail():
+    tree = ast.parse('if config.strategy == "fsdp" or backend in ("gloo", "nccl"):\n    pass\n')
+    assert [v for _, v in _compared_strings(tree)] == ["fsdp", "gloo", "nccl"]

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag, option_specs
+from ignite_ddl.core.strategies import STRATEGY_CHOICES
 
 __all__ = [
     "AMP_MODES",
@@ -58,7 +59,7 @@ DATASETS = ("synthetic", "digits", "mnist", "cifar10")
 AMP_MODES = ("none", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam")
 PROFILERS = ("none", "timer", "basic", "handlers", "torch")
-STRATEGIES = ("auto", "none", "ddp", "fsdp")
+STRATEGIES = STRATEGY_CHOICES  # auto and every strategy described (ignite_ddl.core.strategies): a live view
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 TRACKERS = ("none", "mlflow")

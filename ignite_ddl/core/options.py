@@ -101,7 +101,7 @@ class OptionSpec:
     default: Any = None
     optional: bool = False  # None is a value too
     many: bool = False  # a tuple of ``kind``, given on the command line as comma-separated values
-    choices: tuple[str, ...] = ()
+    choices: Sequence[str] = ()  # a tuple, or a live view of a registry (the strategies described)
     low: float | None = None  # smallest value allowed (inclusive unless low_open)
     high: float | None = None  # largest value allowed (inclusive)
     low_open: bool = False  # ``low`` itself is refused: a value must be > low
@@ -234,7 +234,7 @@ def option(
     meta = {
         "help": help,
         "role": role,
-        "choices": tuple(choices),
+        "choices": choices if not isinstance(choices, (list, str)) else tuple(choices),  # a tuple or a live view
         "low": low,
         "high": high,
         "low_open": low_open,

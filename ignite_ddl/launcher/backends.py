@@ -37,12 +37,18 @@ class Backend:
     join_watch: bool  # single-node launches restart ranks that never join (PJRT replicas are threads)
     fresh_thread_after_fork: bool  # forked ranks compute in a thread started after the fork (see in_fresh_thread)
     ddp_bucket_cap: bool  # the model is wrapped in torch's DistributedDataParallel, which takes bucket_cap_mb
+    torch_group: bool  # a torch.distributed process group that FSDP2 and ZeroRedundancyOptimizer run on
+    # collectives issued from several threads run in the order each rank issues them (NCCL orders them on its
+    # stream); gloo needs every rank to issue them in one order
+    orders_threaded_collectives: bool
+    socket_interface: bool  # binds its sockets to a network interface (GLOO_SOCKET_IFNAME), loopback on one node
+    runtime_replicas: bool  # the runtime decides how many replicas a host runs (PJRT: every device of the host)
 
 
 _RULES = {
-    "gloo": Backend("gloo", "cpu", False, True, True, True, True, True, True),
-    "nccl": Backend("nccl", "cuda", True, True, True, True, True, True, True),
-    "xla-tpu": Backend("xla-tpu", "xla", True, False, False, False, False, False, False),
+    "gloo": Backend("gloo", "cpu", False, True, True, True, True, True, True, True, False, True, False),
+    "nccl": Backend("nccl", "cuda", True, True, True, True, True, True, True, True, True, False, False),
+    "xla-tpu": Backend("xla-tpu", "xla", True, False, False, False, False, False, False, False, True, False, True),
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any, cast
 import torch.distributed as dist
 
 from ignite_ddl.core.errors import ConfigError, LaunchFailed
+from ignite_ddl.launcher.backends import rules
 from ignite_ddl.launcher.processes import die_with_parent
 from ignite_ddl.launcher.settings import GLOO_INTERFACE_VAR, LaunchPlan, bind_address, needs_named_interface
 
@@ -186,7 +187,7 @@ def gloo_interface_env(plan: LaunchPlan) -> Iterator[None]:
     """While inside, gloo process groups created here (or in ranks started here) bind their sockets to loopback
     when every rank runs on this machine; across machines to the interface the user named in GLOO_SOCKET_IFNAME
     (kept as it is; :func:`~ignite_ddl.launcher.settings.plan_launch` refuses such a run without it)."""
-    if plan.backend != "gloo" or needs_named_interface(plan):
+    if plan.backend is None or not rules(plan.backend).socket_interface or needs_named_interface(plan):
         yield
         return
     saved = os.environ.get(GLOO_INTERFACE_VAR)

@@ -33,7 +33,7 @@ from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, names_with_role, option
 from ignite_ddl.launcher import xla
-from ignite_ddl.launcher.backends import check_backend, resolve_backend
+from ignite_ddl.launcher.backends import check_backend, resolve_backend, rules
 
 __all__ = [
     "GLOO_INTERFACE_VAR",
@@ -141,7 +141,7 @@ def plan_launch(
 
     backend = resolve_backend(settings.backend, world, cuda_devices, environ)
     check_backend(backend, world, nproc, nnodes, cuda_devices, external)
-    if backend == "xla-tpu":  # PJRT decides the replica count: every device of the host, or one
+    if backend is not None and rules(backend).runtime_replicas:  # PJRT: every device of the host, or one
         nproc = world = xla.replicas(settings.nproc_per_node, environ)
 
     mode = "env" if external else ("serial" if backend is None else "spawn")
@@ -183,7 +183,8 @@ def plan_launch(
         cuda_devices,
         external,
     )
-    if plan.backend == "gloo" and needs_named_interface(plan) and not environ.get(GLOO_INTERFACE_VAR):
+    socket = plan.backend is not None and rules(plan.backend).socket_interface
+    if socket and needs_named_interface(plan) and not environ.get(GLOO_INTERFACE_VAR):
         raise ConfigError(
             f"gloo over several nodes binds to the network interface you name: set {GLOO_INTERFACE_VAR} to the "
             "interface this node reaches the others through (e.g. eth0) on every node"

@@ -383,7 +383,7 @@ def hta_reading(profile_dir: str | Path) -> dict[str, Any]:
     importable, says so. Why: the issue asks for HTA's figures beside ours, and where HTA cannot read CPU-only
     gloo traces, for exactly what it does read."""
     try:
-        from hta.trace_analysis import TraceAnalysis  # type: ignore[import-not-found, unused-ignore]
+        from hta.trace_analysis import TraceAnalysis  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError as e:
         return {
             "available": False,

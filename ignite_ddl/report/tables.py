@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
+from ignite_ddl.core.strategies import StrategyInfo, strategy_infos
 from ignite_ddl.report.analysis import step_model_accuracy, step_predictions
 from ignite_ddl.report.comparisons import payback_verdict, versus_text
 from ignite_ddl.report.document import Document, Table
@@ -242,6 +243,7 @@ def _memory_table(analysis: Analysis) -> Table:
         "config",
         "world",
         "strategy",
+        "ZeRO stage",
         "peak MiB/rank",
         "interval",
         "what",
@@ -268,6 +270,7 @@ def _memory_table(analysis: Analysis) -> Table:
                 c.name,
                 c.world_size,
                 c.strategy or "-",
+                zero_stage(c),
                 _mb(e.value),
                 interval_text(e.scaled(1 / MIB)) if e.has_interval else "-",
                 c.memory_kind or "-",
@@ -284,8 +287,8 @@ def _memory_table(analysis: Analysis) -> Table:
         if judged and planned.get("unfit") and planned.get("index") not in run:  # skipped: predicted not to fit
             peak = _dict_of(planned.get("prediction")).get("peak_bytes")
             name = f"cfg{planned['index']:03d} ({options_text(_dict_of(planned.get('grid')))})"
-            rows.append([name, *[None] * 8, _mb(peak), None, "not launched: " + str(planned["unfit"])])
-    return _drop_empty(header, rows, (*_OPTIONAL_COLUMNS, "predicted MiB", "error %"))
+            rows.append([name, *[None] * 9, _mb(peak), None, "not launched: " + str(planned["unfit"])])
+    return _drop_empty(header, rows, (*_OPTIONAL_COLUMNS, "ZeRO stage", "predicted MiB", "error %"))
 
 
 def _step_model_table(analysis: Analysis) -> Table:
@@ -334,6 +337,25 @@ def _dict_of(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _strategy_info(c: ConfigResult) -> StrategyInfo | None:
+    """What the configuration's strategy is, where it is described in this process (a user's own strategy
+    described only in its runs' processes is not: its rows say nothing of it)."""
+    infos = strategy_infos()
+    return infos.get(c.strategy) if c.strategy else None
+
+
+def zero_stage(c: ConfigResult) -> int | None:
+    """The configuration's ZeRO stage (DDP 0, ZeRO-1 1, FSDP2 3, or 2 with ``reshard_after_forward`` false); None
+    for one process or a strategy not described here."""
+    info = _strategy_info(c)
+    return None if info is None else info.zero_stage(bool(c.config.get("reshard_after_forward", True)))
+
+
+def _shards_parameters(c: ConfigResult) -> bool:
+    info = _strategy_info(c)
+    return info is not None and info.shards_parameters
+
+
 def _same_but_strategy(a: ConfigResult, b: ConfigResult) -> bool:
     """Whether two configurations differ only in their strategy (and where their files went)."""
     own = {"strategy", "output_dir", "run_dir"}
@@ -378,8 +400,8 @@ def memory_text(analysis: Analysis) -> str:
     )
     text += _memory_unpredicted_text(analysis)
     pairs = []  # (fsdp, ddp, held MiB of each, resident peak MiB of each) where sharding raised the peak
-    for fsdp in (c for c in analysis.configs if c.strategy == "fsdp" and c.memory_kind == "resident"):
-        ddp = next((c for c in analysis.configs if c.strategy == "ddp" and _same_but_strategy(c, fsdp)), None)
+    for fsdp in (c for c in analysis.configs if _shards_parameters(c) and c.memory_kind == "resident"):
+        ddp = next((c for c in analysis.configs if zero_stage(c) == 0 and _same_but_strategy(c, fsdp)), None)
         if ddp is None or None in (fsdp.peak_memory.value, ddp.peak_memory.value, fsdp.held_bytes, ddp.held_bytes):
             continue
         peaks = (cast(float, fsdp.peak_memory.value) / MIB, cast(float, ddp.peak_memory.value) / MIB)

@@ -31,6 +31,7 @@ from typing import Any
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.jsonfiles import read_json, write_json
+from ignite_ddl.core.strategies import resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPlan
 from ignite_ddl.core.text import format_table
 from ignite_ddl.sweep.plan import Run, make_run
@@ -283,7 +284,6 @@ def fit_step_model(
     from ignite_ddl.report.analysis import analyze
     from ignite_ddl.sweep.steptime import Observed, StepPrediction, predict_steps
     from ignite_ddl.trainer.footprint import gradient_bytes, not_traceable_reason, world_size
-    from ignite_ddl.trainer.strategies import strategy_for
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
     # is still one (the report judges the measurements with its own rules).
@@ -312,7 +312,7 @@ def fit_step_model(
             except Exception as e:  # a model the plan cannot build (a workload of one's own): run, not predicted
                 untraced[index] = not_traceable_reason(e)
                 continue
-            if strategy_for(config.strategy, world).name == "ddp":
+            if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 hooks[index] = _hook_cost(config, measured_hooks, progress)
     link = measured_link(out, progress) if grads else None
     predictions = predict_steps(observed, link, grads, hooks)

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
+from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> floa
     updates all the parameters: N times the twin's work on the same cores), a shard under FSDP."""
     n = o.world_size
     optimizer = step_s * (twin.optimizer_share or 0.0)
-    sharded = o.config.get("strategy", "auto") == "fsdp"
+    sharded = "optimizer" in _strategy(o).shards  # each rank updates its shard of the parameters
     if shared:
         return step_s if sharded else step_s + (n - 1) * optimizer
     return (step_s - optimizer) / n + (optimizer / n if sharded else optimizer)
@@ -151,22 +152,43 @@ def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> floa
 def _comm_s(
     o: Observed, link: Link | None, grad_bytes: int | None, backward_s: float, hook: Sequence[BucketCost] | str | None
 ) -> tuple[float | None, str]:
-    strategy = o.config.get("strategy", "auto")
+    info = _strategy(o)
     n = o.world_size
     if link is None or grad_bytes is None:
         return None, "no all-reduce measured on this machine" if link is None else "gradient bytes unknown"
-    if strategy == "fsdp":
-        one = (n - 1) * link.alpha_s + (n - 1) / n * grad_bytes / link.beta_Bps
-        accumulate = int(o.config.get("accumulate") or 1)
-        return (2 * accumulate + 1) * one, ""
+    # Every collective the strategy makes but DDP's bucketed all-reduce of the gradients (costed below, with its
+    # hook): FSDP's gathers of the parameters in each micro-batch's forward and backward and its reduce-scatter of
+    # the gradients; ZeRO-1's broadcasts of the parameters each rank updated. Each moves the part's full bytes (the
+    # gradients' float32 size), and none of them overlaps compute on gloo.
+    accumulate = int(o.config.get("accumulate") or 1)
+    per_micro_batch = info.micro_batch_collectives(bool(o.config.get("reshard_after_forward", True)))
+    others = [c for c in info.collectives if not (info.gradient_buckets and c == ("allreduce", "grads"))]
+    rest = sum(_collective_s(kind, grad_bytes, n, link) for kind, _ in others) + accumulate * sum(
+        _collective_s(kind, grad_bytes, n, link) for kind, _ in per_micro_batch
+    )
+    if not info.gradient_buckets:
+        return rest, ""
     name = o.config.get("comm_hook", "none")
     if hook is not None and not isinstance(hook, str):  # DDP's and the hook's own work measured, with its bytes
-        return hook_s(hook, backward_s, n, link), ""
+        return hook_s(hook, backward_s, n, link) + rest, ""
     if name == "powersgd":
         return None, "PowerSGD's work not measured" + (f": {hook}" if isinstance(hook, str) else "")
     nbytes = grad_bytes / 2 if name in ("fp16", "bf16") else grad_bytes  # their cast unmeasured: not costed
     bucket = float(o.config.get("bucket_cap_mb") or _DEFAULT_BUCKET_MB) * MIB
-    return bucketed_exposed_s(backward_s, nbytes, bucket, n, link), ""
+    return bucketed_exposed_s(backward_s, nbytes, bucket, n, link) + rest, ""
+
+
+def _strategy(o: Observed) -> StrategyInfo:
+    return resolve_strategy(str(o.config.get("strategy", "auto")), o.world_size)
+
+
+def _collective_s(kind: str, nbytes: float, n: int, link: Link) -> float:
+    """Seconds of one collective over ``n`` ranks moving a part of ``nbytes`` in all: an all-reduce is a ring's two
+    passes; an all-gather, a reduce-scatter or every rank broadcasting its 1/n share is one pass,
+    ``(n-1) alpha + (n-1)/n nbytes / beta``."""
+    if kind == "allreduce":
+        return ring_allreduce_s(nbytes, n, link)
+    return (n - 1) * link.alpha_s + (n - 1) / n * nbytes / link.beta_Bps
 
 
 def hook_s(buckets: Sequence[BucketCost], backward_s: float, n: int, link: Link) -> float:

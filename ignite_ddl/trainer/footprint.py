@@ -66,11 +66,13 @@ from torch import nn
 from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.text import format_bytes
+from ignite_ddl.launcher.backends import rules
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
 from ignite_ddl.trainer.models import build_model
-from ignite_ddl.trainer.strategies import FSDPStrategy, strategy_for
+from ignite_ddl.trainer.strategies import strategy_for
 from ignite_ddl.trainer.workload import activation_checkpointing, submodule_names
 
 __all__ = [
@@ -163,7 +165,10 @@ class Prediction:
 
 def on_cuda(config: TrainConfig) -> bool:
     """Whether ``config``'s ranks would run on CUDA devices here (a GPU, and a backend that uses one)."""
-    return torch.cuda.is_available() and config.backend in ("auto", "nccl")
+    # Ignite places every rank on CUDA wherever it is available, a gloo rank or a single process too; XLA ranks
+    # compute on their own devices.
+    xla = config.backend not in ("auto", "none") and rules(config.backend).device == "xla"
+    return torch.cuda.is_available() and not xla
 
 
 def world_size(config: TrainConfig) -> int:
@@ -295,7 +300,7 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
     per_rank = config.batch_size // world
     if per_rank < config.accumulate:
         raise ConfigError(f"a rank's batch of {per_rank} cannot be split into {config.accumulate} micro-batches")
-    sharded = strategy.name == "fsdp"
+    sharded = strategy.info.shards_parameters  # traced sharded, on a fake process group
     with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, FakeTensorMode():
         model: nn.Module = job.build()
         blocks = job.blocks(model)
@@ -303,12 +308,7 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
             model = model.to(memory_format=torch.channels_last)
         if config.activation_checkpointing:  # as the trainer wraps a workload's blocks, before placing it
             activation_checkpointing(model, blocks)
-        no_sync: Any = contextlib.nullcontext
-        if sharded:
-            fsdp = FSDPStrategy()
-            fsdp.units = tuple(blocks)
-            model = fsdp.shard(model, config, mesh)
-            no_sync = lambda: fsdp.no_sync(model)  # noqa: E731 - as the trainer calls it
+        model, no_sync = strategy.traced(model, config, blocks, mesh)
         optimizer = build_optimizer(model, config)
         x, y = job.batch(per_rank)
         tracker = _tracker(model, optimizer, x, y, sharded)
@@ -370,15 +370,18 @@ def _fake_group(world: int) -> Iterator[Any]:
         dist.destroy_process_group()
 
 
-def _checkpoint_phase(config: TrainConfig, step: dict[str, int]) -> dict[str, int]:
-    """FSDP's rank 0 while it saves a checkpoint: it gathers the full model and optimizer state (the strategy's
-    ``full_state_dict``, offloaded to CPU) beside its shards, held between steps. The parts of that moment where it
-    needs more than the training step, else ``step``'s."""
+def _checkpoint_phase(config: TrainConfig, step: dict[str, int], info: StrategyInfo) -> dict[str, int]:
+    """Rank 0 of a strategy that shards while it saves a checkpoint: it gathers the full state of what is sharded
+    (FSDP: the model and the optimizer state, ``full_state_dict`` offloaded to CPU; ZeRO-1: the optimizer state,
+    consolidated) beside what it holds between steps. The parts of that moment where it needs more than the
+    training step, else ``step``'s."""
     full = gradient_bytes(config)
     states = _STATE_PER_PARAMETER.get(config.optimizer, 0) if config.optimizer != "sgd" or config.momentum else 0
     world = world_size(config)
-    shards = {"params": full // world, "grads": full // world, "optimizer": states * full // world}
-    saving = {**shards, "activations": 0, "buckets": 0, "checkpoint": full * (1 + states)}
+    sizes = {"params": full, "grads": full, "optimizer": states * full}
+    held = {part: int(size * info.shard_of(part, world)) for part, size in sizes.items()}
+    gathered = sum(sizes[part] for part in ("params", "optimizer") if part in info.shards)
+    saving = {**held, "activations": 0, "buckets": step.get("buckets", 0), "checkpoint": gathered}
     return saving if sum(saving.values()) > sum(step.values()) else {**step, "checkpoint": 0}
 
 
@@ -392,17 +395,22 @@ def not_traceable_reason(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-def _model_parts(config: TrainConfig, strategy: str) -> dict[str, int]:
-    """The traced step's parts, DDP's buckets, FSDP's checkpoint moment and the datasets (no runtime)."""
+def _model_parts(config: TrainConfig, info: StrategyInfo) -> dict[str, int]:
+    """The traced step's parts, what the strategy shards that the trace did not, DDP's buckets, the checkpoint
+    moment of a strategy that shards, and the datasets (no runtime)."""
     parts = trace_step(config)
+    world = world_size(config)
+    if not info.shards_parameters:  # traced unsharded: a strategy sharding its optimizer state (ZeRO-1) holds 1/N
+        for part in info.shards:
+            parts[part] = int(parts[part] * info.shard_of(part, world))
     parts["buckets"] = 0
-    if strategy == "ddp":
+    if info.gradient_buckets:
         # DDP's flat bucket buffers, one copy of every gradient (float32: DDP reduces the parameters' dtype).
         parts["buckets"] = gradient_bytes(config)
         if config.gradient_as_bucket_view:
             parts["grads"] = 0  # the gradients are views of the buckets
-    if strategy == "fsdp" and config.checkpoints:
-        parts = _checkpoint_phase(config, parts)
+    if info.shards and config.checkpoints:
+        parts = _checkpoint_phase(config, parts, info)
     parts["data"] = data_bytes(config)
     return parts
 
@@ -416,17 +424,17 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
     cuda = on_cuda(config)
     if cuda:
         unpredicted.append(_CUDA_NOTE)
-    strategy_name = strategy_for(config.strategy, world_size(config)).name
-    if strategy_name == "ddp" and config.comm_hook != "none":
+    info = resolve_strategy(config.strategy, world_size(config))
+    if info.gradient_buckets and config.comm_hook != "none":
         unpredicted.append(
             f"--comm-hook {config.comm_hook} (the hook's own buffers: compressed copies of the buckets; PowerSGD's "
             "error feedback and low-rank factors)"
         )
-    method = "FSDPMemTracker" if strategy_name == "fsdp" else "MemTracker"
-    if method == "FSDPMemTracker" and not cuda and platform.libc_ver()[0] == "glibc":
+    method = "FSDPMemTracker" if info.shards_parameters else "MemTracker"
+    if info.shards_parameters and not cuda and platform.libc_ver()[0] == "glibc":
         unpredicted.append(_HEAP_NOTE)
     try:  # the trace, and every count of the model after it: none of them may fail the plan or the sweep
-        parts = _model_parts(config, strategy_name)
+        parts = _model_parts(config, info)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     if runtime_bytes is None:

@@ -144,7 +144,7 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
     if config.measure_flops:
         # The FLOPs of the module as built: a sharded model's forward would gather parameters (a collective).
         counted = parts.model
-        if parts.strategy.name == "fsdp" and parts.flops is None:
+        if parts.strategy.info.shards_parameters and parts.flops is None:
             counted = _unplaced_model(config, loaders)
         criterion = cast(nn.Module, parts.criterion)  # counted only for the built-in models, whose loss is a Module
         probe = FlopsProbe.measure(counted, criterion, loaders.info, parts.device, config.amp, parts.flops)

@@ -44,7 +44,7 @@ import contextlib
 import inspect
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, cast
 
 import ignite.distributed as idist
@@ -54,6 +54,7 @@ from torch import nn
 
 from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy, strategy_info
 from ignite_ddl.launcher.backends import rules
 from ignite_ddl.measure.comm import CommTimer, Hook, allreduce
 from ignite_ddl.measure.crosscheck import sample_every_iteration
@@ -89,15 +90,14 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 class Strategy(abc.ABC):
-    """How the model is held across ranks. A subclass names itself (``name``, one of the ``--strategy`` choices),
-    says the world sizes it runs, declares its own options (``options``: a
+    """How the model is held across ranks, the torch side of a strategy described at the core layer
+    (:class:`~ignite_ddl.core.strategies.StrategyInfo`: what it shards, its collectives, its world sizes). A
+    subclass names itself (``name``, a strategy described there), declares its own options (``options``: a
     :class:`~ignite_ddl.core.config.StrategyOptions` group, or None) and registers itself by being defined
     (:func:`registered`), as Fabric's strategies and Ignite's computation models do; it must say how it places the
     model (:meth:`place`) and overrides what else differs."""
 
     name: ClassVar[str]
-    min_world: ClassVar[int] = 1
-    max_world: ClassVar[int | None] = None
     options: ClassVar[type[StrategyOptions] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -112,16 +112,14 @@ class Strategy(abc.ABC):
             )
         _REGISTRY[cls.name] = cls
 
+    @property
+    def info(self) -> StrategyInfo:
+        """What this strategy is (:mod:`ignite_ddl.core.strategies`)."""
+        return strategy_info(self.name)
+
     def check(self, world_size: int) -> None:
         """Refuse (:class:`ConfigError`) a world size this strategy cannot run, before any process starts."""
-        if world_size < self.min_world:
-            raise ConfigError(
-                f"strategy {self.name} needs {self.min_world} or more processes (one process: --strategy none)"
-            )
-        if self.max_world is not None and world_size > self.max_world:
-            raise ConfigError(
-                f"strategy {self.name} runs {self.max_world} process, not {world_size} (several: --strategy ddp)"
-            )
+        resolve_strategy(self.name, world_size)
 
     @abc.abstractmethod
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
@@ -133,11 +131,11 @@ class Strategy(abc.ABC):
         process starts: each group says which of its options are its own (``OWN``). One process accepts and
         ignores them: nothing to communicate or shard, so a sweep may grid them against process counts. A strategy
         checks its own against the run's ``backend`` (None: not known yet)."""
-        if self.max_world == 1:
+        if not self.info.distributed:
             return
         for strategy in _REGISTRY.values():
             group = strategy.options
-            if strategy is type(self) or group is None:
+            if group is None or group is self.options:
                 continue
             asked = group.asked(config)
             if asked:
@@ -145,6 +143,15 @@ class Strategy(abc.ABC):
                     f"{', '.join(asked)}: {strategy.name.upper()} option(s), for --strategy {strategy.name} "
                     f"(this run's is {self.name})"
                 )
+
+    def traced(
+        self, model: nn.Module, config: TrainConfig, blocks: list[str], mesh: Any
+    ) -> tuple[nn.Module, Callable[[], contextlib.AbstractContextManager]]:
+        """The model as the memory prediction traces it on fake tensors (:mod:`ignite_ddl.trainer.footprint`), with
+        the context its step skips gradient synchronisation in: unwrapped by default (DDP's reducer allocates
+        outside the trace; its buckets are counted apart); ``mesh`` is a fake process group's, where the strategy
+        shards parameters, else None."""
+        return model, contextlib.nullcontext
 
     def communication(self, model: nn.Module, config: TrainConfig, device: torch.device) -> CommTimer | None:
         """Set up the placed ``model``'s gradient communication as ``config`` says; return a communication timer
@@ -200,7 +207,6 @@ class SingleProcessStrategy(Strategy):
     """One process: the model on this process's device."""
 
     name = "none"
-    max_world = 1
 
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         # Not auto_model: with one process it would wrap DataParallel when several GPUs are visible (ignite#2447),
@@ -214,7 +220,6 @@ class DDPStrategy(Strategy):
     one process driving several GPUs, which the dp-vs-ddp lab compares it with.)"""
 
     name = "ddp"
-    min_world = 2
     options = DDPOptions
 
     def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
@@ -264,7 +269,6 @@ class FSDPStrategy(Strategy):
     options are :class:`~ignite_ddl.core.config.FSDPOptions`."""
 
     name = "fsdp"
-    min_world = 2
     options = FSDPOptions
     # The FSDP units, as names of submodules: a workload's blocks (its wrap policy); none given, each direct child
     # that holds parameters.
@@ -285,8 +289,9 @@ class FSDPStrategy(Strategy):
             )
 
     def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
-        if idist.backend() not in ("gloo", "nccl"):
-            raise ConfigError(f"strategy fsdp runs on gloo or nccl process groups, not {idist.backend()}")
+        backend = idist.backend()
+        if backend is None or not rules(backend).torch_group:
+            raise ConfigError(f"strategy fsdp runs on gloo or nccl process groups, not {backend}")
         return self.shard(model.to(idist.device()), config)
 
     def shard(self, model: nn.Module, config: TrainConfig, mesh: Any = None) -> nn.Module:
@@ -315,6 +320,13 @@ class FSDPStrategy(Strategy):
                 fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
         # the model itself, now an FSDP module
         return cast(nn.Module, fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard))
+
+    def traced(
+        self, model: nn.Module, config: TrainConfig, blocks: list[str], mesh: Any
+    ) -> tuple[nn.Module, Callable[[], contextlib.AbstractContextManager]]:
+        self.units = tuple(blocks)
+        sharded = self.shard(model, config, mesh)
+        return sharded, lambda: self.no_sync(sharded)  # as the trainer calls it
 
     def compile(self, model: nn.Module, config: TrainConfig) -> nn.Module:
         """Each unit (a direct child holding parameters) compiled, then sharded as it is, as torchtitan compiles
@@ -454,7 +466,7 @@ def comm_hook(config: TrainConfig, group: Any) -> Hook:
     # seen here as "Received data size doesn't match expected size" and an abort, with 3 buckets. On gloo each
     # bucket therefore waits for the previous one's reduction to finish (no overlap between buckets; NCCL orders
     # collectives on its stream and needs no wait).
-    ordered = dist.get_backend(group) == "gloo"
+    ordered = not rules(str(dist.get_backend(group))).orders_threaded_collectives
     previous: list[torch.futures.Future[torch.Tensor]] = []
 
     def powersgd(bucket: dist.GradBucket) -> tuple[torch.futures.Future[torch.Tensor], int]:
@@ -479,8 +491,4 @@ def strategy_for(name: str, world_size: int) -> Strategy:
     """The strategy ``name`` (``auto``: none for one process, ddp for several), checked against ``world_size``.
     ``ddp`` with one process is one process (nothing to average), so a sweep can grid strategies against process
     counts; ``fsdp`` with one process is refused (sharding over one rank only adds FSDP's bookkeeping)."""
-    if name == "auto" or (name == "ddp" and world_size == 1):
-        name = "none" if world_size == 1 else "ddp"
-    strategy = _REGISTRY[name]()
-    strategy.check(world_size)
-    return strategy
+    return _REGISTRY[resolve_strategy(name, world_size).name]()
