@@ -4,7 +4,7 @@ what a real run of the same configuration allocates on the GPU.
 For each workload (ResNet-18 and ResNet-50 at CIFAR size, the built-in GPT at GPT-2-small shape, the own-workload
 example), one process, AMP bf16, Adam:
 
-1. **predicted**, before anything touches the GPU: :func:`ignite_ddl.trainer.footprint.predict`, the training step
+1. **predicted**, before anything touches the GPU: :func:`ignite_ddl.predict.memory.predict`, the training step
    traced on fake tensors (nothing allocated). The parts that live on the device are the ones compared: parameters,
    gradients, optimizer state, activations (and DDP's buckets where there are several ranks). The datasets and the
    runtime's host memory are not on the GPU and are left out.
@@ -46,7 +46,7 @@ import torch  # noqa: E402
 
 from ignite_ddl import TrainConfig, train  # noqa: E402
 from ignite_ddl.core.apart import call_apart  # noqa: E402
-from ignite_ddl.trainer.footprint import Prediction, predict  # noqa: E402
+from ignite_ddl.predict.memory import Prediction, predict  # noqa: E402
 
 GOAL = 0.10
 DEVICE_PARTS = ("params", "grads", "optimizer", "activations", "buckets")

@@ -39,7 +39,7 @@ from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.text import format_table, milliseconds
 from ignite_ddl.launcher import plan_launch
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD, ForeignLoad
-from ignite_ddl.projection import compute_from_run, fit_alpha_beta, measure_allreduce, project
+from ignite_ddl.predict.projection import compute_from_run, fit_alpha_beta, measure_allreduce, project
 from ignite_ddl.trainer.models import check_model
 from ignite_ddl.trainer.run import train
 

@@ -6,7 +6,8 @@ The package is laid out by concern, in layers that import only downwards:
 - ``launcher``: starting ranks (settings, backends, rendezvous, supervision, signals, watchdog, XLA);
 - ``measure``: what a rank measures (steps, communication, FLOPs, memory, contention, profilers);
 - ``trainer``: the Ignite engines and a run (strategies, data, models, checkpoints, tracking);
-- ``report`` and ``projection``: what a sweep's results say; how a step would scale;
+- ``report`` and ``predict``: what a sweep's results say; a configuration's memory and step time before it runs,
+  and how a step would scale;
 - ``sweep``: grids of runs, executed here or on SLURM;
 - ``labs``: one experiment per idea of data-parallel training;
 - ``cli`` and ``colab``: the command line and the notebooks' runtime set-up.

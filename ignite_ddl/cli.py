@@ -20,12 +20,12 @@ from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.options import add_to_parser, option_flag, option_specs
 from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
-from ignite_ddl.projection.model import LINKS, ProjectOptions
+from ignite_ddl.predict.projection.model import LINKS, ProjectOptions
 from ignite_ddl.sweep.spec import SlurmOptions, Spec
 
 __all__ = ["LINK_PRESETS", "build_parser", "main"]
 
-LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.projection.model imports no torch)
+LINK_PRESETS = tuple(LINKS)  # the projection's link presets (ignite_ddl.predict.projection.model imports no torch)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,7 +56,8 @@ def _add_project(commands: Any) -> None:
         "project",
         help="project step time, throughput and efficiency to 1..N workers (ring all-reduce vs parameter server)",
         description="Project a data-parallel step to 1, 2, 4, ... workers with the alpha-beta model "
-        "(ignite_ddl.projection.model): a ring all-reduce with DDP's bucketed overlap, and one parameter server.",
+        "(ignite_ddl.predict.projection.model): a ring all-reduce with DDP's bucketed overlap, and one parameter "
+        "server.",
     )
     add_to_parser(project, ProjectOptions)  # each flag, its type and range, declared once
     project.set_defaults(handler=_project)
@@ -78,7 +79,7 @@ def _flag_checked(options: type, args: argparse.Namespace) -> Any:
 
 
 def _project(args: argparse.Namespace) -> int:
-    from ignite_ddl import projection as pj
+    from ignite_ddl.predict import projection as pj
 
     _flag_checked(ProjectOptions, args)  # each value within its declared range (a finite number, not 1e308)
     explicit = [args.compute_ms, args.grad_mb, args.batch_size]

@@ -32,7 +32,7 @@ from ignite_ddl.core.options import Options, option_flag, option_specs
 from ignite_ddl.core.outputs import OutputFileHandler, output_errors, write_bytes
 from ignite_ddl.core.results import append_record, load_results, read_results, repair_results
 from ignite_ddl.launcher.settings import LaunchSettings, plan_launch
-from ignite_ddl.projection.model import ProjectOptions
+from ignite_ddl.predict.projection.model import ProjectOptions
 from ignite_ddl.report.document import Document
 from ignite_ddl.sweep.plan import expand
 from ignite_ddl.sweep.runner import executor_for

@@ -17,7 +17,7 @@ from ignite.engine import Engine, Events
 
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.measure.recorder import format_steps
-from ignite_ddl.trainer.hook_cost import ddp_buckets, hook_cost
+from ignite_ddl.predict.hook_cost import ddp_buckets, hook_cost
 from ignite_ddl.trainer.run import TrainingRun
 from ignite_ddl.trainer.strategies import unwrap
 

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("launcher",),
     ("measure",),
     ("trainer",),
-    ("report", "projection"),
+    ("report", "predict"),
     ("sweep",),
     ("labs",),
     ("cli", "colab", "__init__"),
@@ -253,3 +253,19 @@ def test_strategy_and_backend_names_are_compared_only_by_their_owners(module):
 def test_the_name_rule_can_fail():
     tree = ast.parse('if config.strategy == "fsdp" or backend in ("gloo", "nccl"):\n    pass\n')
     assert [v for _, v in _compared_strings(tree)] == ["fsdp", "gloo", "nccl"]
+
+
+def test_the_layers_are_drawn_as_declared():
+    """The layer order is declared once, above; docs/development.md's drawing and the package docstring's list
+    follow it (top to bottom, bottom to top)."""
+    import ignite_ddl
+
+    doc = (PACKAGE.parent / "docs" / "development.md").read_text()
+    drawing = doc.split("```\n__main__", 1)[1].split("```", 1)[0]
+    rows = [line.split("  ", 1)[0].strip() for line in ("__main__" + drawing).splitlines() if line[:1].strip()]
+    drawn = [tuple(p.strip() for p in row.split("·")) for row in rows]
+    declared = [tuple(p for p in layer if p != "__init__") for layer in reversed(LAYERS)]  # the package itself
+    assert drawn == declared, drawn
+    listed = [line.split("``")[1] for line in (ignite_ddl.__doc__ or "").splitlines() if line.startswith("- ``")]
+    firsts = [layer[0] for layer in LAYERS if layer[0] not in ("__init__", "__main__")]
+    assert listed == firsts, listed

@@ -17,7 +17,7 @@ import pytest
 from conftest import QUICK, check_ok, run, run_cli
 
 from ignite_ddl.core.errors import ConfigError
-from ignite_ddl.projection import (
+from ignite_ddl.predict.projection import (
     LINKS,
     NVIDIA_RESNET50,
     Compute,
@@ -32,7 +32,7 @@ from ignite_ddl.projection import (
     run_warning,
     validate_nvidia_resnet50,
 )
-from ignite_ddl.projection.model import worker_counts
+from ignite_ddl.predict.projection.model import worker_counts
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Round numbers: 1 ms per message, 1 MB/s; a 1000-byte message moves in 1 ms.
@@ -382,7 +382,7 @@ def test_validation_refuses_bad_input_in_one_line(tmp_path, argv):
 
 def test_the_model_and_the_package_import_no_torch():
     # the command line reads the link presets at start-up: neither torch nor matplotlib may come with them
-    for module in ("ignite_ddl.projection.model", "ignite_ddl.projection"):
+    for module in ("ignite_ddl.predict.projection.model", "ignite_ddl.predict.projection"):
         code = f"import sys, {module}; print('torch' in sys.modules, 'matplotlib' in sys.modules)"
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert found.split() == ["False", "False"], (module, found)

@@ -1,8 +1,8 @@
 """The arithmetic of collectives, without torch: what share of a message each rank sends over its link.
 
 Both the measured bus bandwidth (:mod:`ignite_ddl.measure.comm`) and the scaling projection's time of a ring
-all-reduce (:mod:`ignite_ddl.projection.model`) use it; the projection is read by the command line at start-up, so
-this module imports nothing heavy.
+all-reduce (:mod:`ignite_ddl.predict.projection.model`) use it; the projection is read by the command line at
+start-up, so this module imports nothing heavy.
 
 Example:
     >>> allreduce_bus_factor(2), allreduce_bus_factor(4), allreduce_bus_factor(1)

@@ -2,7 +2,7 @@
 it fits the spec's ``memory_limit_mb`` (``ignite-ddl plan SPEC``; a sweep records each prediction beside what its
 runs measure, and does not launch a configuration predicted not to fit unless ``run_unfit`` is set).
 
-The model's part of each prediction is a trace on fake tensors (:mod:`ignite_ddl.trainer.footprint`). The rest is
+The model's part of each prediction is a trace on fake tensors (:mod:`ignite_ddl.predict.memory`). The rest is
 the **runtime**: what a rank of this launch holds before the model (Python, PyTorch, Ignite, the process group, the
 loaders and their DataLoader workers' hand-over). It depends on the machine and on how the ranks are launched, not on
 the model, so it is measured: one short run of the tiny ``toy`` model per launch layout (processes, strategy, AMP,
@@ -76,7 +76,7 @@ _PROBE_STEPS = 8  # iterations of the probe run: past its warm-up (2), as a swee
 
 @dataclass(frozen=True)
 class Planned:
-    """One configuration of the plan and its prediction (:class:`~ignite_ddl.trainer.footprint.Prediction`)."""
+    """One configuration of the plan and its prediction (:class:`~ignite_ddl.predict.memory.Prediction`)."""
 
     index: int
     grid: dict[str, Any]
@@ -139,8 +139,8 @@ class _Cache:
 def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[str, Any]]:
     """Run ``probe`` as the sweep starts its runs; its runtime (its largest rank's peak less its own model and
     data), or None and why."""
+    from ignite_ddl.predict.memory import data_bytes, not_traceable_reason, trace_step
     from ignite_ddl.sweep.local import run_one
-    from ignite_ddl.trainer.footprint import data_bytes, not_traceable_reason, trace_step
 
     record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
     summary: dict[str, Any] = dict(record.get("summary") or {})
@@ -166,7 +166,7 @@ def plan_memory(
 ) -> list[Planned]:
     """Every configuration of ``spec`` with its predicted peak per rank. ``measure``: run the probes of runtimes
     not yet measured (else those configurations' peaks are not predicted, their parts still are)."""
-    from ignite_ddl.trainer.footprint import predict
+    from ignite_ddl.predict.memory import predict
 
     folder = Path(out) / "plan"
     runtimes = _Cache(folder, "runtime")
@@ -202,7 +202,7 @@ def _gib(nbytes: float) -> str:
 def format_plan(planned: list[Planned], limit_mb: float | None) -> str:
     """The plan as a table: each configuration's parts, its predicted peak per rank and whether it fits; then what
     could not be predicted."""
-    from ignite_ddl.trainer.footprint import PARTS
+    from ignite_ddl.predict.memory import PARTS
 
     def mib(value: int | None) -> str:
         return "-" if not value else f"{value / MIB:.1f}"
@@ -255,10 +255,10 @@ def write_plan(planned: list[Planned], out: str | Path, limit_mb: float | None) 
 
 def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> Any:
     """This machine's all-reduce link (alpha, beta) fitted to all-reduces of 2 gloo processes
-    (:func:`~ignite_ddl.projection.inputs.measure_allreduce`), measured once and kept in ``plan/link.json``; None
-    where it could not be measured."""
-    from ignite_ddl.projection import fit_alpha_beta, measure_allreduce
-    from ignite_ddl.projection.model import Link
+    (:func:`~ignite_ddl.predict.projection.inputs.measure_allreduce`), measured once and kept in
+    ``plan/link.json``; None where it could not be measured."""
+    from ignite_ddl.predict.projection import fit_alpha_beta, measure_allreduce
+    from ignite_ddl.predict.projection.model import Link
 
     folder = Path(out) / "plan"
     cache = _Cache(folder, "link")
@@ -279,11 +279,11 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
 def fit_step_model(
     spec: Spec, out: str | Path, records: list[dict[str, Any]], progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """The step-time model (:mod:`ignite_ddl.sweep.steptime`) fitted to the one-process runs recorded so far and to
+    """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction, as kept in ``sweep.json`` (``step_model``)."""
+    from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
+    from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps
     from ignite_ddl.report.analysis import analyze
-    from ignite_ddl.sweep.steptime import Observed, StepPrediction, predict_steps
-    from ignite_ddl.trainer.footprint import gradient_bytes, not_traceable_reason, world_size
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
     # is still one (the report judges the measurements with its own rules).
@@ -330,11 +330,11 @@ def fit_step_model(
 
 def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
     """DDP's and its communication hook's own work per bucket for ``config``, measured in a fresh process
-    (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
+    (:func:`~ignite_ddl.predict.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
     why it is not measured."""
     from ignite_ddl.launcher.settings import rank_threads
-    from ignite_ddl.trainer.footprint import on_cuda
-    from ignite_ddl.trainer.hook_cost import hook_cost
+    from ignite_ddl.predict.hook_cost import hook_cost
+    from ignite_ddl.predict.memory import on_cuda
 
     if on_cuda(config):
         return "its buckets would be reduced on a GPU, and DDP's and the hook's work is measured on CPU tensors here"

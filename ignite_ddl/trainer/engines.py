@@ -154,7 +154,7 @@ def optimizer_step(
 ) -> torch.Tensor:
     """One optimizer step of :func:`create_trainer` on this rank's batch ``(x, y)``; the loss as a tensor (its
     ``item()`` would wait for the device, and cannot be read at all when the memory prediction runs the step on fake
-    tensors: :mod:`ignite_ddl.trainer.footprint`)."""
+    tensors: :mod:`ignite_ddl.predict.memory`)."""
 
     def backward(loss: torch.Tensor) -> None:
         (scaler.scale(loss) if scaler is not None else loss).backward()

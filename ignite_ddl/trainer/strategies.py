@@ -147,7 +147,7 @@ class Strategy(abc.ABC):
     def traced(
         self, model: nn.Module, config: TrainConfig, blocks: list[str], mesh: Any
     ) -> tuple[nn.Module, Callable[[], contextlib.AbstractContextManager]]:
-        """The model as the memory prediction traces it on fake tensors (:mod:`ignite_ddl.trainer.footprint`), with
+        """The model as the memory prediction traces it on fake tensors (:mod:`ignite_ddl.predict.memory`), with
         the context its step skips gradient synchronisation in: unwrapped by default (DDP's reducer allocates
         outside the trace; its buckets are counted apart); ``mesh`` is a fake process group's, where the strategy
         shards parameters, else None."""
@@ -296,7 +296,7 @@ class FSDPStrategy(Strategy):
 
     def shard(self, model: nn.Module, config: TrainConfig, mesh: Any = None) -> nn.Module:
         """``model`` sharded as ``config``'s FSDP options say, on ``mesh`` (default: the world's). The memory
-        prediction (:mod:`ignite_ddl.trainer.footprint`) shards its fake model here too."""
+        prediction (:mod:`ignite_ddl.predict.memory`) shards its fake model here too."""
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         options = config.fsdp

@@ -11,7 +11,7 @@ throughput and its phases, gives the compute. A configuration of N processes the
   under DDP (every rank updates every parameter: on shared cores, N times the twin's optimizer time), a shard under
   FSDP;
 - DDP on CPU ranks: every bucket's own work, measured on this machine with a rank's threads in a fresh process
-  (:func:`~ignite_ddl.trainer.hook_cost.hook_cost`): the gradients copied into the bucket and back, and the hook's
+  (:func:`~ignite_ddl.predict.hook_cost.hook_cost`): the gradients copied into the bucket and back, and the hook's
   work on it (without one, DDP's division by the world size; fp16 / bf16 casts; PowerSGD in its steady phase, the
   one a run measures); never hidden, plus its all-reduces (the bucket; the half-precision bucket; PowerSGD's three
   small ones), the buckets one after another. Nothing hides behind backward: gloo's copies and sums need the cores
@@ -21,20 +21,21 @@ throughput and its phases, gives the compute. A configuration of N processes the
   work could not be measured: the all-reduces alone, and PowerSGD not predicted;
 - DDP on a GPU rank (nothing measured there): the gradients' all-reduce, once per optimizer step whatever the
   accumulation, half the bytes with an fp16 / bf16 hook, its buckets overlapping backward (backward as the twin
-  measured its share of the step; :func:`~ignite_ddl.projection.model.bucketed_exposed_s`); PowerSGD not
+  measured its share of the step; :func:`~ignite_ddl.predict.projection.model.bucketed_exposed_s`); PowerSGD not
   predicted;
 - FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
   reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
 
-with the link (alpha, beta) fitted to all-reduces measured on this machine (:func:`~ignite_ddl.projection.inputs.
-measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the runtime's memory). What it cannot see: how
-much more the all-reduce costs beside compute than alone (gloo's threads share the cores), the work PowerSGD adds
-inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the next:
-its predictions move as much). The interval is the twin's throughput interval carried through the compute term
-(the link's own fit error is left out: it is small beside run-to-run noise here).
+with the link (alpha, beta) fitted to all-reduces measured on this machine
+(:func:`~ignite_ddl.predict.projection.inputs.measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the
+runtime's memory). What it cannot see: how much more the all-reduce costs beside compute than alone (gloo's threads
+share the cores), the work PowerSGD adds inside backward, and the twin's own noise (a small CNN's 2-thread step
+measured 59 ms in one sweep, 48 in the next: its predictions move as much). The interval is the twin's throughput
+interval carried through the compute term (the link's own fit error is left out: it is small beside run-to-run noise
+here).
 
 Example:
-    >>> from ignite_ddl.projection.model import Link
+    >>> from ignite_ddl.predict.projection.model import Link
     >>> one = Observed(0, {"nproc_per_node": 1, "batch_size": 64}, 1, "cpu", 0.64, 0.60, 0.70, 0.5)
     >>> two = Observed(1, {"nproc_per_node": 2, "batch_size": 64, "strategy": "ddp"}, 2, "cpu", None, None, None, None)
     >>> link = Link("made up", alpha_s=1e-4, beta_Bps=1e9, source="example")
@@ -51,10 +52,10 @@ from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
-from ignite_ddl.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
+from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
 if TYPE_CHECKING:
-    from ignite_ddl.trainer.hook_cost import BucketCost
+    from ignite_ddl.predict.hook_cost import BucketCost
 
 __all__ = ["Observed", "StepPrediction", "hook_s", "predict_steps"]
 

@@ -28,7 +28,7 @@ from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.runfiles import read_summary
-from ignite_ddl.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
+from ignite_ddl.predict.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
 
 __all__ = [
     "FIT_SIZES",

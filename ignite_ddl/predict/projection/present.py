@@ -5,7 +5,7 @@ matplotlib comes through the report's :func:`~ignite_ddl.report.plots.pyplot` (h
 backend), imported only when a figure is drawn: the package is imported by the command line at start-up.
 
 Example:
-    >>> from ignite_ddl.projection.model import LINKS, Compute, project
+    >>> from ignite_ddl.predict.projection.model import LINKS, Compute, project
     >>> compute = Compute.from_total(0.03, grad_bytes=4 * 2**20, batch_size=32)
     >>> table = format_projection(project(compute, LINKS["10gbe"], max_workers=4)).splitlines()[2:6]
     >>> print("\\n".join(table))  # under the two lines of inputs: a row per N
@@ -24,7 +24,7 @@ from typing import Any
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.outputs import write_csv
 from ignite_ddl.core.text import format_table, milliseconds
-from ignite_ddl.projection.model import MIB, SATURATION_EFFICIENCY, Projection, bucket_sizes
+from ignite_ddl.predict.projection.model import MIB, SATURATION_EFFICIENCY, Projection, bucket_sizes
 
 __all__ = ["figure", "format_projection", "write_projection"]
 

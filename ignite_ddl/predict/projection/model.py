@@ -1,8 +1,8 @@
 """The scaling projection's model: how a data-parallel step would scale to N workers, from one worker's compute and
 a link's latency and bandwidth (the alpha-beta model), for a ring all-reduce with DDP's bucketed overlap and for a
 parameter server. Pure arithmetic and cited figures: no torch, so the command line reads :data:`LINKS` at start-up
-(its inputs from measured runs are in :mod:`~ignite_ddl.projection.inputs`, its table, files and plot in
-:mod:`~ignite_ddl.projection.present`).
+(its inputs from measured runs are in :mod:`~ignite_ddl.predict.projection.inputs`, its table, files and plot in
+:mod:`~ignite_ddl.predict.projection.present`).
 
 The model (weak scaling: every worker keeps its batch ``b``; times in seconds, sizes in bytes):
 
@@ -33,7 +33,7 @@ What the model leaves out: compute and communication competing for the same devi
 uses CPU cores), stragglers and jitter (every step waits for the slowest worker), the input pipeline, gradient
 buckets that are not ready at evenly spaced instants, DDP's smaller first bucket, hierarchical or tree algorithms,
 and network contention beyond one link. ``benchmarks/projection_validation.py`` (2 measured processes on this machine)
-and :func:`~ignite_ddl.projection.inputs.validate_nvidia_resnet50` (NVIDIA's published ResNet-50 scaling, with
+and :func:`~ignite_ddl.predict.projection.inputs.validate_nvidia_resnet50` (NVIDIA's published ResNet-50 scaling, with
 :data:`NVIDIA_RESNET50`) measure how far off it is.
 
 Example:

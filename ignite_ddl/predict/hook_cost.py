@@ -53,7 +53,7 @@ import torch.distributed as dist
 
 from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
-from ignite_ddl.trainer.footprint import gradient_shapes
+from ignite_ddl.predict.memory import gradient_shapes
 
 __all__ = ["MAX_GRADIENT_BYTES", "MEASURED_STEPS", "BucketCost", "ddp_buckets", "hook_cost"]
 
@@ -167,7 +167,7 @@ class _Alone(dist.ProcessGroup):
 def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
     """:func:`hook_cost` measured in this process, which it leaves unable to fork after PowerSGD: only ever called
     in a process of its own. Raises ValueError for another hook or for gradients above :data:`MAX_GRADIENT_BYTES`;
-    :class:`~ignite_ddl.trainer.footprint.NotTraceable` for a workload of the user's."""
+    :class:`~ignite_ddl.predict.memory.NotTraceable` for a workload of the user's."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if config.comm_hook not in ("none", "powersgd", "fp16", "bf16"):
