@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from ignite_ddl.core.results import append_record
 from ignite_ddl.report import analyze, write_report
 from ignite_ddl.report.comparisons import versus_text
 from ignite_ddl.report.render import verdict_lines
+from ignite_ddl.report.tables import _quality_table
 from ignite_ddl.report.verdicts import EQUIVALENT_TEXT, INSEPARABLE_TEXT, TIED_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +74,95 @@ def test_runs_of_one_epoch_say_their_quality_is_not_judged():
     assert analysis.config("cfg001").quality_note == "quality not judged: 1 epoch"
     assert analysis.verdicts[0].recommended == "cfg001"
     assert "quality not judged: 1 epoch" in analysis.verdicts[0].recommendation
+
+
+def _loss_runs(index: int, rates: list[float], losses: list[float], hook: str = "none", **summary) -> list[dict]:
+    """A configuration's runs of a workload that reports no accuracy (a regression, a workload with
+    accuracy=False): only a validation loss."""
+    runs = _runs(index, rates, [None] * len(rates), hook, **summary)
+    for run, loss in zip(runs, losses):
+        run["summary"]["val_loss"] = loss
+    return runs
+
+
+TOKENS = {"workload": {"sample_unit": "tokens", "units_per_sample": 16}}
+
+
+def test_a_workload_without_accuracy_is_judged_by_its_validation_loss(tmp_path):
+    plain = _loss_runs(0, PLAIN, [0.500, 0.510, 0.490])
+    analysis = analyze(plain + _loss_runs(1, FAST, [0.700, 0.710, 0.690], hook="powersgd"))
+    (verdict,) = analysis.verdicts
+    hooked = analysis.config("cfg001")
+    assert hooked.quality_by == "loss" and hooked.quality == "learns worse" and hooked.quality_reference == "cfg000"
+    assert hooked.loss_difference.value == pytest.approx(0.2) and hooked.loss_difference.low > 0.02 * 0.5
+    assert hooked.accuracy_difference is None
+    assert hooked.quality_note.startswith("learns worse: validation loss +0.2 against cfg000 (95 % interval +0.177")
+    assert "beyond the margin of 0.01 (2 % of cfg000's mean loss 0.5)" in hooked.quality_note
+    assert verdict.best == "cfg001" and verdict.recommended == "cfg000"  # the fastest, passed over for its loss
+    assert "cfg001 faster but learns worse: validation loss" in verdict.recommendation
+    assert any(f.kind == "learns-worse" and f.config == "cfg001" for f in analysis.flags)
+    # The same loss, within the noise: not shown worse, and the fastest is recommended.
+    tied = analyze(plain + _loss_runs(1, FAST, [0.505, 0.495, 0.500], hook="powersgd"))
+    assert tied.config("cfg001").quality == "no worse" and tied.verdicts[0].recommended == "cfg001"
+    assert tied.config("cfg001").quality_note.startswith("not shown worse by more than 0.01 (2 % of cfg000's")
+    # The margin is quality_margin_loss, a share of the reference's mean loss; quality_margin (points) is not it.
+    worse = plain + _loss_runs(1, FAST, [0.7] * 3)
+    assert analyze(worse, {"spec": {"quality_margin_loss": 0.5}}).verdicts[0].recommended == "cfg001"
+    assert analyze(worse, {"spec": {"quality_margin": 0.5}}).verdicts[0].recommended == "cfg000"
+    # The report's table is headed by what it judges: val loss and the difference in loss, no accuracy column.
+    for r in plain + _loss_runs(1, FAST, [0.700, 0.710, 0.690], hook="powersgd"):
+        append_record(tmp_path / "results.jsonl", r)
+    report = write_report(tmp_path).read_text()
+    trade = report.split("### Speed and quality")[1].split("\n### ")[0]
+    header = next(line for line in trade.splitlines() if line.startswith("| config |"))
+    assert "| val loss |" in header and "| vs reference, loss |" in header
+    assert "val acc" not in header and "val ppl" not in header and "points" not in header
+    row = next(line for line in trade.splitlines() if line.startswith("| cfg001 |"))
+    assert "| 0.7 | +0.2 (+0.177 to +0.223) vs cfg000 | learns worse: validation loss +0.2" in row
+    timing = report.split("### Timing")[1].split("\n### ")[0]
+    assert "| val loss |" in timing and "val acc" not in timing
+
+
+def test_a_language_model_is_judged_by_its_loss_with_its_perplexity_shown():
+    """The GPT workload reports a next-token accuracy, but a language model's quality is its loss and perplexity."""
+    plain = _runs(0, PLAIN, [0.30, 0.31, 0.29], val_loss=3.30, **TOKENS)
+    worse = _runs(1, FAST, [0.30, 0.31, 0.29], hook="powersgd", val_loss=4.10, **TOKENS)
+    analysis = analyze(plain + worse)
+    hooked = analysis.config("cfg001")
+    assert hooked.quality_by == "loss" and hooked.quality == "learns worse"  # the same accuracy, a worse loss
+    assert hooked.perplexity == pytest.approx(math.exp(4.1)) and "perplexity 60.3 against 27.1" in hooked.quality_note
+    assert analysis.verdicts[0].recommended == "cfg000"
+    header, rows = _quality_table(analysis)
+    assert header == ["config", "samples/s", "interval", "val loss", "val ppl", "vs reference, loss", "quality"]
+    assert rows[1][3:5] == [pytest.approx(4.1), pytest.approx(math.exp(4.1))]
+
+
+def test_a_workload_with_accuracy_stays_judged_by_accuracy_and_mixed_tables_name_each_unit():
+    # A worse loss, the same accuracy: an image classifier is judged by its accuracy, as before.
+    same = _runs(0, PLAIN, [0.225, 0.230, 0.220], val_loss=1.0) + _runs(
+        1, FAST, [0.221, 0.229, 0.226], hook="powersgd", val_loss=2.0
+    )
+    analysis = analyze(same)
+    assert analysis.config("cfg001").quality_by == "accuracy" and analysis.config("cfg001").quality == "no worse"
+    assert _quality_table(analysis)[0][3:5] == ["val acc", "vs reference, points"]
+    # Two workloads, one judged by accuracy, one by loss: both columns, and each difference names its unit.
+    other = [{**r, "config": {**r["config"], "model": "mlp"}} for r in _loss_runs(2, PLAIN, [0.5, 0.51, 0.49])]
+    other += [
+        {**r, "config": {**r["config"], "model": "mlp"}}
+        for r in _loss_runs(3, FAST, [0.7, 0.71, 0.69], hook="powersgd")
+    ]
+    header, rows = _quality_table(analyze(same + other))
+    assert header[3:6] == ["val acc", "val loss", "vs reference"]
+    cells = {row[0]: row for row in rows}
+    assert cells["cfg001"][5].endswith(" points vs cfg000") and cells["cfg003"][5].endswith(" loss vs cfg002")
+    assert cells["cfg001"][4] is None and cells["cfg003"][3] is None
+
+
+def test_runs_of_one_epoch_are_not_judged_on_their_loss_either():
+    records = _loss_runs(0, PLAIN, [0.5] * 3, epochs=1) + _loss_runs(1, FAST, [0.9] * 3, hook="powersgd", epochs=1)
+    analysis = analyze(records)
+    assert analysis.config("cfg001").quality_note == "quality not judged: 1 epoch"
+    assert analysis.verdicts[0].recommended == "cfg001"
 
 
 @pytest.mark.parametrize(

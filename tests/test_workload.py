@@ -1,7 +1,8 @@
 """Your own training, measured: workloads by import path (the example module of examples/own_workload through train
 and sweep, 1 and 2 processes, DDP and FSDP), the built-in GPT workload (its loss falls, FSDP agrees with DDP,
-activation checkpointing keeps the loss and lowers the peak memory, its FLOPs formula agrees with the counter), and
-every bad workload refused in one line with exit status 2 before any process starts."""
+activation checkpointing keeps the loss and lowers the peak memory, its FLOPs formula agrees with the counter, a sweep
+of it is judged on quality by its validation loss), and every bad workload refused in one line with exit status 2
+before any process starts."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tensorboard.plugins.hparams import metadata as plugin_metadata
 from ignite_ddl.cli import main
 from ignite_ddl.core.steps_csv import read_steps
 from ignite_ddl.measure.flops import count_step_flops
+from ignite_ddl.report import load, write_report
 from ignite_ddl.trainer.gpt import lm_loss, make, stream_entropy
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "own_workload"
@@ -247,6 +249,48 @@ def test_gpt_loss_falls_and_fsdp_agrees_with_ddp(tmp_path):
     assert ddp["workload"]["units_per_s"] == pytest.approx(32 * ddp["samples_per_s"])
     for key in ("initial_train_loss", "final_train_loss", "val_loss"):
         assert fsdp[key] == pytest.approx(ddp[key], rel=5e-3), key
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_gpt_sweep_is_judged_on_quality_by_its_validation_loss(tmp_path):
+    """A sweep of the GPT, 2 epochs, 2 repeats, at a learning rate that learns and one 300 times smaller that
+    barely moves the loss from ln(64): the report's quality table shows val loss and perplexity, and the small
+    learning rate learns worse by loss, beyond quality_margin_loss, and is never recommended."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            f"""
+            name: gpt_quality
+            workload: gpt
+            base: {{epochs: 2, batch_size: 32, optimizer: adam, warmup_iters: 2, workload_args.n_layer: 1,
+                    workload_args.d_model: 32, workload_args.seq_len: 16, workload_args.vocab: 64,
+                    workload_args.train_sequences: 256, workload_args.val_sequences: 64}}
+            grid: {{lr: [0.003, 0.00001]}}
+            repeats: 2
+            min_repeats: 2
+            output_dir: {tmp_path / "sweep"}
+            """
+        )
+    )
+    result = run_cli("sweep", str(spec), "--on-busy=run", "--busy-stop-after=0", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = tmp_path / "sweep"
+    # Contended runs counted: a loss does not depend on what else the machine ran (the speed verdict may).
+    report = write_report(out, include_contended=True).read_text()
+    analysis = load(out, include_contended=True)
+    learns, slow = analysis.config("cfg000"), analysis.config("cfg001")
+    assert [len(c.val_losses) for c in (learns, slow)] == [2, 2] and learns.val_accuracy is not None
+    assert learns.quality_by == slow.quality_by == "loss" and learns.quality == "reference"
+    assert slow.quality == "learns worse", slow.quality_note
+    assert slow.loss_difference.low > 0.02 * learns.val_loss and slow.val_loss > math.log(64) - 0.3
+    assert analysis.verdicts[0].recommended != "cfg001"
+    trade = report.split("### Speed and quality")[1].split("\n### ")[0]
+    header = next(line for line in trade.splitlines() if line.startswith("| config |"))
+    assert "| val loss | val ppl | vs reference, loss |" in header and "val acc" not in header
+    row = next(line for line in trade.splitlines() if line.startswith("| cfg001 |"))
+    assert "vs cfg000 | learns worse: validation loss +" in row and "perplexity" in row
+    assert f"| {slow.perplexity:.3g} |" in row and "is judged by its validation loss" in trade
 
 
 @pytest.mark.slow

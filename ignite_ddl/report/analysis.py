@@ -55,6 +55,7 @@ from ignite_ddl.report.model import (
     MIB,
     MIN_REPEATS,
     QUALITY_MARGIN,
+    QUALITY_MARGIN_LOSS,
     Analysis,
     ConfigResult,
     Flag,
@@ -188,10 +189,12 @@ def _analysis(
     least = int(least) if is_number(least) and least >= 1 else MIN_REPEATS
     quality_margin = spec.get("quality_margin")
     quality_margin = float(quality_margin) if is_number(quality_margin) and quality_margin >= 0 else QUALITY_MARGIN
+    loss_margin = spec.get("quality_margin_loss")
+    loss_margin = float(loss_margin) if is_number(loss_margin) and loss_margin >= 0 else QUALITY_MARGIN_LOSS
     mark_not_judged(configs, least)
     groups = _by_workload(configs)
     for rows in groups.values():
-        judge_quality(rows, quality_margin, confidence)
+        judge_quality(rows, quality_margin, confidence, loss_margin)
     flags += [Flag("learns-worse", c.name, c.quality_note) for c in configs if c.learns_worse]
     verdicts = [verdict_of(name, rows, confidence, margin) for name, rows in groups.items()]
     for verdict in verdicts:

@@ -27,14 +27,15 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     ),
     "reference configuration": (
         r"\breference configuration\b|\breference of its workload\b",
-        "the configuration of a workload whose validation accuracy the others are compared with: the first "
+        "the configuration of a workload whose validation accuracy (or loss) the others are compared with: the first "
         "(lowest cfg number) without gradient compression (comm_hook=none).",
     ),
     "learns worse": (
         r"\blearns? worse\b",
         "a configuration whose validation accuracy is below its workload's reference configuration's by more "
         "than quality_margin over the whole confidence interval of the difference of the means (or one of whose "
-        "runs diverged). It is never recommended, however fast.",
+        "runs diverged); for a workload without accuracy, or a language model, whose validation loss is above the "
+        "reference's by more than quality_margin_loss of it, alike. It is never recommended, however fast.",
     ),
     "not judged": (
         r"\bnot judged\b",

@@ -19,6 +19,10 @@ __all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict"]
 MIB = float(1 << 20)
 MIN_REPEATS = 3  # fewer usable runs than this (or the spec's min_repeats): a configuration is not judged
 QUALITY_MARGIN = 0.01  # validation accuracy (a share) below the reference's by more than this: "learns worse"
+# Where a workload is judged by validation loss (it reports no accuracy, or it is a language model): a mean loss above
+# the reference's by more than this share of the reference's mean loss, "learns worse". Relative, as a loss has no
+# scale of its own (cross-entropy in nats, a regression's squared error in its data's units).
+QUALITY_MARGIN_LOSS = 0.02
 QUALITY_MIN_EPOCHS = 2  # runs shorter than this have not learnt enough for their accuracy to be compared
 MEMORY_MATERIAL = 0.05  # without intervals, this much less peak memory makes a configuration cheaper
 SUPERLINEAR = 1.0  # efficiency above this is suspect: never printed without its flag
@@ -66,8 +70,9 @@ FLAG_MEANINGS = {
     "unsettled, contended) or has no usable run: it might have been the fastest, and the verdict may change with "
     "more runs",
     "learns-worse": "the configuration's validation accuracy is below its workload's reference configuration's by "
-    "more than quality_margin (the whole interval of the difference over repeats): it is never recommended, "
-    "however fast it is",
+    "more than quality_margin, or, where the workload is judged by validation loss (no accuracy, or a language "
+    "model), its validation loss is above the reference's by more than quality_margin_loss of it (the whole interval "
+    "of the difference over repeats): it is never recommended, however fast it is",
     "recompiled": "torch.compile compiled the model again during training (a guard failed: a new input shape, "
     "dtype, ...): each recompilation costs compilation time, which is counted in compile_s and left out of the "
     "throughput, and a run that recompiles often never reaches its compiled speed",
@@ -124,6 +129,7 @@ class RunResult:
     engine_s: float | None = None  # the whole Engine.run: training, evaluation, end-of-epoch handlers
     val_accuracy: float | None = None  # after the last epoch
     epochs: int | None = None  # epochs trained
+    val_loss: float | None = None  # after the last epoch
 
 
 @dataclass
@@ -160,6 +166,7 @@ class ConfigResult:
     utilisation_peak: float | None = None  # of the GPU's datasheet peak (None where no datasheet applies)
     straggler: dict[str, Any] | None = None
     val_accuracy: float | None = None
+    val_loss: float | None = None  # after the last epoch, mean over the runs
     threads_per_process: int | None = None
     cpu_cores: int | None = None
     device_type: str | None = None
@@ -197,7 +204,11 @@ class ConfigResult:
     quality: str | None = None
     quality_note: str = ""
     quality_reference: str | None = None
+    # What its workload's quality is judged by: "accuracy", or "loss" where the workload reports no validation
+    # accuracy or is a language model (sample_unit tokens: its loss and perplexity are its quality).
+    quality_by: str = "accuracy"
     accuracy_difference: Estimate | None = None  # mean validation accuracy minus the reference's, over repeats
+    loss_difference: Estimate | None = None  # mean validation loss minus the reference's, over repeats
     # The figures the schema marks Shown (core.schema.shown_figures): column -> mean over the runs used (scaled).
     shown: dict[str, float | None] = field(default_factory=dict)
 
@@ -210,6 +221,24 @@ class ConfigResult:
     def val_accuracies(self) -> list[float]:
         """The validation accuracy of each run used."""
         return [r.val_accuracy for r in self.used_runs if r.val_accuracy is not None]
+
+    @property
+    def val_losses(self) -> list[float]:
+        """The validation loss of each run used."""
+        return [r.val_loss for r in self.used_runs if r.val_loss is not None]
+
+    @property
+    def tokens(self) -> bool:
+        """Whether its workload counts tokens (a language model: the GPT workload, or one of its own so declared)."""
+        return (self.workload_info or {}).get("sample_unit") == "tokens"
+
+    @property
+    def perplexity(self) -> float | None:
+        """exp(mean validation loss) of a language model (a token workload), the geometric mean of its runs'
+        perplexities; None for another workload or where no loss was recorded (or it overflows)."""
+        if not self.tokens or self.val_loss is None or self.val_loss > 700:
+            return None
+        return math.exp(self.val_loss)
 
     @property
     def learns_worse(self) -> bool:

@@ -108,6 +108,7 @@ class Reader:
             engine_s=as_float(summary.get("wall_time_s")),
             val_accuracy=as_float(summary.get("val_accuracy")),
             epochs=as_count(summary.get("epochs")),
+            val_loss=as_float(summary.get("val_loss")),
         )
         seen = _Seen(run, None, None, None, None, None)
         if record["status"] == "completed" and record.get("summary"):

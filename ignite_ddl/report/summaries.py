@@ -37,7 +37,7 @@ class Figures:
         self.worst_wait: tuple[float, Any, dict[str, Any]] | None = None  # (median wait, where, comm_wait)
         self.wait = Mean()
         self.straggler: tuple[float, Any, dict[str, Any]] | None = None  # (ratio, where, straggler)
-        self.val_accuracy = Mean()
+        self.val_accuracy, self.val_loss = Mean(), Mean()
         self.iterations: int | None = None
         self.profiler: tuple[Any, Any] | None = None  # (where, profiler) of the first run written with one
         self.matrices: dict[int, tuple[Any, list[list[int]]]] = {}  # size -> (where of the first, sum)
@@ -80,6 +80,7 @@ class Figures:
         if _well_formed_steps(steps):
             self._add_steps(cast(StepStats, steps), where)
         self.val_accuracy.add(summary.get("val_accuracy"))
+        self.val_loss.add(summary.get("val_loss"))
         if summary.get("profiler") and (self.profiler is None or where < self.profiler[0]):
             self.profiler = (where, summary["profiler"])
         matrix = summary.get("confusion_matrix")
@@ -187,6 +188,7 @@ class Figures:
             (self.buckets, other.buckets),
             (self.wait, other.wait),
             (self.val_accuracy, other.val_accuracy),
+            (self.val_loss, other.val_loss),
             (self.held, other.held),
             (self.private, other.private),
             *((self.flops[key], other.flops[key]) for key in self.flops),
@@ -252,7 +254,7 @@ class Figures:
                 share = wait_s / iteration
                 config.comm_wait = {"rank": worst.get("rank"), "waiting": others, "wait_s": wait_s, "share": share}
         config.straggler = self.straggler[2] if self.straggler is not None else None
-        config.val_accuracy = self.val_accuracy.value
+        config.val_accuracy, config.val_loss = self.val_accuracy.value, self.val_loss.value
         first = self.first[1] if self.first is not None else {}
         config.threads_per_process, config.cpu_cores = first["threads_per_process"], first["cpu_cores"]
         config.device_type, config.global_batch = first["device_type"], first["global_batch"]

@@ -3,6 +3,7 @@ communication, a faster step, FLOPs, memory), each without the columns no config
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from ignite_ddl.core.schema import shown_figures
@@ -12,6 +13,7 @@ from ignite_ddl.report.comparisons import payback_verdict, versus_text
 from ignite_ddl.report.document import Document, Table
 from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
+from ignite_ddl.report.quality import loss_text
 from ignite_ddl.report.stats import Estimate, positive_range, prediction_range
 
 __all__ = ["config_tables", "decision_table", "interval_text", "options_text", "rate_text", "ratio_text"]
@@ -120,10 +122,26 @@ def _drop_empty(header: list[str], rows: list[list[Any]], optional: tuple[str, .
     ]
 
 
+def _quality_figures(configs: list[ConfigResult]) -> list[tuple[str, Callable[[ConfigResult], float | None]]]:
+    """The columns of what the configurations learnt, headed by what their quality is judged by: validation accuracy,
+    or validation loss where a workload is judged by loss (:func:`~ignite_ddl.report.quality.judged_by`), with the
+    perplexity of a language model's."""
+    columns: list[tuple[str, Callable[[ConfigResult], float | None]]] = []
+    by_loss = [c for c in configs if c.quality_by == "loss"]
+    if len(by_loss) < len(configs) or not configs:
+        columns.append(("val acc", lambda c: c.val_accuracy if c.quality_by == "accuracy" else None))
+    if by_loss:
+        columns.append(("val loss", lambda c: c.val_loss if c.quality_by == "loss" else None))
+    if any(c.tokens for c in by_loss):
+        columns.append(("val ppl", lambda c: c.perplexity if c.quality_by == "loss" else None))
+    return columns
+
+
 def _timing_table(analysis: Analysis) -> Table:
     shown = [mark.column for _, mark in shown_figures()]
     header = ["config", "world", "runs", "cv %", "step p50 ms", "step p90 ms", "data wait %", *shown, "straggler"]
-    header.append("val acc")
+    learnt = _quality_figures(analysis.configs)
+    header += [column for column, _ in learnt]
     rows = []
     for c in analysis.configs:
         straggler = c.straggler
@@ -140,7 +158,7 @@ def _timing_table(analysis: Analysis) -> Table:
                 None if c.data_share is None else 100 * c.data_share,
                 *(c.shown.get(column) for column in shown),
                 f"rank {straggler['rank']} {straggler['ratio']:.2f}x" if straggler else None,
-                c.val_accuracy,
+                *(figure(c) for _, figure in learnt),
             ]
         )
     return _drop_empty(header, rows, tuple(shown))  # a figure older runs lack: no empty column
@@ -429,30 +447,69 @@ def memory_text(analysis: Analysis) -> str:
 
 
 def _quality_table(analysis: Analysis) -> Table:
-    """The speed-quality trade: each configuration's throughput beside what it learnt, against its workload's
-    reference configuration."""
-    header = ["config", "samples/s", "interval", "val acc", "vs reference, points", "quality"]
+    """The speed-quality trade: each configuration's throughput beside what it learnt (its validation accuracy, or
+    its validation loss where its workload is judged by loss), against its workload's reference configuration."""
+    judged = [c for c in analysis.configs if c.quality is not None]
+    learnt = _quality_figures(judged)
+    units = {c.quality_by for c in judged}
+    # The difference's unit in its header where every row has the same, else in each cell.
+    versus = ("vs reference, " + ("loss" if units == {"loss"} else "points")) if len(units) == 1 else "vs reference"
+    header = ["config", "samples/s", "interval", *(column for column, _ in learnt), versus, "quality"]
     rows = []
-    for c in analysis.configs:
-        if c.quality is None:
-            continue
-        d = c.accuracy_difference
-        difference = (
-            f"{100 * d.value:+.1f} ({100 * d.low:+.1f} to {100 * d.high:+.1f}) vs {c.quality_reference}"
-            if d is not None and d.value is not None and d.low is not None and d.high is not None
-            else "-"
-        )
+    for c in judged:
         rows.append(
             [
                 c.name,
                 rate_text(c.throughput.value),
                 interval_text(c.throughput),
-                c.val_accuracy,
-                difference,
+                *(figure(c) for _, figure in learnt),
+                _difference_cell(c, len(units) > 1),
                 c.quality_note if c.quality != "reference" else "reference",
             ]
         )
     return header, rows
+
+
+def _quality_text(analysis: Analysis, pct: int) -> str:
+    """What the "Speed and quality" table shows: accuracy, loss or both, as its workloads are judged."""
+    judged = {c.quality_by for c in analysis.configs if c.quality is not None}
+    text = ""
+    if judged != {"loss"}:
+        text += (
+            "What each configuration learnt, beside its speed: validation accuracy after the last epoch (mean over "
+            "the runs used), and its difference from its workload's reference configuration (the first without "
+            f"gradient compression) in percentage points, with the {pct} % interval of the difference of the means. "
+            "A configuration whose whole interval lies below -quality_margin learns worse and is never recommended. "
+        )
+    if "loss" in judged:
+        tokens = any(c.tokens for c in analysis.configs if c.quality_by == "loss")
+        text += (
+            ("A workload" if text else "What each configuration learnt, beside its speed. A workload")
+            + " that reports no validation accuracy"
+            + (", or a language model (its unit tokens)," if tokens else "")
+            + " is judged by its validation loss after the last epoch (mean over the runs used"
+            + ("; val ppl = its perplexity, exp(val loss)" if tokens else "")
+            + f"): the difference from its workload's reference configuration, with the {pct} % interval of the "
+            "difference of the means; a configuration whose whole interval lies above quality_margin_loss times the "
+            "reference's mean loss learns worse and is never recommended. "
+        )
+    return text + "speed_vs_quality.png draws the same trade."
+
+
+def _difference_cell(c: ConfigResult, unit: bool) -> str:
+    """A configuration's difference from its workload's reference, with its interval: accuracy in points, or loss;
+    its unit named where the table mixes both."""
+    if c.quality_by == "loss":
+        d = c.loss_difference
+        if d is None or d.value is None or d.low is None or d.high is None:
+            return "-"
+        shown = f"{loss_text(d.value, True)} ({loss_text(d.low, True)} to {loss_text(d.high, True)})"
+        return f"{shown}{' loss' if unit else ''} vs {c.quality_reference}"
+    d = c.accuracy_difference
+    if d is None or d.value is None or d.low is None or d.high is None:
+        return "-"
+    shown = f"{100 * d.value:+.1f} ({100 * d.low:+.1f} to {100 * d.high:+.1f})"
+    return f"{shown}{' points' if unit else ''} vs {c.quality_reference}"
 
 
 def _faster_step_table(analysis: Analysis) -> Table:
@@ -547,11 +604,7 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
         (
             "Speed and quality",
             _quality_table(analysis),
-            "What each configuration learnt, beside its speed: validation accuracy after the last epoch (mean over "
-            "the runs used), and its difference from its workload's reference configuration (the first without "
-            f"gradient compression) in percentage points, with the {pct} % interval of the difference of the means. "
-            "A configuration whose whole interval lies below -quality_margin learns worse and is never recommended; "
-            "speed_vs_quality.png draws the same trade.",
+            _quality_text(analysis, pct),
         ),
         ("Timing", _timing_table(analysis), "Runs = used / repeats; cv = standard deviation / mean."),
         (

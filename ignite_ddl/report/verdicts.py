@@ -45,7 +45,10 @@ RULE = (
     "recommended. Quality: each configuration's validation accuracy after its last epoch is compared with its "
     "workload's reference configuration (the first without gradient compression, comm_hook=none): the difference of "
     "the means over repeats with a Welch interval; a configuration whose whole interval lies below -quality_margin "
-    "learns worse and is never recommended; runs of fewer than 2 epochs are not judged on quality. "
+    "learns worse and is never recommended. A workload that reports no accuracy, or a language model (its unit "
+    "tokens), is judged by its validation loss alike: a configuration whose whole interval lies above "
+    "quality_margin_loss times the reference's mean loss learns worse. Runs of fewer than 2 epochs are not judged on "
+    "quality. "
 )
 MULTIPLE_COMPARISONS = (
     "Multiple comparisons: with k configurations in a workload, the best must also be shown faster than each of the "

@@ -54,7 +54,7 @@ from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, option, option_flag, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
-from ignite_ddl.report.model import QUALITY_MARGIN
+from ignite_ddl.report.model import QUALITY_MARGIN, QUALITY_MARGIN_LOSS
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
 from ignite_ddl.sweep.grid import SWEEP_DEFAULTS, WORKLOAD_ARG, configurations, excluded, run_options, shown_grid
@@ -246,6 +246,16 @@ class Spec(Options):
         "the verdict: a configuration whose validation accuracy is below its workload's reference configuration's "
         "(the first without gradient compression) by more than this (a share: 0.01 is one point), the whole interval "
         "of the difference over repeats, learns worse and is never recommended",
+        role=Role.SWEEP,
+        low=0,
+        high=1,
+    )
+    quality_margin_loss: float = option(
+        QUALITY_MARGIN_LOSS,
+        "the verdict, where a workload is judged by validation loss (it reports no accuracy, or it is a language "
+        "model): a configuration whose validation loss is above its workload's reference configuration's by more "
+        "than this share of the reference's mean loss (0.02: 2 percent), the whole interval of the difference over "
+        "repeats, learns worse and is never recommended",
         role=Role.SWEEP,
         low=0,
         high=1,

@@ -38,7 +38,8 @@ PLOTS = {
     "processes), with intervals; the Pareto front of the configurations that can be recommended (judged, fit, do not "
     "learn worse: no other of them is both faster and smaller) joined and ringed, the recommended one starred, "
     "configurations that do not fit crossed",
-    "speed_vs_quality.png": "global throughput against validation accuracy, with intervals over repeats: the trade "
+    "speed_vs_quality.png": "global throughput against validation accuracy (validation loss for a workload judged "
+    "by it: no accuracy, or a language model), with intervals over repeats: the trade "
     "between speed and what training learns; each workload's reference configuration ringed, those that learn worse "
     "crossed",
 }

@@ -1,5 +1,5 @@
 """The trades a choice makes: throughput against peak memory in all (with the Pareto front of the configurations
-that can be recommended) and against validation accuracy."""
+that can be recommended) and against validation accuracy (or loss, where a workload is judged by it)."""
 
 from __future__ import annotations
 
@@ -99,22 +99,29 @@ def memory_plot(analysis: Analysis, plt: Any) -> Any:
     return plot.finish(wrap(title, int(10 * plot.fig.get_size_inches()[0])))  # wrapped to its width
 
 
+def _learnt(c: ConfigResult) -> list[float]:
+    """What a configuration's quality is judged by, per run used: validation accuracy, or loss."""
+    return c.val_losses if c.quality_by == "loss" else c.val_accuracies
+
+
 def speed_quality_plot(analysis: Analysis, plt: Any) -> Any:
-    """Throughput against validation accuracy, each with its interval over repeats, a panel per workload."""
-    measured = [c for c in analysis.configs if c.throughput.value is not None and c.val_accuracies]
+    """Throughput against validation accuracy (or loss, where its workload is judged by it), each with its interval
+    over repeats, a panel per workload."""
+    measured = [c for c in analysis.configs if c.throughput.value is not None and _learnt(c)]
     if not measured:
         return None
     plot = _Scatter(analysis, plt, measured)
     for ax, (title, rows) in zip(plot.axes, plot.panels):
         for c in rows:
-            accuracy = mean_interval(c.val_accuracies, analysis.confidence)
-            x, y = cast(float, accuracy.value), cast(float, c.throughput.value)
-            plot.point(ax, c, (x, y), error_bars([accuracy]), error_bars([c.throughput]))
+            learnt = mean_interval(_learnt(c), analysis.confidence)
+            x, y = cast(float, learnt.value), cast(float, c.throughput.value)
+            plot.point(ax, c, (x, y), error_bars([learnt]), error_bars([c.throughput]))
             if c.quality == "reference":
                 ax.scatter([x], [y], s=160, facecolors="none", edgecolors="grey")
             if c.learns_worse:
                 ax.plot(x, y, "x", color="black", markersize=12)
-        plot.label(ax, title, "validation accuracy after the last epoch")
+        by_loss = any(c.quality_by == "loss" for c in rows)
+        plot.label(ax, title, f"validation {'loss (lower is better)' if by_loss else 'accuracy'} after the last epoch")
     return plot.finish(
         f"Speed vs quality, {round(100 * analysis.confidence)} % intervals over repeats (ringed: the workload's "
         "reference; x: learns worse)"
