@@ -144,6 +144,11 @@ class Strategy(abc.ABC):
                     f"(this run's is {self.name})"
                 )
 
+    def optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer the run steps for the placed ``model``, from the one its options built over the model's
+        parameters (``idist.auto_optim``: on XLA its step also averages the replicas' gradients)."""
+        return idist.auto_optim(optimizer)
+
     def traced(
         self, model: nn.Module, config: TrainConfig, blocks: list[str], mesh: Any
     ) -> tuple[nn.Module, Callable[[], contextlib.AbstractContextManager]]:
