@@ -162,7 +162,7 @@ def test_accumulation_takes_the_same_steps_and_communicates_once_per_step(tmp_pa
     "args, message",
     [
         (["--strategy", "fsdp"], "strategy fsdp needs 2 or more processes (one process: --strategy none)"),
-        (["--strategy", "zero3"], "unknown strategy 'zero3' (choose from: auto, none, ddp, fsdp)"),
+        (["--strategy", "zero3"], "unknown strategy 'zero3' (choose from: auto, none, ddp, fsdp, zero1)"),
         (["--accumulate", "0"], "accumulate must be >= 1, got 0"),
         (
             ["--nproc-per-node", "2", "--accumulate", "3", "--batch-size", "32"],

@@ -46,6 +46,7 @@ __all__ = [
     "WORKLOAD_OPTIONS",
     "DDPOptions",
     "FSDPOptions",
+    "ZeroOptions",
     "StrategyOptions",
     "LaunchOptions",
     "TrainConfig",
@@ -245,6 +246,23 @@ class FSDPOptions(StrategyOptions):
     OWN: ClassVar[tuple[str, ...]] = ("reshard_after_forward", "fsdp_mixed_precision", "fsdp_wrap")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ZeroOptions(StrategyOptions):
+    """ZeRO-1's own options (``--strategy zero1``, torch's ``ZeroRedundancyOptimizer``), declared once. It is DDP
+    too: DDP's options apply. (``overlap_with_ddp`` is not offered: it needs a functional optimizer and a DDP hook
+    of its own, and its first steps do not update the model.)"""
+
+    zero_bucket_view: bool = option(
+        False,
+        "ZeRO-1: pack each rank's parameters into one flat buffer per device, so that the broadcast after each step "
+        "is one large collective per rank instead of one per parameter (ZeroRedundancyOptimizer's "
+        "parameters_as_bucket_view)",
+        role=Role.LAYOUT,
+    )
+
+    OWN: ClassVar[tuple[str, ...]] = ("zero_bucket_view",)
+
+
 def changed_flags(options: Options, group: type[Options], names: tuple[str, ...]) -> list[str]:
     """The flags of ``names`` whose value in ``options`` is not ``group``'s declared default (``--static-graph``,
     ``--no-reshard-after-forward``, ``--comm-hook fp16``)."""
@@ -279,7 +297,7 @@ def resolve(path: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
+class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     """Everything one training run needs. ``batch_size`` is the *global* batch, split across all ranks. The
     strategies' own options are declared in their groups (:class:`DDPOptions`, :class:`FSDPOptions`) and given flat
     (``--bucket-cap-mb``, a spec's ``bucket_cap_mb``), as before the groups existed."""
@@ -364,8 +382,9 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
     # -- how the model is held across ranks
     strategy: str = option(
         "auto",
-        "how the model is held across ranks: none (one process) | ddp (a replica per rank) | fsdp (parameters, "
-        "gradients and optimizer state sharded over the ranks, FSDP2) | auto (none for one process, ddp for several)",
+        "how the model is held across ranks: none (one process) | ddp (a replica per rank) | zero1 (ddp with the "
+        "optimizer state sharded, ZeRO stage 1) | fsdp (parameters, gradients and optimizer state sharded over the "
+        "ranks, FSDP2) | auto (none for one process, ddp for several)",
         role=Role.LAYOUT,
         choices=STRATEGIES,
     )
@@ -527,6 +546,11 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions):
     def fsdp(self) -> FSDPOptions:
         """This run's FSDP options as their group."""
         return FSDPOptions(**{name: getattr(self, name) for name in option_specs(FSDPOptions)})
+
+    @property
+    def zero(self) -> ZeroOptions:
+        """This run's ZeRO-1 options as their group."""
+        return ZeroOptions(**{name: getattr(self, name) for name in option_specs(ZeroOptions)})
 
     def to_argv(self) -> list[str]:
         """The ``ignite-ddl train`` options that reproduce this config (fields left at None are omitted)."""

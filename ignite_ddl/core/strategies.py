@@ -11,6 +11,8 @@ name          ZeRO   sharded over the ranks                      collectives of 
 ============  =====  ==========================================  ============================================
 ``none``      -      nothing (one process)                       none
 ``ddp``       0      nothing: a full replica per rank            all-reduce of the gradients (in buckets)
+``zero1``     1      optimizer state                             all-reduce of the gradients, then each rank
+                                                                 broadcasts the parameters it updated
 ``fsdp``      3 / 2  parameters, gradients, optimizer state      all-gather of the parameters in forward and in
                                                                  backward, reduce-scatter of the gradients
 ============  =====  ==========================================  ============================================
@@ -26,6 +28,9 @@ Example:
     (['grads', 'optimizer', 'params'], 3, 2, 0.25)
     >>> resolve_strategy("ddp", 2).zero_stage(), resolve_strategy("ddp", 2).gradient_buckets
     (0, True)
+    >>> zero = resolve_strategy("zero1", 4)
+    >>> sorted(zero.shards), zero.zero_stage(), zero.shard_of("optimizer", 4), resolve_strategy("zero1", 1).name
+    (['optimizer'], 1, 0.25, 'none')
 """
 
 from __future__ import annotations
@@ -198,5 +203,15 @@ describe_strategy(
         options=("fsdp",),
         min_world=2,
         one_process=None,
+    )
+)
+describe_strategy(
+    StrategyInfo(
+        "zero1",
+        "ZeRO stage 1: DDP with the optimizer state sharded over the ranks (torch's ZeroRedundancyOptimizer)",
+        shards=frozenset({"optimizer"}),
+        collectives=(("allreduce", "grads"), ("broadcast", "params")),
+        gradient_buckets=True,
+        min_world=2,
     )
 )

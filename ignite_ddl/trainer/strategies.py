@@ -7,6 +7,8 @@ synchronisation, and how the bytes a rank holds are counted.
 ``ddp``       data parallel: a full replica per rank, gradients averaged in backward
               (``idist.auto_model``: torch's ``DistributedDataParallel``; on XLA, replicas averaged in
               the optimizer step)
+``zero1``     ZeRO stage 1: DDP with the optimizer state sharded (torch's ``ZeroRedundancyOptimizer``): each
+              rank updates its 1/N of the parameters, then broadcasts them
 ``fsdp``      fully sharded data parallel (FSDP2, ``torch.distributed.fsdp.fully_shard``): each rank holds
               1/N of the parameters, gradients and optimizer state; a block's parameters are all-gathered
               before it computes and freed after, gradients are reduce-scattered
@@ -52,7 +54,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig
+from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig, ZeroOptions
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy, strategy_info
 from ignite_ddl.launcher.backends import rules
@@ -64,6 +66,7 @@ __all__ = [
     "DDPStrategy",
     "FSDPStrategy",
     "SingleProcessStrategy",
+    "ZeRO1Strategy",
     "Strategy",
     "check_compile",
     "comm_hook",
@@ -99,6 +102,7 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str]
     options: ClassVar[type[StrategyOptions] | None] = None
+    also_accepts: ClassVar[tuple[type[StrategyOptions], ...]] = ()  # another strategy's groups that apply here too
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -135,7 +139,7 @@ class Strategy(abc.ABC):
             return
         for strategy in _REGISTRY.values():
             group = strategy.options
-            if group is None or group is self.options:
+            if group is None or group is self.options or group in self.also_accepts:
                 continue
             asked = group.asked(config)
             if asked:
@@ -225,7 +229,7 @@ class DDPStrategy(Strategy):
     one process driving several GPUs, which the dp-vs-ddp lab compares it with.)"""
 
     name = "ddp"
-    options = DDPOptions
+    options: ClassVar[type[StrategyOptions] | None] = DDPOptions
 
     def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
         super().check_options(config, backend)
@@ -267,6 +271,43 @@ class DDPStrategy(Strategy):
                 yield
         else:
             yield
+
+
+class ZeRO1Strategy(DDPStrategy):
+    """ZeRO stage 1: DDP (its options apply) with the optimizer state sharded over the ranks by torch's
+    ``ZeroRedundancyOptimizer``: each rank keeps the state of, and updates, its own share of the parameters, then
+    broadcasts them. Checkpoints hold the full optimizer state, consolidated on rank 0 (Ignite's ``Checkpoint``
+    does it), so a ZeRO-1 checkpoint resumes any strategy and any world size, and the reverse."""
+
+    name = "zero1"
+    options = ZeroOptions
+    also_accepts = (DDPOptions,)
+
+    def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
+        super().check_options(config, backend)
+        if backend is not None and not rules(backend).torch_group:
+            raise ConfigError(f"strategy zero1 runs on gloo or nccl process groups, not {backend}")
+
+    def optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        groups = [{k: v for k, v in group.items() if k != "initial_lr"} for group in optimizer.param_groups]
+        return ZeroRedundancyOptimizer(
+            groups,
+            optimizer_class=type(optimizer),
+            parameters_as_bucket_view=self.bucket_view,
+            **optimizer.defaults,
+        )
+
+    bucket_view = False  # set by place, from the run's options
+
+    def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
+        self.bucket_view = config.zero_bucket_view
+        return super().place(model, config)
+
+    def held_bytes(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+        # the state this rank keeps is its local optimizer's (the wrapper's own is only rebuilt to save)
+        return held_bytes(model, getattr(optimizer, "optim", optimizer))
 
 
 class FSDPStrategy(Strategy):

@@ -1,0 +1,169 @@
+"""ZeRO-1 (``--strategy zero1``, torch's ZeroRedundancyOptimizer) with real gloo ranks: it trains as DDP does, each
+rank holds its share of Adam's state, its checkpoints resume DDP and the reverse; the plan and the step model count
+it from its description; and a fourth strategy described in one module is seen by the plan, the trainer and the
+report, which is what the strategies' seam promises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run_cli
+from torch import nn
+
+from ignite_ddl import TrainConfig, train
+from ignite_ddl.core import strategies as core_strategies
+from ignite_ddl.core.strategies import StrategyInfo, describe_strategy, resolve_strategy
+from ignite_ddl.predict.memory import predict
+from ignite_ddl.predict.projection.model import Link
+from ignite_ddl.predict.steptime import Observed, predict_steps
+from ignite_ddl.trainer import strategies as trainer_strategies
+from ignite_ddl.trainer.strategies import DDPStrategy, ZeRO1Strategy, strategy_for
+
+TOLERANCE = 2e-5  # float32 sums in another order: test_strategies.py's
+ADAM = {
+    "optimizer": "adam",
+    "lr": 0.003,
+    "train_size": 256,
+    "val_size": 60,
+    "batch_size": 32,
+    "warmup_iters": 1,
+    "progress": False,
+    "measure_flops": False,
+}
+
+
+def _final_weights(summary: dict) -> dict[str, torch.Tensor]:
+    return torch.load(summary["last_checkpoint"], weights_only=True)["model"]
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_zero1_trains_as_ddp_with_each_rank_holding_its_share_of_adams_state(tmp_path):
+    runs = {
+        s: train(TrainConfig(nproc_per_node=2, strategy=s, epochs=1, output_dir=str(tmp_path / s), **ADAM))
+        for s in ("ddp", "zero1")
+    }
+    assert runs["zero1"]["strategy"] == "zero1"
+    assert _max_diff(_final_weights(runs["zero1"]), _final_weights(runs["ddp"])) < TOLERANCE
+    ddp = [r["held_bytes"] for r in runs["ddp"]["memory"]["ranks"]]
+    zero = [r["held_bytes"] for r in runs["zero1"]["memory"]["ranks"]]
+    assert sum(r["optimizer"] for r in zero) == ddp[0]["optimizer"] > 0  # the shards add up to one replica's state
+    # ZeroRedundancyOptimizer partitions whole parameters, largest first: near half each, never all on one rank
+    assert all(0.3 * ddp[0]["optimizer"] <= r["optimizer"] <= 0.7 * ddp[0]["optimizer"] for r in zero), zero
+    assert all(r["params"] == ddp[0]["params"] and r["grads"] == ddp[0]["grads"] for r in zero)  # not sharded
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_zero1_checkpoint_resumes_ddp_and_a_ddp_checkpoint_resumes_zero1(tmp_path):
+    whole = train(TrainConfig(nproc_per_node=2, strategy="ddp", epochs=2, output_dir=str(tmp_path / "w"), **ADAM))
+    for first, then in (("zero1", "ddp"), ("ddp", "zero1")):
+        out = tmp_path / f"{first}-{then}"
+        part = train(TrainConfig(nproc_per_node=2, strategy=first, epochs=1, output_dir=str(out / "a"), **ADAM))
+        resumed = train(
+            TrainConfig(
+                nproc_per_node=2,
+                strategy=then,
+                epochs=2,
+                resume=part["last_checkpoint"],
+                output_dir=str(out / "b"),
+                **ADAM,
+            )
+        )
+        assert resumed["iterations"] == whole["iterations"]
+        assert _max_diff(_final_weights(resumed), _final_weights(whole)) < TOLERANCE, (first, then)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--zero-bucket-view", "--nproc-per-node", "2"], "--zero-bucket-view: ZERO1 option(s), for --strategy zero1"),
+        (["--strategy", "fsdp", "--nproc-per-node", "2", "--static-graph"], "--static-graph: DDP option(s)"),
+    ],
+)
+def test_a_strategys_own_options_are_refused_with_another(tmp_path, args, message):
+    result = run_cli("train", *args, "--output-dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_zero1_accepts_ddps_options_and_one_process_is_one_process():
+    zero = strategy_for("zero1", 2)
+    assert isinstance(zero, ZeRO1Strategy) and isinstance(zero, DDPStrategy)
+    zero.check_options(TrainConfig(strategy="zero1", nproc_per_node=2, bucket_cap_mb=4, zero_bucket_view=True))
+    assert strategy_for("zero1", 1).name == "none"
+    assert resolve_strategy("zero1", 2).zero_stage() == 1
+
+
+def test_the_plan_gives_zero1_half_the_optimizer_state_of_ddp():
+    base = {"model": "toy", "nproc_per_node": 2, "batch_size": 8, "optimizer": "adam", "checkpoints": False}
+    ddp = predict(TrainConfig(strategy="ddp", **base), 0).parts
+    zero = predict(TrainConfig(strategy="zero1", **base), 0).parts
+    assert zero["optimizer"] == ddp["optimizer"] // 2 > 0
+    assert {k: v for k, v in zero.items() if k != "optimizer"} == {k: v for k, v in ddp.items() if k != "optimizer"}
+    # saving a checkpoint, rank 0 consolidates the whole optimizer state (Adam: two tensors per parameter) beside its
+    # own half: for a model this small that moment is the peak
+    saving = predict(TrainConfig(strategy="zero1", **{**base, "checkpoints": True}), 0).parts
+    params = 4 * (3 * 32 * 32 * 10 + 10 + 10 * 10 + 10)  # the toy model's float32 parameters
+    assert saving["checkpoint"] == 2 * params and saving["optimizer"] == params
+
+
+def test_the_step_model_adds_zero1s_broadcast_to_ddps_all_reduce():
+    one = Observed(0, {"nproc_per_node": 1, "batch_size": 64}, 1, "cpu", 0.5, 0.45, 0.55, 0.5, 0.1)
+    two = {"nproc_per_node": 2, "batch_size": 64}
+    configs = [one, Observed(1, two | {"strategy": "ddp"}, 2, "cpu", None, None, None, None)]
+    configs.append(Observed(2, two | {"strategy": "zero1"}, 2, "cpu", None, None, None, None))
+    link = Link("made up", alpha_s=1e-4, beta_Bps=1e9, source="test")
+    found = predict_steps(configs, link, {1: 8_000_000, 2: 8_000_000})
+    ddp, zero = found[1], found[2]
+    assert zero.comm_s == pytest.approx(ddp.comm_s + link.alpha_s + 0.5 * 8_000_000 / link.beta_Bps)
+    assert zero.compute_s < ddp.compute_s  # each rank updates half of the parameters
+
+
+@pytest.fixture
+def fourth_strategy():
+    """A fourth strategy described and registered in this module alone, removed after the test."""
+    info = describe_strategy(
+        StrategyInfo(
+            "halfway",
+            "a toy: DDP whose description says it shards gradients",
+            shards=frozenset({"grads"}),
+            collectives=(("reducescatter", "grads"),),
+            min_world=2,
+        )
+    )
+
+    class Halfway(DDPStrategy):
+        name = "halfway"
+
+        def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
+            return super().place(model, config)
+
+    yield info
+    del core_strategies._REGISTRY["halfway"], trainer_strategies._REGISTRY["halfway"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_fourth_strategy_described_in_one_module_is_seen_everywhere(tmp_path, fourth_strategy):
+    from ignite_ddl.report.model import ConfigResult
+    from ignite_ddl.report.tables import zero_stage
+
+    config = TrainConfig(model="toy", strategy="halfway", nproc_per_node=2, batch_size=8, optimizer="adam")
+    plan = predict(config, 0).parts  # the plan: gradients held as a 1/2 shard, no buckets
+    ddp = predict(TrainConfig(model="toy", strategy="ddp", nproc_per_node=2, batch_size=8, optimizer="adam"), 0).parts
+    assert plan["grads"] == ddp["grads"] // 2 and plan["buckets"] == 0
+    summary = train(  # the trainer (ranks forked from this process, which described it)
+        TrainConfig(
+            strategy="halfway", nproc_per_node=2, start_method="fork", epochs=1, output_dir=str(tmp_path), **ADAM
+        )
+    )
+    assert summary["strategy"] == "halfway"
+    row = ConfigResult(index=0, grid={}, config=config.to_dict(), workload="toy", world_size=2)  # the report
+    row.strategy = summary["strategy"]
+    assert zero_stage(row) == 1
