@@ -277,9 +277,12 @@ def test_a_sweep_refuses_a_file_as_its_folder(tmp_path, capsys):
 
 def test_a_sweeps_own_folder_is_claimed_again(tmp_path):
     claim_sweep_folder(tmp_path / "new")  # not there yet
-    (tmp_path / "results.jsonl").write_text("")
     (tmp_path / "report.md").write_text("the sweep's report")
-    claim_sweep_folder(tmp_path)  # a sweep's folder: its report is its own to replace
+    with pytest.raises(ConfigError, match="holds files that are not a sweep's"):  # a user's report.md: refused
+        claim_sweep_folder(tmp_path)
+    (tmp_path / "results.jsonl").write_text("")
+    claim_sweep_folder(tmp_path)  # now a sweep's folder: its report is its own to replace
+    assert (tmp_path / "report.md").read_text() == "the sweep's report"  # claiming touches nothing
 
 
 def test_a_last_record_without_its_newline_is_kept(tmp_path):

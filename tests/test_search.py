@@ -331,13 +331,16 @@ def test_a_parallel_search_keeps_configurations_in_flight_within_its_budget(tmp_
     assert state["phase"] == "done" and state["runs"] == len(records)
 
 
-@pytest.mark.parametrize("sampler", ["gp", "random"])
+@pytest.mark.parametrize("sampler", ["gp", "random", "tpe"])
 def test_every_sampler_searches(tmp_path, sampler):
     """GP (noise fitted from the runs) and random: a few proposals each, measured, within the budget."""
     executor = Simulated(landscape, 0.02, seed=0)
     run_search(search_spec(budget_runs=15, seed=0, sampler=sampler), tmp_path, executor, False, lambda line: None)
     state = read_json(tmp_path / "search.json")
     assert state["sampler"] == sampler and state["phase"] == "done"
+    # what Optuna ran, not the spec's word read back: a "gp" spec that built TPE fails here
+    expected = {"gp": "GPSampler", "random": "RandomSampler", "tpe": "TPESampler"}[sampler]
+    assert state["sampler_class"] == expected
     assert state["measured"] >= 3 and len(executor.started) == state["runs"] <= 15
 
 

@@ -485,6 +485,7 @@ class Search:
             self.out / SEARCH_FILE,
             {
                 "sampler": self.options.sampler,
+                "sampler_class": type(self.study.sampler).__name__,  # what Optuna actually runs
                 "seed": self.options.seed,
                 "budget_runs": self.options.budget_runs,
                 "budget_s": self.options.budget_s,
