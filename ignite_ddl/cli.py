@@ -223,6 +223,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
     from ignite_ddl.sweep.plan import sweep_dir
+    from ignite_ddl.sweep.records import launched
     from ignite_ddl.sweep.runner import sweep
 
     parsed = _spec_of(args)
@@ -237,9 +238,13 @@ def _sweep(args: argparse.Namespace) -> int:
             if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):
                 print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
             raise
-        failed = [r for r in records if r["status"] != "completed"]
-        print(f"{PROG}: sweep done: {len(records) - len(failed)} of {len(records)} runs completed")
-        if args.report and not records:  # every configuration was predicted not to fit: nothing ran to report
+        # A configuration refused before the first run was said then, and is in the report: not a failed run.
+        runs = [r for r in records if launched(r)]
+        failed = [r for r in runs if r["status"] != "completed"]
+        refused = len(records) - len(runs)
+        also = f"; {refused} configuration(s) refused, not run (see the report)" if refused else ""
+        print(f"{PROG}: sweep done: {len(runs) - len(failed)} of {len(runs)} runs completed{also}")
+        if args.report and not runs:  # every configuration was predicted not to fit: nothing ran to report
             print(f"{PROG}: no report: no run was launched (the plan is in {sweep_dir(parsed) / 'plan'})")
         elif args.report:
             print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
@@ -300,13 +305,15 @@ def _spec_of(args: argparse.Namespace) -> Spec:
 
 def _plan(args: argparse.Namespace) -> int:
     from ignite_ddl.sweep.forecast import format_plan, plan_memory, write_plan
-    from ignite_ddl.sweep.plan import check_configurations, sweep_dir
+    from ignite_ddl.sweep.plan import refused_configurations, sweep_dir
 
     spec = _spec_of(args)
-    check_configurations(spec, files=spec.executor == "local")  # what a run would refuse, refused here too
     out = sweep_dir(spec)
-    planned = plan_memory(spec, out, measure=args.measure, progress=lambda line: print(f"{PROG}: {line}"))
-    print(format_plan(planned, spec.memory_limit_mb))
+    # What a run would refuse, found here too: those configurations are said, the others planned.
+    refused = refused_configurations(spec, files=spec.executor == "local", output_dir=out)
+    skip = {r.index for r in refused}
+    planned = plan_memory(spec, out, measure=args.measure, progress=lambda line: print(f"{PROG}: {line}"), refused=skip)
+    print(format_plan(planned, spec.memory_limit_mb, refused))
     print(f"{PROG}: plan: {write_plan(planned, out, spec.memory_limit_mb)}")
     return 0
 

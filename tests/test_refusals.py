@@ -125,25 +125,31 @@ def test_config_from_dict_refuses_unknown_keys_and_types():
     assert TrainConfig.from_dict({"lr": 1, "resume": None}).lr == 1
 
 
+EVERY_ONE_REFUSED = "all 2 configurations of the grid are refused, nothing to run; the first, configuration {"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "grid, said",
     [
-        (["--grid", "nproc_per_node=2,1", "--set", "strategy=fsdp"], "strategy fsdp needs 2 or more processes"),
-        (["--grid", "accumulate=1,2", "--set", "static_graph=true"], "--static-graph cannot be combined"),
-        (["--grid", "batch_size=64,30", "--set", "nproc_per_node=2", "--set", "accumulate=2"], "make it a multiple"),
+        (["--grid", "seed=1,2", "--set", "strategy=fsdp"], "strategy fsdp needs 2 or more processes"),
+        (["--grid", "accumulate=2,4", "--set", "static_graph=true"], "--static-graph cannot be combined"),
+        (["--grid", "batch_size=62,30", "--set", "nproc_per_node=2", "--set", "accumulate=2"], "make it a multiple"),
         (
-            ["--grid", "powersgd_start_iter=2,6", "--set", "comm_hook=powersgd", "--set", "nproc_per_node=2"]
+            ["--grid", "powersgd_start_iter=6,7", "--set", "comm_hook=powersgd", "--set", "nproc_per_node=2"]
             + ["--set", "batch_size=32"],
             "it would measure no compressed step",
         ),
     ],
     ids=["fsdp-one-process", "static-graph-accumulate", "batch-split", "powersgd-window"],
 )
-def test_a_sweep_refuses_a_configuration_invalid_on_any_machine_before_its_first_run(tmp_path, grid, said):
+def test_a_sweep_whose_every_configuration_is_refused_is_refused_before_its_first_run(tmp_path, grid, said):
+    """A configuration invalid on any machine is one refused configuration (the sweep records it and runs the
+    others: tests/test_sweep.py); a grid of nothing but those is refused whole, in one line, before anything runs."""
     out = tmp_path / "sweep"
     result = run_cli("sweep", *grid, *SMALL_SWEEP, "--output-dir", str(out), timeout=300)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and said in lines[0] and lines[0].startswith("ignite-ddl: error: configuration"), lines
-    assert not (out / "runs").exists(), "no run may start before every configuration is checked"
+    assert len(lines) == 1 and said in lines[0], lines
+    assert lines[0].startswith(f"ignite-ddl: error: {EVERY_ONE_REFUSED}"), lines
+    assert not out.exists(), "nothing may be written before every configuration is checked"

@@ -431,6 +431,74 @@ def test_a_configuration_above_the_memory_limit_is_never_recommended(tmp_path):
     assert "| peak memory/rank MiB |" in report and "### Memory" in report
 
 
+def _strategy_sweep() -> list[dict]:
+    """A grid of strategy [ddp, fsdp] x nproc_per_node [1, 2]: ddp on one process ran as none (what its summaries
+    say), fsdp on one process was refused before the sweep started (one record, never run)."""
+    records = []
+    for index, (strategy, procs, ran) in enumerate((("ddp", 1, "none"), ("ddp", 2, "ddp"), ("fsdp", 2, "fsdp"))):
+        for repeat, rate in enumerate((100.0, 104.0, 98.0)):
+            rec = record(
+                index,
+                repeat,
+                rate * (1 + index),
+                procs=procs,
+                grid={"strategy": strategy},
+                config={"strategy": strategy},
+                summary={"strategy": ran},
+            )
+            records.append(_with_memory(rec, 500 - 50 * index))
+    refused = record(3, 0, 0.0, procs=1, grid={"strategy": "fsdp"}, config={"strategy": "fsdp"})
+    reason = "strategy fsdp needs 2 or more processes (one process: --strategy none)"
+    refused.update(status="refused", summary=None, exit_code=None, error=reason, run_dir="", position=-1)
+    return [refused, *records]
+
+
+def test_ddp_on_one_process_has_one_label_in_every_table(tmp_path):
+    """One process has nothing to average: the grid's ddp ran as none. Every table (the decision table's grid
+    column, the memory table; the communication table lists only several processes) labels it alike, with both
+    names, and the verdict's lines too; a strategy that ran as asked keeps its one name."""
+    from ignite_ddl.report.tables import decision_table
+
+    for rec in _strategy_sweep():
+        append_record(tmp_path / "results.jsonl", rec)
+    analysis = load(tmp_path)
+    header, rows = decision_table(analysis)
+    assert [row[header.index("strategy")] for row in rows] == ["ddp -> none (one process)", "ddp", "fsdp"]
+    report = write_report(tmp_path).read_text()
+    labelled = [line for line in report.splitlines() if line.startswith("| cfg000 |") and "none" in line]
+    assert len(labelled) == 2, labelled  # the decision table's row and the memory table's
+    assert all("| ddp -> none (one process) |" in line for line in labelled), labelled
+    assert "| cfg001 | 2 | ddp |" in report and "| cfg002 | fsdp |" in report  # memory, communication
+    # Without a summary (a run that failed) the label is resolved the same way; a refused one keeps its name.
+    from ignite_ddl.report.model import strategy_label
+
+    assert strategy_label("ddp", None, 1) == "ddp -> none (one process)" and strategy_label("fsdp", None, 1) == "fsdp"
+    assert strategy_label("auto", "ddp", 2) == "auto -> ddp" and strategy_label(None, "ddp", 2) == "ddp"
+
+
+def test_a_refused_configuration_is_listed_with_why_and_compared_with_none(tmp_path):
+    """A configuration refused before the sweep started never ran: it is listed with its reason (the Refused
+    table, the verdict's lines), is no row of the results' tables, and cannot make the verdict provisional (it
+    could not have been the fastest)."""
+    records = _strategy_sweep()
+    analysis = analyze(records, {"spec": {}})
+    assert [c.name for c in analysis.configs] == ["cfg000", "cfg001", "cfg002"]
+    assert [(c.name, c.refusal) for c in analysis.refused] == [("cfg003", records[0]["error"])]
+    assert analysis.verdicts[0].best == "cfg002" and not analysis.verdicts[0].provisional
+    for rec in records:
+        append_record(tmp_path / "results.jsonl", rec)
+    report = write_report(tmp_path).read_text()
+    refused, failures = report.split("## Refused")[1], report.split("## Refused")[0]
+    assert f"| cfg003 | model=cnn, nproc_per_node=1, batch_size=64, strategy=fsdp | {records[0]['error']} |" in refused
+    assert "| cfg003 |" not in failures and "## Failures" not in report
+    # Refused by an earlier session, run by a later one: it ran, and its old refusal is no failure of it.
+    stale = {**records[0], "index": 2, "key": records[-1]["key"].replace("-r2", "-r0"), "grid": records[-1]["grid"]}
+    later = analyze([*records[1:], stale], {"spec": {}})
+    assert not later.refused and [r.status for r in later.config("cfg002").runs] == ["completed"] * 3
+    verdict = (tmp_path / "verdict.txt").read_text()
+    assert "refused, not run: cfg003 (model=cnn, nproc_per_node=1, batch_size=64, strategy=fsdp): " in verdict
+
+
 def test_a_configuration_that_ran_out_of_memory_does_not_fit():
     sweep = _memory_sweep()
     records = [r for r in sweep["records"] if r["index"] != 3]

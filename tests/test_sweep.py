@@ -17,6 +17,7 @@ from conftest import run_cli, start_marked, wait_gone
 
 from ignite_ddl.cli import main
 from ignite_ddl.core.results import read_results
+from ignite_ddl.core.validation import record_problem
 from ignite_ddl.sweep import expand, parse_spec
 
 TINY = {"dataset": "synthetic", "train_size": 256, "val_size": 64, "batch_size": 64, "epochs": 1}
@@ -70,6 +71,74 @@ def test_refused_combination_is_recorded_with_its_reason(tmp_path):
     assert none["status"] == "completed"
     assert nccl["status"] == "refused" and "nccl needs CUDA" in nccl["error"]
     assert not (tmp_path / "report.md").exists()
+
+
+FSDP_ONE_PROCESS = "strategy fsdp needs 2 or more processes (one process: --strategy none)"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_refused_grid_point_is_recorded_and_the_others_run(tmp_path):
+    """fsdp with one process is refused, not the spec: the three other points run, the refused one is one record
+    with its reason, said in the progress, the report and the verdict lines; the sweep exits 0. ddp with one
+    process ran as none: the report labels it so in every table."""
+    out = tmp_path / "out"
+    tiny = [f"--set={k}={v}" for k, v in {**TINY, "model": "toy"}.items()]
+    grid = ["--grid", "strategy=ddp,fsdp", "--grid", "nproc_per_node=1,2"]
+    result = run_cli("sweep", *grid, *tiny, "--name", "points", "--output-dir", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = read_results(out / "results.jsonl")
+    runs = sorted((r["grid"]["strategy"], r["grid"]["nproc_per_node"], r["status"]) for r in records)
+    assert runs == [("ddp", 1, "completed"), ("ddp", 2, "completed"), ("fsdp", 1, "refused"), ("fsdp", 2, "completed")]
+    (refused,) = [r for r in records if r["status"] == "refused"]
+    assert refused["grid"] == {"strategy": "fsdp", "nproc_per_node": 1} and refused["index"] == 2
+    assert (refused["status"], refused["error"], refused["exit_code"]) == ("refused", FSDP_ONE_PROCESS, None)
+    assert not (out / "runs" / "cfg002-r0").exists(), "a refused configuration is never launched"
+    said = f"cfg002 strategy=fsdp nproc_per_node=1: refused, not run: {FSDP_ONE_PROCESS}"
+    assert said in result.stdout and "sweep done: 3 of 3 runs completed; 1 configuration(s) refused" in result.stdout
+    assert f"refused, not run: cfg002 (strategy=fsdp, nproc_per_node=1): {FSDP_ONE_PROCESS}" in result.stdout
+    report = (out / "report.md").read_text()
+    assert f"| cfg002 | strategy=fsdp, nproc_per_node=1 | {FSDP_ONE_PROCESS} |" in report
+    assert "| cfg002 |" not in report.split("## Refused")[0], "a refused configuration is no row of the results"
+    ddp_one = [line for line in report.splitlines() if line.startswith("| cfg000 |") and "none" in line]
+    assert len(ddp_one) == 2 and all("| ddp -> none (one process) |" in line for line in ddp_one)  # decision, memory
+
+
+def test_a_refused_grid_point_is_planned_as_one_record_and_left_out_of_the_runs(tmp_path):
+    """Refused before the first run: what the options cannot combine (TrainConfig's own checks) and what the
+    strategy refuses for this many processes; the others are planned, each refusal is a valid record."""
+    from ignite_ddl.sweep.plan import refused_configurations
+    from ignite_ddl.sweep.records import launched, refused_record
+
+    spec = parse_spec(
+        {
+            "grid": {"strategy": ["ddp", "fsdp"], "nproc_per_node": [1, 2], "early_stopping": [0, 2]},
+            "exclude": [{"strategy": "ddp", "early_stopping": 2}],
+            "base": {"model": "toy", "eval_every": 0},
+        }
+    )
+    refused = refused_configurations(spec, output_dir=tmp_path)
+    reasons = {(r.grid["strategy"], r.grid["nproc_per_node"], r.grid["early_stopping"]): r.reason for r in refused}
+    assert reasons == {
+        ("fsdp", 1, 0): FSDP_ONE_PROCESS,
+        ("fsdp", 1, 2): "early_stopping needs evaluations to compare: set eval_every to 1 or more",
+        ("fsdp", 2, 2): "early_stopping needs evaluations to compare: set eval_every to 1 or more",
+    }
+    runs = list(expand(spec, tmp_path, refused={r.index for r in refused}))
+    assert sorted({(r.config.strategy, r.config.nproc_per_node) for r in runs}) == [("ddp", 1), ("ddp", 2), ("fsdp", 2)]
+    for found in refused:
+        record = refused_record(found)
+        assert record_problem(record) is None and not launched(record) and record["error"] == found.reason
+    keys = {refused_record(r)["key"] for r in refused} | {r.key for r in runs}
+    assert len(keys) == len(refused) + len(runs)
+    # Recorded once however often the sweep is resumed; never a run done: one refused earlier that a resumed sweep
+    # no longer refuses (its dataset's files are there now) runs then.
+    from ignite_ddl.sweep.session import Session
+
+    for resume in (False, True):
+        session = Session(spec, tmp_path, None, resume, print)  # no executor: no run is executed here
+        session.refuse(refused)
+    assert [r["status"] for r in session.records()] == ["refused"] * 3 and not session.done()
 
 
 @pytest.mark.slow
@@ -155,6 +224,17 @@ BAD_SPECS = {
     "wrong repeats": ({"grid": {"model": ["toy"]}, "repeats": 0}, "repeats must be >= 1, got 0"),
     "unknown backend": ({"grid": {"backend": ["gloo", "mpi3"]}}, "unknown backend 'mpi3'"),
     "not a mapping": (["grid"], "a sweep spec is a mapping"),
+    # A spec whose every configuration is refused: nothing would run.
+    "every point refused by its options": (
+        {"grid": {"early_stopping": [2, 3]}},
+        "all 2 configurations of the grid are refused, nothing to run; the first, configuration {'early_stopping': 2}: "
+        "early_stopping needs evaluations",
+    ),
+    "every point refused by its strategy": (
+        {"grid": {"seed": [1, 2]}, "base": {"strategy": "fsdp"}},
+        f"the first, configuration {{'seed': 1}}: {FSDP_ONE_PROCESS}",
+    ),
+    "the one point refused": ({"grid": {"nproc_per_node": [1]}, "base": {"strategy": "fsdp"}}, FSDP_ONE_PROCESS),
 }
 
 

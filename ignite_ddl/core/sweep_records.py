@@ -59,7 +59,9 @@ class PlannedConfiguration(TypedDict):
 
 class MemoryPlan(TypedDict):
     memory_limit_mb: Annotated[float | None, "the spec's memory_limit_mb"]
-    configurations: Annotated[list[PlannedConfiguration], "every configuration of the grid, launched or not"]
+    configurations: Annotated[
+        list[PlannedConfiguration], "every configuration of the grid, launched or not (but those refused before it)"
+    ]
 
 
 class RunRecord(TypedDict):
@@ -67,16 +69,20 @@ class RunRecord(TypedDict):
     index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
     repeat: Annotated[int, "which repeat of the configuration (0-based)"]
     attempt: Annotated[int, "0, or the re-run number of a repeat re-run because it was contended"]
-    position: Annotated[int, "the run's place in the sweep's run order"]
+    position: Annotated[int, "the run's place in the sweep's run order (-1: a configuration refused before the sweep)"]
     grid: Annotated[dict[str, Any], "this configuration's grid values"]
     config: Annotated[dict[str, Any], "the run's full `TrainConfig`"]
-    run_dir: Annotated[str, "the run's output directory"]
+    run_dir: Annotated[str, "the run's output directory (empty: a configuration refused before the sweep, never run)"]
     elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
-    exit_code: Annotated[int | None, "the run's exit status (null: timed out)"]
+    exit_code: Annotated[
+        int | None, "the run's exit status (null: timed out, or a configuration refused before the sweep: never run)"
+    ]
     status: Annotated[
         str,
         "`completed`, `failed`, `out_of_memory` (a rank's allocation failed, or it was killed near its memory "
-        "limit), `refused`, `timeout` or `interrupted` (stopped with the sweep: run again on resume)",
+        "limit), `refused` (by the run's checks as it started, exit status 2; or, exit status null, the "
+        "configuration was refused before the sweep started: one record, never run), `timeout` or `interrupted` "
+        "(stopped with the sweep: run again on resume)",
     ]
     error: Annotated[str | None, "why the run did not complete"]
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]

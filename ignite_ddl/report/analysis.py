@@ -168,6 +168,12 @@ def _analysis(
     configs: list[ConfigResult], flags: list[Flag], meta: dict[str, Any], include_contended: bool, confidence: float
 ) -> Analysis:
     spec = meta.get("spec", {})
+    # A configuration every run of which was refused never ran: it is listed with why, and neither compared nor
+    # counted as one that might have been the fastest (it cannot run).
+    refused = [c for c in configs if c.refusal is not None]
+    configs = [c for c in configs if c.refusal is None]
+    for config in configs:  # refused before an earlier session of the sweep, run by a later one: it ran
+        config.runs = [r for r in config.runs if not (r.status == "refused" and r.position < 0)]
     axes = list(spec.get("workload") or WORKLOAD_OPTIONS)
     threshold = spec.get("contention_threshold", CONTENTION_THRESHOLD)
     limit_mb = spec.get("memory_limit_mb")
@@ -217,6 +223,7 @@ def _analysis(
         elapsed,
         wall,
         meta,
+        refused=refused,
     )
 
 

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ignite_ddl.core.config import declared_default
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.strategies import resolve_strategy
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN, Estimate
 
-__all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict"]
+__all__ = ["Analysis", "ConfigResult", "Flag", "RunResult", "Verdict", "strategy_label"]
 
 MIB = float(1 << 20)
 MIN_REPEATS = 3  # fewer usable runs than this (or the spec's min_repeats): a configuration is not judged
@@ -106,6 +108,31 @@ class Flag:
     @property
     def meaning(self) -> str:
         return FLAG_MEANINGS[self.kind]
+
+
+def strategy_label(asked: Any, ran: str | None, world: int) -> str | None:
+    """The strategy of a configuration as every table of the report labels it: the one it asked for where it ran with
+    that one, else both, so that a grid's ``ddp`` and the ``none`` its one process ran are one label everywhere:
+    ``ddp -> none (one process)`` (one process has nothing to average), ``auto -> ddp``. ``ran``: as its runs
+    resolved it (None without a summary: resolved here, where the strategy is described; else what it asked for).
+
+    Example:
+        >>> strategy_label("ddp", "none", 1), strategy_label("auto", "ddp", 2), strategy_label("fsdp", "fsdp", 2)
+        ('ddp -> none (one process)', 'auto -> ddp', 'fsdp')
+        >>> strategy_label("ddp", None, 1), strategy_label("fsdp", None, 1), strategy_label(None, "ddp", 2)
+        ('ddp -> none (one process)', 'fsdp', 'ddp')
+    """
+    if not isinstance(asked, str):
+        return ran
+    if ran is None:
+        try:
+            ran = resolve_strategy(asked, world).name
+        except ConfigError:  # refused with this many processes, or a strategy not described in this process
+            return asked
+    if ran == asked:
+        return asked
+    why = " (one process)" if world == 1 and asked != "auto" else ""
+    return f"{asked} -> {ran}{why}"
 
 
 @dataclass(slots=True)  # one per record: a sweep may hold tens of thousands
@@ -250,7 +277,27 @@ class ConfigResult:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.grid.items())
+        return " ".join(f"{k}={v}" for k, v in self.grid_shown.items())
+
+    @property
+    def strategy_label(self) -> str | None:
+        """Its strategy as every table labels it (:func:`strategy_label`): ``ddp -> none (one process)``."""
+        return strategy_label(self.config.get("strategy"), self.strategy, self.world_size)
+
+    @property
+    def grid_shown(self) -> dict[str, Any]:
+        """Its grid values as the report shows them: a strategy axis as :attr:`strategy_label` labels it."""
+        if "strategy" not in self.grid:
+            return self.grid
+        return {k: self.strategy_label if k == "strategy" else v for k, v in self.grid.items()}
+
+    @property
+    def refusal(self) -> str | None:
+        """Why it never ran, where every run of it was refused (before the sweep, or by its own checks at its
+        start); None otherwise."""
+        if not self.runs or any(r.status != "refused" for r in self.runs):
+            return None
+        return self.runs[0].error or "refused"
 
     @property
     def used_runs(self) -> list[RunResult]:
@@ -316,6 +363,9 @@ class Analysis:
     sweep_wall_s: float | None
     meta: dict[str, Any] = field(default_factory=dict)
     omitted: int = 0  # configurations left out of this view of the analysis (see :meth:`shown`)
+    # Configurations every run of which was refused (before the sweep started, or by their own checks): never run,
+    # never compared; each with why (:attr:`ConfigResult.refusal`). Not among ``configs``.
+    refused: list[ConfigResult] = field(default_factory=list)
 
     @property
     def stopped(self) -> str | None:

@@ -80,8 +80,23 @@ def write_report(results_dir: str | Path, include_contended: bool = False) -> Pa
     )
     if analysis.adaptive:
         doc.paragraph(adaptive_text(analysis, analysis.adaptive))
+    if analysis.refused:
+        doc.heading("Refused")
+        doc.paragraph(
+            "Configurations refused before any of their runs started, whatever the machine (options that cannot go "
+            "together, a strategy that cannot run on that many processes, a batch that does not split) or on this "
+            "one (files or a device it lacks): never run, so neither compared nor counted as one that might have "
+            "been the fastest. The others ran."
+        )
+        doc.table(
+            ["config", "options", "reason"],
+            [[c.name, options_text(c.grid_shown), c.refusal] for c in analysis.refused],
+        )
     failures = [
-        (c.name, c.grid, f"{r.status}: {r.error}") for c in analysis.configs for r in c.runs if r.status != "completed"
+        (c.name, c.grid_shown, f"{r.status}: {r.error}")
+        for c in analysis.configs
+        for r in c.runs
+        if r.status != "completed"
     ]
     if failures:
         doc.heading("Failures")

@@ -34,7 +34,11 @@ __all__ = [
 
 def _named(analysis: Analysis, name: str) -> str:
     config = analysis.config(name)
-    return f"{name} ({options_text(config.grid)})"
+    return f"{name} ({options_text(config.grid_shown)})"
+
+
+def _refused_named(config: ConfigResult) -> str:
+    return f"{config.name} ({options_text(config.grid_shown)})"
 
 
 def _figure(config: ConfigResult, pct: int) -> str:
@@ -86,6 +90,8 @@ def verdict_lines(analysis: Analysis) -> list[str]:
             lines.append(f"{where}recommended: {v.recommendation}" + (f" ({note})" if note else ""))
         for name, why in v.not_judged.items():
             lines.append(f"{where}not judged: {name}: {why}" + (f" ({note})" if note else ""))
+    for config in analysis.refused:
+        lines.append(f"refused, not run: {_refused_named(config)}: {config.refusal}")
     return lines
 
 
@@ -172,6 +178,9 @@ def verdict_section(doc: Document, analysis: Analysis) -> None:
                 "fastest. Run more repeats (or on a quieter machine) before relying on it."
             )
         doc.bullets(items)
+    if analysis.refused:
+        names = ", ".join(_refused_named(c) for c in analysis.refused)
+        doc.paragraph(f"Refused, never run (not compared; why: see Refused): {names}.")
     # The plot exists only where some configuration has a throughput figure (not when every run was left out).
     drawn = any(c.throughput.value is not None for c in analysis.configs)
     check = ", which you can check on the error bars of throughput.png," if drawn else ""
@@ -320,14 +329,16 @@ def profiler_section(doc: Document, analysis: Analysis) -> None:
         profile = config.profiler
         assert profile is not None
         if profile["kind"] != "torch":
-            doc.paragraph(f"{config.name} ({options_text(config.grid)}): Ignite {profile['kind']} profiler, every rank")
+            doc.paragraph(
+                f"{config.name} ({options_text(config.grid_shown)}): Ignite {profile['kind']} profiler, every rank"
+            )
         else:
             traces = [r["trace"] for r in profile["ranks"] if r.get("trace")]
             runs = config.used_runs or [r for r in config.runs if r.status == "completed"]  # where the table comes from
             where = f" in `{runs[0].run_dir}`" if runs and runs[0].run_dir else ""
             iterations = sorted({r["active_iterations"] for r in profile["ranks"]})
             doc.paragraph(
-                f"{config.name} ({options_text(config.grid)}): torch.profiler, every rank, over "
+                f"{config.name} ({options_text(config.grid_shown)}): torch.profiler, every rank, over "
                 f"{'/'.join(map(str, iterations))} recorded iterations: the operators with the most self time "
                 f"(device time where the device was profiled). Chrome traces (Perfetto, chrome://tracing)"
                 f"{where}: " + (", ".join(f"`{t}`" for t in traces) or "none written")

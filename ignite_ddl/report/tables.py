@@ -1,5 +1,8 @@
 """The report's tables of configurations: the decision table first, then one table per topic (timing,
-communication, a faster step, FLOPs, memory), each without the columns no configuration has a figure for."""
+communication, a faster step, FLOPs, memory), each without the columns no configuration has a figure for. A
+configuration's strategy has one label in every table (:func:`~ignite_ddl.report.model.strategy_label`): the grid's
+``ddp`` that one process ran as ``none`` is ``ddp -> none (one process)`` in the decision table, the communication
+table and the memory table alike."""
 
 from __future__ import annotations
 
@@ -68,7 +71,7 @@ def decision_table(analysis: Analysis) -> Table:
         rows.append(
             [
                 c.name,
-                *[c.grid.get(k) for k in grid_keys],
+                *[c.grid_shown.get(k) for k in grid_keys],
                 *([c.workload] if several else []),
                 rate_text(c.throughput.value),
                 interval_text(c.throughput),
@@ -197,7 +200,7 @@ def _communication_table(analysis: Analysis) -> Table:
         rows.append(
             [
                 c.name,
-                c.strategy or "-",
+                c.strategy_label or "-",
                 None if c.overlap is None else 100 * c.overlap,
                 None if c.exposed_share is None else 100 * c.exposed_share,
                 None if c.busbw_Bps is None else c.busbw_Bps / 1e9,
@@ -287,7 +290,7 @@ def _memory_table(analysis: Analysis) -> Table:
             [
                 c.name,
                 c.world_size,
-                c.strategy or "-",
+                c.strategy_label or "-",
                 zero_stage(c),
                 _mb(e.value),
                 interval_text(e.scaled(1 / MIB)) if e.has_interval else "-",

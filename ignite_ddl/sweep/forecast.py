@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.strategies import resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPlan
 from ignite_ddl.core.text import format_table
-from ignite_ddl.sweep.plan import Run, make_run
+from ignite_ddl.sweep.plan import Refused, Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
 
 __all__ = [
@@ -162,16 +162,23 @@ def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[s
 
 
 def plan_memory(
-    spec: Spec, out: str | Path, measure: bool = True, progress: Callable[[str], None] = print
+    spec: Spec,
+    out: str | Path,
+    measure: bool = True,
+    progress: Callable[[str], None] = print,
+    refused: Collection[int] = (),
 ) -> list[Planned]:
-    """Every configuration of ``spec`` with its predicted peak per rank. ``measure``: run the probes of runtimes
-    not yet measured (else those configurations' peaks are not predicted, their parts still are)."""
+    """Every configuration of ``spec`` with its predicted peak per rank, but the ``refused`` (their indices:
+    :func:`~ignite_ddl.sweep.plan.refused_configurations`). ``measure``: run the probes of runtimes not yet measured
+    (else those configurations' peaks are not predicted, their parts still are)."""
     from ignite_ddl.predict.memory import predict
 
     folder = Path(out) / "plan"
     runtimes = _Cache(folder, "runtime")
     planned = []
     for index, grid in enumerate(configurations(spec)):
+        if index in refused:
+            continue
         config = make_run(spec, index, grid, 0, out).config
         probe = runtime_probe(config, folder)
         entry = runtimes.get(_key(probe))
@@ -199,17 +206,23 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / MIB:.0f} MiB"
 
 
-def format_plan(planned: list[Planned], limit_mb: float | None) -> str:
-    """The plan as a table: each configuration's parts, its predicted peak per rank and whether it fits; then what
-    could not be predicted."""
+def format_plan(planned: list[Planned], limit_mb: float | None, refused: Sequence[Refused] = ()) -> str:
+    """The plan as a table: each configuration's parts, its predicted peak per rank and whether it fits (a
+    configuration ``refused`` before the sweep: "refused"); then what could not be predicted, and why each refused
+    one is."""
     from ignite_ddl.predict.memory import PARTS
 
     def mib(value: int | None) -> str:
         return "-" if not value else f"{value / MIB:.1f}"
 
-    rows = []
+    rows: list[list[str]] = []
     notes = []
-    for p in planned:
+    refusals = {r.index: r for r in refused}
+    shown: list[Planned | Refused] = [*planned, *refused]
+    for p in sorted(shown, key=lambda p: p.index):
+        if isinstance(p, Refused):
+            rows.append([f"cfg{p.index:03d}", p.label, *("-" for _ in PARTS), "-", "refused"])
+            continue
         pred = p.prediction
         fits = pred.fits(limit_mb * MIB if limit_mb is not None else None)
         said = {None: "-", True: "yes", False: "NO"}[fits] if not pred.problem else "?"
@@ -222,6 +235,8 @@ def format_plan(planned: list[Planned], limit_mb: float | None) -> str:
         reason = unfit_reason(p, limit_mb)
         if reason:
             notes.append(f"cfg{p.index:03d}: {reason}: a sweep does not launch it (run_unfit: true runs it anyway)")
+    for index, found in sorted(refusals.items()):
+        notes.append(f"cfg{index:03d}: refused: {found.reason}: a sweep records it as refused and runs the others")
     limit = f"memory_limit_mb {limit_mb:g}" if limit_mb is not None else "no memory_limit_mb"
     head = ["config", "grid", *PARTS, "peak", "fits"]
     lines = [
@@ -277,10 +292,15 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
 
 
 def fit_step_model(
-    spec: Spec, out: str | Path, records: list[dict[str, Any]], progress: Callable[[str], None] = print
+    spec: Spec,
+    out: str | Path,
+    records: list[dict[str, Any]],
+    progress: Callable[[str], None] = print,
+    refused: Collection[int] = (),
 ) -> dict[str, Any]:
     """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
-    this machine's all-reduce: every configuration's prediction, as kept in ``sweep.json`` (``step_model``)."""
+    this machine's all-reduce: every configuration's prediction (but the ``refused``'s), as kept in ``sweep.json``
+    (``step_model``)."""
     from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
     from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps
     from ignite_ddl.report.analysis import analyze
@@ -293,6 +313,8 @@ def fit_step_model(
     hooks: dict[int, Any] = {}
     measured_hooks: dict[str, Any] = {}  # configurations of one gradient layout share one measurement
     for index, grid in enumerate(configurations(spec)):
+        if index in refused:
+            continue
         config = make_run(spec, index, grid, 0, out).config
         c = measured.get(index)
         step = low = high = share = optimizer = None

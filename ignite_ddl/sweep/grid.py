@@ -1,5 +1,12 @@
 """A spec's grid as configurations: every combination of its values but those it excludes, each one's train
-options (the sweep's defaults, the spec's base, its grid values), and a configuration as a message shows it."""
+options (the sweep's defaults, the spec's base, its grid values), and a configuration as a message shows it.
+
+**Refused values, refused configurations.** A value its option refuses on its own (a wrong type, out of range, not
+among its choices) is a mistake in the spec: the whole spec is refused (:func:`check_values`). A combination the
+options refuse together (``early_stopping`` without evaluations, ...) refuses that configuration only
+(:func:`options_refusal`): the sweep records it as refused and runs the others; a spec whose every configuration is
+refused is refused whole (:func:`all_refused`).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,25 @@ import itertools
 import reprlib
 from typing import TYPE_CHECKING, Any
 
+from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import option_specs
 from ignite_ddl.sweep.space import is_range
 
 if TYPE_CHECKING:
     from ignite_ddl.sweep.spec import Spec
 
-__all__ = ["SWEEP_DEFAULTS", "WORKLOAD_ARG", "configurations", "excluded", "run_options", "shown_grid"]
+__all__ = [
+    "SWEEP_DEFAULTS",
+    "WORKLOAD_ARG",
+    "all_refused",
+    "check_values",
+    "configurations",
+    "excluded",
+    "options_refusal",
+    "run_options",
+    "shown_grid",
+]
 
 WORKLOAD_ARG = "workload_args."  # a spec key naming one argument of the workload's function
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
@@ -61,3 +80,46 @@ def configurations(spec: Spec) -> list[dict[str, Any]]:
 def excluded(spec: Spec, grid: dict[str, Any]) -> bool:
     """Whether the spec's ``exclude`` names this configuration."""
     return any(all(k in grid and grid[k] == v for k, v in e.items()) for e in spec.exclude)
+
+
+def check_values(spec: Spec) -> None:
+    """Refuse (:class:`ConfigError`) a spec with a value its option refuses on its own, whatever it is combined with:
+    a base option's, or a grid value of a configuration the spec does not exclude."""
+    declared = option_specs(TrainConfig)
+    for key, value in spec.base.items():
+        if key in declared:  # a workload's argument (workload_args.KEY) is its function's to check
+            declared[key].coerce(key, value)
+    checked: set[tuple[str, str]] = set()
+    for grid in configurations(spec):
+        for key, value in grid.items():
+            if key not in declared or (key, repr(value)) in checked:
+                continue
+            checked.add((key, repr(value)))
+            try:
+                declared[key].coerce(key, value)
+            except ConfigError as e:
+                raise ConfigError(f"grid option {key}: {e}") from None
+
+
+def options_refusal(spec: Spec, grid: dict[str, Any]) -> str | None:
+    """Why the options of this configuration cannot go together (one line), or None where they can."""
+    try:
+        TrainConfig.from_dict(run_options(spec, grid))
+    except ConfigError as e:
+        return one_line(str(e))
+    return None
+
+
+def one_line(text: str) -> str:
+    """A reason as a record and a report show it: its first line."""
+    return (text.strip().splitlines() or [""])[0]
+
+
+def all_refused(refused: list[tuple[dict[str, Any], str]]) -> str:
+    """The one line that refuses a spec whose every configuration is refused: the first one's reason (``refused``:
+    each configuration's grid values and reason, in grid order)."""
+    grid, reason = refused[0]
+    first = f"configuration {shown_grid(grid)}: {reason}"
+    if len(refused) == 1:
+        return first
+    return f"all {len(refused)} configurations of the grid are refused, nothing to run; the first, {first}"

@@ -17,9 +17,9 @@ from typing import Any
 from ignite_ddl.core.runfiles import SUMMARY_FILE, read_summary
 from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.launcher.processes import out_of_memory
-from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.plan import Refused, Run, launched, options_key
 
-__all__ = ["describe_outcome", "finish_record", "last_error", "new_record"]
+__all__ = ["describe_outcome", "finish_record", "last_error", "launched", "new_record", "refused_record"]
 
 
 def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
@@ -37,6 +37,28 @@ def new_record(run: Run, elapsed_s: float, code: int | None) -> RunRecord:
         "exit_code": code,
         "status": "completed",
         "error": None,
+        "contended": False,
+        "summary": None,
+    }
+
+
+def refused_record(refused: Refused) -> RunRecord:
+    """The record of a configuration refused before the sweep started (:func:`~ignite_ddl.sweep.plan.
+    refused_configurations`): status ``refused``, its reason, no exit status, no run folder and no place in the run
+    order (-1): it was never launched."""
+    return {
+        "key": f"{options_key(refused.config)}-r0",
+        "index": refused.index,
+        "repeat": 0,
+        "attempt": 0,
+        "position": -1,
+        "grid": refused.grid,
+        "config": refused.config,
+        "run_dir": "",
+        "elapsed_s": 0.0,
+        "exit_code": None,
+        "status": "refused",
+        "error": refused.reason,
         "contended": False,
         "summary": None,
     }

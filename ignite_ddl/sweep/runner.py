@@ -3,7 +3,9 @@ each record to the crash-safe ``results.jsonl`` as it ends, and re-run contended
 
 Each run is ``ignite-ddl train`` in its own process group with its own output directory under ``runs/``; when it
 ends, one JSON line (the configuration plus its summary, or the reason it failed) is appended to ``results.jsonl``
-and synced to disk. A failed, refused or timed-out run is recorded and the sweep goes on. ``--resume`` skips runs
+and synced to disk. A failed, refused or timed-out run is recorded and the sweep goes on; so is a configuration
+refused before the first run (:func:`~ignite_ddl.sweep.plan.refused_configurations`: one record, status ``refused``,
+never launched), and a spec of nothing but refused configurations is refused whole. ``--resume`` skips runs
 already recorded; a line that cannot be read (cut short by a killed sweep, or damaged) is moved to
 ``results.jsonl.rejected`` with a warning, and every valid record is kept.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,15 @@ from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import first_probe_from, machine_share, wait_until_quiet
 from ignite_ddl.sweep.forecast import fit_step_model
 from ignite_ddl.sweep.local import LocalExecutor
-from ignite_ddl.sweep.plan import Run, check_configurations, expand, make_run, sweep_dir
+from ignite_ddl.sweep.plan import (
+    Refused,
+    Run,
+    check_configurations,
+    expand,
+    make_run,
+    refused_configurations,
+    sweep_dir,
+)
 from ignite_ddl.sweep.search import check_search, run_search, search_checks
 from ignite_ddl.sweep.session import Executor, Session
 from ignite_ddl.sweep.slurm import SlurmExecutor
@@ -71,13 +81,20 @@ def sweep(
     command writes its report under the same lock: no run may land in the folder before the last file is written).
     """
     out = sweep_dir(spec, output_dir)
-    runs = [] if spec.search else list(expand(spec, out))  # a search's runs are proposed as it goes
     executor = executor_for(spec, out)
-    if spec.search:
+    files = spec.executor == "local"
+    refused: list[Refused] = []
+    if spec.search:  # its runs are proposed as it goes: each model, dataset and tracker it may use checked first
         check_search()
-    executor.check()
-    # What each run would refuse, refused before the first (a search: each model, dataset and tracker it may use).
-    check_configurations(spec, files=spec.executor == "local", grids=search_checks(spec) if spec.search else None)
+        executor.check()
+        check_configurations(spec, files=files, grids=search_checks(spec))
+        runs = []
+    else:
+        executor.check()
+        # What each run would refuse, found before the first: those configurations are recorded as refused and the
+        # others run (all of them refused: the spec is refused here, before anything starts).
+        refused = refused_configurations(spec, files=files, output_dir=out)
+        runs = list(expand(spec, out, refused={r.index for r in refused}))
     claim_sweep_folder(out)  # before the lock: no .lock is left in a folder that is not a sweep's
     with contextlib.ExitStack() as own:
         (hold if hold is not None else own).enter_context(lock(out, "sweep"))
@@ -86,19 +103,22 @@ def sweep(
             wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)
         if spec.search:
             return run_search(spec, out, executor, resume, progress)
-        plan = _memory_plan(spec, out, progress)
-        return _sweep(spec, out, runs, executor, resume, progress, plan)
+        for found in refused:
+            progress(found.said)
+        plan = _memory_plan(spec, out, progress, refused)
+        return _sweep(spec, out, runs, executor, resume, progress, plan, refused)
 
 
-def _memory_plan(spec: Spec, out: Path, progress: Callable[[str], None]) -> MemoryPlan | None:
+def _memory_plan(spec: Spec, out: Path, progress: Callable[[str], None], refused: list[Refused]) -> MemoryPlan | None:
     """Each configuration's predicted peak per rank (:mod:`ignite_ddl.sweep.forecast`), when the spec asks for
-    predictions (``predict``) and the runs are local (a SLURM node's runtime is not this machine's)."""
+    predictions (``predict``) and the runs are local (a SLURM node's runtime is not this machine's); none of the
+    ``refused``."""
     if not spec.predict or spec.executor != "local":
         return None
     from ignite_ddl.sweep.forecast import plan_memory, plan_record, write_plan
 
     try:
-        planned = plan_memory(spec, out, progress=progress)
+        planned = plan_memory(spec, out, progress=progress, refused={r.index for r in refused})
     except Exception as e:  # a prediction never stops a sweep: its runs go on, without a plan
         progress(f"plan: peak memory not predicted: {type(e).__name__}: {e}".splitlines()[0])
         return None
@@ -132,14 +152,16 @@ def _sweep(
     resume: bool,
     progress: Callable[[str], None],
     plan: MemoryPlan | None = None,
+    refused: list[Refused] | None = None,
 ) -> list[dict[str, Any]]:
     session = Session(spec, out, executor, resume, progress)
+    done = session.done()  # the runs earlier sessions recorded
+    session.refuse(refused or [])
     if plan is not None:
         session.meta["plan"] = plan
         session.predictions = {c["index"]: c["prediction"] for c in plan["configurations"]}
         session.save()
         runs = _skip_unfit(spec, plan, runs, progress)
-    done = session.done()
     todo = [run for run in runs if run.key not in done]
     if done:
         progress(f"resuming: {len(runs) - len(todo)} of {len(runs)} runs already recorded")
@@ -151,7 +173,8 @@ def _sweep(
             first = [run for run in todo if run.repeat == 0 and _world(run) == 1]
             if first:
                 session.execute(first, " one-process runs first", repeats)
-            session.meta["step_model"] = _step_model(spec, out, session.records(), progress, todo)
+            skip = {r.index for r in refused or []}
+            session.meta["step_model"] = _step_model(spec, out, session.records(), progress, todo, skip)
             session.save()
             todo = _likeliest_first([run for run in todo if run not in first], session.meta["step_model"])
         session.execute(todo, "", repeats)
@@ -168,12 +191,18 @@ def _sweep(
 
 
 def _step_model(
-    spec: Spec, out: Path, records: list[dict[str, Any]], progress: Callable[[str], None], runs: list[Run]
+    spec: Spec,
+    out: Path,
+    records: list[dict[str, Any]],
+    progress: Callable[[str], None],
+    runs: list[Run],
+    refused: Collection[int] = (),
 ) -> dict[str, Any]:
-    """The step-time model fitted to the first round (:func:`~ignite_ddl.sweep.forecast.fit_step_model`); where it
-    fails, every configuration of several processes in ``runs`` not predicted, with why: the runs go on."""
+    """The step-time model fitted to the first round (:func:`~ignite_ddl.sweep.forecast.fit_step_model`; none of the
+    ``refused`` configurations); where it fails, every configuration of several processes in ``runs`` not predicted,
+    with why: the runs go on."""
     try:
-        return fit_step_model(spec, out, records, progress)
+        return fit_step_model(spec, out, records, progress, refused)
     except Exception as e:  # a prediction never stops a sweep
         why = f"{type(e).__name__}: {e}".splitlines()[0]
         progress(f"plan: step time not predicted: {why}")

@@ -18,8 +18,8 @@ from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
 from ignite_ddl.core.sweep_records import RunRecord, SweepMeta, SweepSession
 from ignite_ddl.sweep.busy import BusyStreak
-from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where, contended_reruns
-from ignite_ddl.sweep.records import describe_outcome
+from ignite_ddl.sweep.plan import Progress, Recorded, Refused, Run, Where, contended_reruns, launched
+from ignite_ddl.sweep.records import describe_outcome, refused_record
 from ignite_ddl.sweep.spec import Spec
 
 __all__ = ["Executor", "Session", "where_text"]
@@ -83,13 +83,23 @@ class Session:
         return read_results(self.results)
 
     def done(self) -> set[str]:
-        """The keys of the runs recorded (an interrupted run is run again)."""
-        return {r["key"] for r in self.records() if r["status"] != "interrupted"}
+        """The keys of the runs recorded (an interrupted run is run again, and so is a configuration an earlier
+        session refused before it started, where this one does not: its files are there now, say)."""
+        return {r["key"] for r in self.records() if r["status"] != "interrupted" and launched(r)}
 
     def elapsed_s(self) -> float:
         """The sweep's wall time, its earlier sessions included."""
         earlier = sum(float(s.get("wall_s") or 0.0) for s in self.earlier)
         return earlier + time.monotonic() - self.began
+
+    def refuse(self, refused: Sequence[Refused]) -> None:
+        """Record each configuration refused before the sweep started, once (a resumed sweep finds them again and
+        keeps the records it has): not runs, so the session's count of runs and the busy streak leave them out."""
+        said = {r["key"] for r in self.records() if not launched(r)}
+        for found in refused:
+            record = refused_record(found)
+            if record["key"] not in said:
+                append_record(self.results, record)
 
     def execute(self, batch: list[Run], what: str, repeats: str) -> None:
         """Run ``batch``; ``what`` and ``repeats`` say in each progress line which part of the sweep it is and how

@@ -57,7 +57,17 @@ from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import QUALITY_MARGIN, QUALITY_MARGIN_LOSS
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
-from ignite_ddl.sweep.grid import SWEEP_DEFAULTS, WORKLOAD_ARG, configurations, excluded, run_options, shown_grid
+from ignite_ddl.sweep.grid import (
+    SWEEP_DEFAULTS,
+    WORKLOAD_ARG,
+    all_refused,
+    check_values,
+    configurations,
+    excluded,
+    options_refusal,
+    run_options,
+    shown_grid,
+)
 from ignite_ddl.sweep.space import Range, is_range, parse_range
 
 # The grid's names (sweep.grid) stay importable from here, where the sweep's modules and tests import them.
@@ -492,8 +502,9 @@ _FROM_ENVIRONMENT = {"on_busy": "IGNITE_DDL_ON_BUSY", "busy_stop_after": "IGNITE
 
 
 def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
-    """Validate plain data as a spec: known keys of the right types, a non-empty grid of lists, every combination a
-    valid configuration."""
+    """Validate plain data as a spec: known keys of the right types, a non-empty grid of lists, every value one its
+    option accepts, and at least one configuration whose options go together (the others are refused
+    configurations: see :mod:`ignite_ddl.sweep.grid`)."""
     if not isinstance(data, dict):
         raise ConfigError("a sweep spec is a mapping with keys: " + ", ".join(option_specs(Spec)))
     unknown = sorted(set(map(str, data)) - set(option_specs(Spec)))
@@ -530,13 +541,15 @@ def parse_spec(data: Any, default_name: str = "sweep") -> Spec:
     spec = Spec.from_dict(values)
     if spec.search:  # a space too large to enumerate: each proposal is checked as it comes, and skipped if refused
         return spec
-    if not configurations(spec):
+    grids = configurations(spec)
+    if not grids:
         raise ConfigError("spec 'exclude' leaves no configuration of the grid to run")
-    for grid in configurations(spec):  # every combination a valid configuration, before anything runs
-        try:
-            TrainConfig.from_dict(run_options(spec, grid))
-        except ConfigError as e:
-            raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
+    check_values(spec)  # a value wrong on its own: the spec is wrong, before anything runs
+    # A combination of options that cannot go together is one refused configuration (the sweep records it and runs
+    # the others); a spec of nothing but those is refused whole.
+    refused = [(grid, reason) for grid in grids if (reason := options_refusal(spec, grid)) is not None]
+    if len(refused) == len(grids):
+        raise ConfigError(all_refused(refused))
     return spec
 
 

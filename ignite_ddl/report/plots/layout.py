@@ -85,7 +85,7 @@ def varying(configs: list[ConfigResult], exclude: Collection[str]) -> list[str]:
 
 
 def describe(config: ConfigResult, keys: list[str]) -> str:
-    return ", ".join(f"{k}={config.grid.get(k)}" for k in keys) or "all"
+    return ", ".join(f"{k}={config.grid_shown.get(k)}" for k in keys) or "all"
 
 
 def named(config: ConfigResult, keys: list[str]) -> str:
