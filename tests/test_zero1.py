@@ -167,3 +167,44 @@ def test_a_fourth_strategy_described_in_one_module_is_seen_everywhere(tmp_path, 
     row = ConfigResult(index=0, grid={}, config=config.to_dict(), workload="toy", world_size=2)  # the report
     row.strategy = summary["strategy"]
     assert zero_stage(row) == 1
+
+
+def test_the_experiments_second_spec_is_valid_and_asks_the_same_grid():
+    from pathlib import Path
+
+    from ignite_ddl.sweep import load_spec
+    from ignite_ddl.sweep.grid import configurations
+
+    folder = Path(__file__).parents[1] / "experiments" / "ddp_zero_fsdp"
+    grids = [configurations(load_spec(folder / name)) for name in ("spec.yaml", "wide_mlp.yaml")]
+    layouts = [{(g["strategy"], g["reshard_after_forward"], g["accumulate"]) for g in grid} for grid in grids]
+    assert layouts[0] == layouts[1] and len(layouts[0]) == 8  # ddp, zero1, fsdp x 2 reshard modes, x accumulate 1 / 4
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_ddp_zero_fsdp_experiment_runs_cut_down(tmp_path):
+    """experiments/ddp_zero_fsdp at toy size, predictions on: every configuration completes and the report names
+    each one's ZeRO stage beside its predicted and measured memory."""
+    out = tmp_path / "sweep"
+    result = run_cli(
+        "sweep",
+        "experiments/ddp_zero_fsdp/spec.yaml",
+        "--repeats=1",
+        "--set=workload_args.n_layer=1",
+        "--set=workload_args.d_model=32",
+        "--set=workload_args.train_sequences=64",
+        "--set=warmup_iters=1",
+        f"--output-dir={out}",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    from ignite_ddl.core.results import read_results
+
+    records = read_results(out / "results.jsonl")
+    assert len(records) == 8 and {r["status"] for r in records} == {"completed"}
+    assert {r["summary"]["strategy"] for r in records} == {"ddp", "zero1", "fsdp"}
+    report = (out / "report.md").read_text()
+    memory = report.split("ZeRO stage", 1)[1].split("\n\n", 1)[0]
+    for strategy, stage in (("ddp", "0"), ("zero1", "1"), ("fsdp", "3"), ("fsdp", "2")):
+        assert f"| {strategy} | {stage} |" in memory, memory
