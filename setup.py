@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = ("spec.yaml", "README.md", "*.sbatch")  # an experiment's files; README.md of the folder too
+SHIPPED = ("*.yaml", "README.md", "*.sbatch")  # an experiment's files (its specs); README.md of the folder too
 
 
 class BuildWithExperiments(build_py):

@@ -44,6 +44,8 @@ def test_a_spec_is_found_by_name_or_by_its_path_in_the_repository(tmp_path, monk
     assert spec_path("quickstart") == quickstart
     monkeypatch.chdir(tmp_path)  # no experiments/ here: the docs' path names the shipped spec
     assert spec_path("experiments/quickstart/spec.yaml") == quickstart
+    second = quickstart.parents[1] / "ddp_zero_fsdp" / "wide_mlp.yaml"  # an experiment's other spec, shipped too
+    assert spec_path("experiments/ddp_zero_fsdp/wide_mlp.yaml") == second and second.is_file()
     (tmp_path / "quickstart").write_text("name: mine\ngrid: {batch_size: [32]}\n")
     assert spec_path("quickstart") == Path("quickstart")  # a file of that name comes first
     assert spec_path("missing.yaml") == Path("missing.yaml")  # a path: reading it says it is missing

@@ -68,7 +68,11 @@ def spec_path(spec: str | Path) -> Path:
     if path.exists():
         return path
     shipped = experiments()
-    name = path.parts[1] if len(path.parts) == 3 and path.parts[::2] == ("experiments", "spec.yaml") else str(spec)
+    if len(path.parts) == 3 and path.parts[0] == "experiments" and path.parts[1] in shipped:
+        found = shipped[path.parts[1]].spec.parent / path.parts[2]  # a shipped experiment's spec, or another of its
+        if found.is_file():
+            return found
+    name = str(spec)
     if name in shipped:
         return shipped[name].spec
     if path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
