@@ -494,3 +494,26 @@ def test_a_breakdown_measured_at_zero_draws_without_a_warning(tmp_path, recwarn)
         for fig in made.values():
             plt.close(fig)
     assert not [w for w in recwarn if issubclass(w.category, UserWarning)], [str(w.message) for w in recwarn]
+
+
+def test_a_quality_axis_of_equal_figures_shows_them_plainly():
+    """A sweep whose configurations all learnt the same loss (to 1e-7) drew its axis as "1e-7 + 1.986322" and the
+    points apart; the axis now spans at least 2 % of the figure, without an offset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ignite_ddl.report.plots.tradeoffs import _readable_quality_axis
+
+    fig, ax = plt.subplots()
+    try:
+        values = [1.9863221, 1.9863225]
+        ax.plot(values, [100, 200], "o")
+        _readable_quality_axis(ax, values)
+        fig.canvas.draw()
+        low, high = ax.get_xlim()
+        assert high - low >= 0.02 * 1.9863 - 1e-9 and low < min(values) and max(values) < high
+        assert ax.xaxis.get_offset_text().get_text() == ""
+    finally:
+        plt.close(fig)

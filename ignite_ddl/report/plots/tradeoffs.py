@@ -104,6 +104,18 @@ def _learnt(c: ConfigResult) -> list[float]:
     return c.val_losses if c.quality_by == "loss" else c.val_accuracies
 
 
+def _readable_quality_axis(ax: Any, values: list[float]) -> None:
+    """Plain tick labels on the quality axis, and at least 2 % of its values' size across: configurations that
+    learnt alike (a seeded run's loss the same to 1e-7) otherwise read as "1e-7 + 1.986322", matplotlib's offset
+    over a span of nothing, which makes equal figures look different."""
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")
+    low, high = min(values), max(values)
+    centre, least = (low + high) / 2, max(0.02 * abs((low + high) / 2), 1e-3)
+    shown_low, shown_high = ax.get_xlim()
+    if shown_high - shown_low < least:
+        ax.set_xlim(centre - least / 2, centre + least / 2)
+
+
 def speed_quality_plot(analysis: Analysis, plt: Any) -> Any:
     """Throughput against validation accuracy (or loss, where its workload is judged by it), each with its interval
     over repeats, a panel per workload."""
@@ -112,14 +124,17 @@ def speed_quality_plot(analysis: Analysis, plt: Any) -> Any:
         return None
     plot = _Scatter(analysis, plt, measured)
     for ax, (title, rows) in zip(plot.axes, plot.panels):
+        xs = []
         for c in rows:
             learnt = mean_interval(_learnt(c), analysis.confidence)
+            xs.append(cast(float, learnt.value))
             x, y = cast(float, learnt.value), cast(float, c.throughput.value)
             plot.point(ax, c, (x, y), error_bars([learnt]), error_bars([c.throughput]))
             if c.quality == "reference":
                 ax.scatter([x], [y], s=160, facecolors="none", edgecolors="grey")
             if c.learns_worse:
                 ax.plot(x, y, "x", color="black", markersize=12)
+        _readable_quality_axis(ax, xs)
         by_loss = any(c.quality_by == "loss" for c in rows)
         plot.label(ax, title, f"validation {'loss (lower is better)' if by_loss else 'accuracy'} after the last epoch")
     return plot.finish(
