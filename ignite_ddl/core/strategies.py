@@ -1,5 +1,5 @@
 """What each way of holding the model across ranks *is*, without torch: its name, what it shards, which
-collectives a step makes and on which bytes, the memory it adds, the option groups it owns, and its ZeRO stage.
+collectives a step makes and on which bytes, the memory it adds, the world sizes it runs, and its ZeRO stage.
 
 Every layer that reasons about a strategy (the plan, the step-time model, the report, the CLI) asks the strategy's
 :class:`StrategyInfo` here instead of comparing its name; the torch side (wrapping, sharding, state dicts) is the
@@ -62,9 +62,8 @@ class StrategyInfo:
     :data:`SHARDABLE` (the bytes moved are that part's full size): ``("allreduce", "grads")`` for DDP.
     ``per_micro_batch``: the collectives repeated for every micro-batch of an accumulated step (FSDP gathers the
     parameters in each forward and backward). ``gradient_buckets``: DDP's flat buckets, one more copy of the
-    gradients held for the whole run. ``options``: the option groups of :class:`~ignite_ddl.core.config.TrainConfig`
-    this strategy owns (another strategy refuses them). ``one_process``: what it is with one process (``None``:
-    refused)."""
+    gradients held for the whole run. ``one_process``: what it is with one process (``None``: refused). Its own
+    options are its torch side's group (:attr:`~ignite_ddl.trainer.strategies.Strategy.options`)."""
 
     name: str
     summary: str
@@ -72,7 +71,6 @@ class StrategyInfo:
     collectives: tuple[tuple[str, str], ...] = ()
     per_micro_batch: tuple[tuple[str, str], ...] = ()
     gradient_buckets: bool = False
-    options: tuple[str, ...] = ()
     min_world: int = 1
     max_world: int | None = None
     one_process: str | None = "none"
@@ -189,7 +187,6 @@ describe_strategy(
         "data parallel: a full replica per rank, gradients averaged in backward (DistributedDataParallel)",
         collectives=(("allreduce", "grads"),),
         gradient_buckets=True,
-        options=("ddp",),
         min_world=2,
     )
 )
@@ -200,7 +197,6 @@ describe_strategy(
         shards=frozenset(SHARDABLE),
         collectives=(("reducescatter", "grads"),),
         per_micro_batch=(("allgather", "params"), ("allgather", "params")),
-        options=("fsdp",),
         min_world=2,
         one_process=None,
     )

@@ -39,7 +39,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
 from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks
-from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.backends import device_of
 
 __all__ = ["CLAIM", "HELP", "NAME", "Options", "format_result", "run"]
 
@@ -62,7 +62,7 @@ class Options(LabLaunchOptions):
     def check(self) -> None:
         if self.nproc_per_node < 2:
             raise ConfigError("bucket-size needs at least 2 processes: one process has no gradients to all-reduce")
-        if self.backend not in ("auto", "none") and rules(self.backend).device == "xla":
+        if device_of(self.backend) == "xla":
             raise ConfigError("bucket-size measures DDP's buckets; on XLA gradients are reduced by the compiled graph")
         if not self.caps or any(not math.isfinite(c) or c <= 0 for c in self.caps):
             raise ConfigError(f"caps: bucket sizes must be positive MiB, got {self.caps}")

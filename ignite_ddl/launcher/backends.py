@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.launcher.tpu import tpu_available
 
-__all__ = ["Backend", "check_backend", "resolve_backend", "rules"]
+__all__ = ["Backend", "check_backend", "device_of", "resolve_backend", "rules"]
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,60 @@ class Backend:
     runtime_replicas: bool  # the runtime decides how many replicas a host runs (PJRT: every device of the host)
 
 
+_TORCH_GROUP = {  # what the two torch.distributed process groups share
+    "external_launch": True,
+    "multi_node": True,
+    "hosts_rendezvous": True,
+    "join_watch": True,
+    "fresh_thread_after_fork": True,
+    "ddp_bucket_cap": True,
+    "torch_group": True,
+    "runtime_replicas": False,
+}
 _RULES = {
-    "gloo": Backend("gloo", "cpu", False, True, True, True, True, True, True, True, False, True, False),
-    "nccl": Backend("nccl", "cuda", True, True, True, True, True, True, True, True, True, False, False),
-    "xla-tpu": Backend("xla-tpu", "xla", True, False, False, False, False, False, False, False, True, False, True),
+    "gloo": Backend(
+        "gloo",
+        "cpu",
+        one_process_per_device=False,
+        orders_threaded_collectives=False,
+        socket_interface=True,
+        **_TORCH_GROUP,
+    ),
+    "nccl": Backend(
+        "nccl",
+        "cuda",
+        one_process_per_device=True,
+        orders_threaded_collectives=True,
+        socket_interface=False,
+        **_TORCH_GROUP,
+    ),
+    "xla-tpu": Backend(
+        "xla-tpu",
+        "xla",
+        one_process_per_device=True,
+        external_launch=False,
+        multi_node=False,
+        hosts_rendezvous=False,
+        join_watch=False,
+        fresh_thread_after_fork=False,
+        ddp_bucket_cap=False,
+        torch_group=False,
+        orders_threaded_collectives=True,
+        socket_interface=False,
+        runtime_replicas=True,
+    ),
 }
 
 
 def rules(backend: str) -> Backend:
     """The rules of a resolved backend (gloo, nccl or xla-tpu)."""
     return _RULES[backend]
+
+
+def device_of(backend: str | None) -> str | None:
+    """The device type a backend's ranks compute on; None where ``backend`` names none yet (None, ``auto``,
+    ``none``: decided when the run is planned)."""
+    return _RULES[backend].device if backend in _RULES else None
 
 
 def resolve_backend(backend: str, world: int, cuda_devices: int, environ: Mapping[str, str] = os.environ) -> str | None:

@@ -4,23 +4,25 @@
 trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its accumulation, autocast and ``no_sync``)
 on the rank's batch, all under ``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a
 model far too large for the machine is traced, not built. PyTorch's own memory trackers follow the trace
-(``torch.distributed._tools``): ``MemTracker`` for one process and DDP, ``FSDPMemTracker`` for FSDP2, which knows
-FSDP's sharded and gathered parameters, its all-gather and reduce-scatter buffers and its mixed-precision copies.
-They were chosen over counting shapes here because they see what the step really allocates (temporaries of the
-backward, Adam's ``foreach`` buffers, the gradients accumulation keeps) and attribute the peak to its parts. FSDP is
-traced on a fake process group of the run's world size (``torch.testing._internal.distributed.fake_pg``, as PyTorch's
-own FSDP memory tests and torchtitan's estimator do), initialised only for the trace and destroyed after it; DDP is
-traced without its wrapper (its C++ reducer allocates outside the trace) and its gradient buckets, one flat copy of
-the gradients that DDP keeps for the whole run, are added (with ``gradient_as_bucket_view`` the gradients *are* the
-buckets and are not counted twice).
+(``torch.distributed._tools``): ``MemTracker`` for one process, DDP and ZeRO-1, ``FSDPMemTracker`` for FSDP2, which
+knows FSDP's sharded and gathered parameters, its all-gather and reduce-scatter buffers and its mixed-precision
+copies. They were chosen over counting shapes here because they see what the step really allocates (temporaries of
+the backward, Adam's ``foreach`` buffers, the gradients accumulation keeps) and attribute the peak to its parts.
+FSDP is traced on a fake process group of the run's world size (``torch.testing._internal.distributed.fake_pg``, as
+PyTorch's own FSDP memory tests and torchtitan's estimator do), initialised only for the trace and destroyed after
+it; DDP is traced without its wrapper (its C++ reducer allocates outside the trace) and its gradient buckets, one
+flat copy of the gradients that DDP keeps for the whole run, are added (with ``gradient_as_bucket_view`` the
+gradients *are* the buckets and are not counted twice).
 
 **Parts** (bytes, the largest rank's, at the traced peak): ``params`` (parameters and buffers, FSDP's shards and the
 unit it has gathered), ``grads`` (FSDP's reduce-scatter input included), ``optimizer``, ``activations`` (activations
-of one micro-batch, the backward's temporaries, the input batch), ``buckets`` (DDP), ``checkpoint`` (FSDP's rank 0
-gathers the full model and optimizer state to save it: where that moment needs more than the training step, the
-parts are that moment's), ``data`` (the datasets every rank holds in memory), and ``runtime``: what a rank of this
-launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by a run of a
-tiny model and given by the caller (:mod:`ignite_ddl.sweep.forecast` measures it once per machine and caches it).
+of one micro-batch, the backward's temporaries, the input batch), ``buckets`` (DDP, ZeRO-1), ``checkpoint`` (rank 0
+of a strategy that shards gathers the full state of what it shards to save it: where that moment needs more than the
+training step, the parts are that moment's; a part the strategy shards and the trace did not, ZeRO-1's optimizer
+state, is scaled to the rank's share), ``data`` (the datasets every rank holds in memory), and ``runtime``: what a
+rank of this launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by
+a run of a tiny model and given by the caller (:mod:`ignite_ddl.sweep.forecast` measures it once per machine and
+caches it).
 
 **What it is not**: the resident set is the tensors *and what the C allocator keeps*. On CPU, glibc raises its mmap
 threshold (up to 32 MiB) as large blocks are freed and from then on serves them from its heaps, whose freed blocks
@@ -68,7 +70,7 @@ from ignite_ddl.core.config import TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.text import format_bytes
-from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
 from ignite_ddl.trainer.models import build_model
@@ -167,8 +169,7 @@ def on_cuda(config: TrainConfig) -> bool:
     """Whether ``config``'s ranks would run on CUDA devices here (a GPU, and a backend that uses one)."""
     # Ignite places every rank on CUDA wherever it is available, a gloo rank or a single process too; XLA ranks
     # compute on their own devices.
-    xla = config.backend not in ("auto", "none") and rules(config.backend).device == "xla"
-    return torch.cuda.is_available() and not xla
+    return torch.cuda.is_available() and device_of(config.backend) != "xla"
 
 
 def world_size(config: TrainConfig) -> int:

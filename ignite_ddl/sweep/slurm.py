@@ -46,7 +46,7 @@ from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.outputs import write_bytes
 from ignite_ddl.core.sweep_records import RunRecord
-from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where
 from ignite_ddl.sweep.records import finish_record, last_error, new_record
 from ignite_ddl.sweep.spec import SlurmOptions
@@ -137,8 +137,7 @@ def job_resources(config: TrainConfig, options: SlurmOptions, timeout_s: float) 
     }
     if options.partition:
         resources["partition"] = options.partition
-    on_gpus = config.backend not in ("auto", "none") and rules(config.backend).device == "cuda"
-    gpus = options.gpus_per_node or (tasks if on_gpus else None)
+    gpus = options.gpus_per_node or (tasks if device_of(config.backend) == "cuda" else None)
     if gpus:
         resources["gpus_per_node"] = gpus
     if options.cpus_per_task:

@@ -31,7 +31,7 @@ from ignite.utils import manual_seed
 from torch import nn
 
 from ignite_ddl.core.config import TrainConfig
-from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.measure.recorder import StepRecorder
 from ignite_ddl.trainer.strategies import unwrap
 
@@ -60,8 +60,7 @@ def seed_everything(seed: int) -> None:
     Ignite's ``manual_seed`` also seeds XLA wherever torch_xla is installed, which starts the XLA runtime (and takes
     the TPU) in every process, gloo ranks included.
     """
-    backend = idist.backend()
-    if backend is not None and rules(backend).device == "xla":
+    if device_of(idist.backend()) == "xla":
         manual_seed(seed)
         return
     random.seed(seed)

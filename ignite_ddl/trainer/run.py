@@ -214,7 +214,7 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
 
         _dynamo.reset()
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
-    optimizer = strategy.optimizer(model, build_optimizer(model, config))
+    optimizer = strategy.optimizer(model, build_optimizer(model, config), config)
     process_function = None
     if workload is not None and workload.make_process_function is not None:
         # The workload's own step, given the model as placed (DDP still averages its gradients) and the optimizer.

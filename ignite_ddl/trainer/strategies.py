@@ -57,7 +57,7 @@ from torch import nn
 from ignite_ddl.core.config import STRATEGIES, DDPOptions, FSDPOptions, StrategyOptions, TrainConfig, ZeroOptions
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy, strategy_info
-from ignite_ddl.launcher.backends import rules
+from ignite_ddl.launcher.backends import device_of, rules
 from ignite_ddl.measure.comm import CommTimer, Hook, allreduce
 from ignite_ddl.measure.crosscheck import sample_every_iteration
 from ignite_ddl.measure.memory import held_bytes
@@ -148,9 +148,11 @@ class Strategy(abc.ABC):
                     f"(this run's is {self.name})"
                 )
 
-    def optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """The optimizer the run steps for the placed ``model``, from the one its options built over the model's
-        parameters (``idist.auto_optim``: on XLA its step also averages the replicas' gradients)."""
+    def optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig
+    ) -> torch.optim.Optimizer:
+        """The optimizer the run steps for the placed ``model``, from the one ``config``'s options built over the
+        model's parameters (``idist.auto_optim``: on XLA its step also averages the replicas' gradients)."""
         return idist.auto_optim(optimizer)
 
     def traced(
@@ -288,22 +290,18 @@ class ZeRO1Strategy(DDPStrategy):
         if backend is not None and not rules(backend).torch_group:
             raise ConfigError(f"strategy zero1 runs on gloo or nccl process groups, not {backend}")
 
-    def optimizer(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    def optimizer(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig
+    ) -> torch.optim.Optimizer:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         groups = [{k: v for k, v in group.items() if k != "initial_lr"} for group in optimizer.param_groups]
         return ZeroRedundancyOptimizer(
             groups,
             optimizer_class=type(optimizer),
-            parameters_as_bucket_view=self.bucket_view,
+            parameters_as_bucket_view=config.zero_bucket_view,
             **optimizer.defaults,
         )
-
-    bucket_view = False  # set by place, from the run's options
-
-    def place(self, model: nn.Module, config: TrainConfig) -> nn.Module:
-        self.bucket_view = config.zero_bucket_view
-        return super().place(model, config)
 
     def held_bytes(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
         # the state this rank keeps is its local optimizer's (the wrapper's own is only rebuilt to save)
@@ -473,7 +471,7 @@ def _keyed_by_name(model: nn.Module, optimizer: torch.optim.Optimizer, state: di
 def check_compile(backend: str | None, cuda_devices: int) -> None:
     """Refuse (:class:`ConfigError`) ``--compile`` where it cannot run, before any process starts: on XLA (its own
     compiler), or on CPU without the C++ compiler Inductor builds its kernels with."""
-    if backend is not None and rules(backend).device == "xla":
+    if device_of(backend) == "xla":
         raise ConfigError("--compile is torch.compile with Inductor, for CPU and CUDA ranks; XLA compiles on its own")
     if cuda_devices == 0 and not (os.environ.get("CXX") or any(shutil.which(cc) for cc in ("g++", "clang++", "c++"))):
         raise ConfigError(
