@@ -134,7 +134,7 @@ def main() -> None:
 
     from ignite_ddl.core.procfs import current_rss_bytes
     from ignite_ddl.trainer import gpt
-    from ignite_ddl.trainer.engines import optimizer_step
+    from ignite_ddl.trainer.engines import criterion_step, optimizer_step
     from ignite_ddl.trainer.workload import activation_checkpointing
 
     print_machine()
@@ -178,7 +178,7 @@ def main() -> None:
     )
     with tracker:
         for step in range(args.steps):
-            optimizer_step(model, optimizer, gpt.lm_loss, x, y, "none", None, 1, mark=reset)
+            optimizer_step(model, optimizer, criterion_step(gpt.lm_loss), (x, y), "none", None, 1, mark=reset)
             now, rss = libc.mallinfo2(), current_rss_bytes()
             for kind, key, nbytes in events[replayed:]:
                 policy.malloc(key, nbytes) if kind == "malloc" else policy.free(key)

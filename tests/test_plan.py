@@ -9,6 +9,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -67,6 +68,41 @@ def test_a_model_too_large_for_the_machine_is_predicted_not_built(monkeypatch):
     weights = (8 * 65536 * 65536 + 3072 * 65536 + 65536 + 65536 * 10 + 10) * 4
     assert prediction.parts["params"] == weights and prediction.peak_bytes > 2 * weights > 2.7e11
     assert grown < 300e6, f"the prediction grew this process by {grown / 1e6:.0f} MB"
+
+
+PLAN_GROWTH = """
+import resource, subprocess, sys
+done = subprocess.run([sys.executable, "-m", "ignite_ddl", "plan", sys.argv[1], "--no-measure"], capture_output=True,
+                      text=True, timeout=600)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)  # the largest process of the plan, bytes
+print(done.returncode)
+print(done.stdout)
+"""
+
+
+def test_plan_of_a_50g_parameter_gpt_says_it_does_not_fit_without_building_it(tmp_path):
+    """The built-in GPT at d_model 65536 (51.5 G parameters, 206 GB of float32 weights): ``plan`` calls the workload's
+    function with its model on the meta device, so neither the pre-check nor the trace allocates it; the parts it
+    traces already exceed the 4 GiB limit, so it is predicted not to fit though the runtime is not measured, and no
+    process of the plan grows by 1 GB more than the same plan of a small GPT's does."""
+    peaks = {}
+    for name, d_model in (("small", 64), ("huge", 65536)):
+        spec = {"name": name, "workload": "gpt", "memory_limit_mb": 4096, "grid": {"strategy": ["none"]},
+                "base": {"workload_args": {"n_layer": 1, "d_model": d_model}, "batch_size": 8}}  # fmt: skip
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        result = subprocess.run(
+            [sys.executable, "-c", PLAN_GROWTH, f"{name}.yaml"], capture_output=True, text=True, cwd=tmp_path,
+            timeout=900,
+        )  # fmt: skip
+        peak, code, out = result.stdout.split("\n", 2)
+        assert code == "0" and "Traceback" not in result.stderr, out + result.stderr[-2000:]
+        row = next(line for line in out.splitlines() if line.startswith("cfg000 "))
+        peaks[name] = int(peak)
+        if name == "huge":
+            assert row.split()[-1] == "NO" and "cfg000: predicted not to fit: over " in out, out  # the fits column
+            params_mib = float(row.split()[2])
+            assert params_mib * 2**20 > 200e9, row
+    assert peaks["huge"] - peaks["small"] < 1e9, peaks
 
 
 def test_a_model_that_cannot_be_traced_is_listed_with_why(tmp_path):
@@ -363,30 +399,44 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     assert float(cells[1]) == pytest.approx(1e3 * predicted["step_s"], abs=0.06) and float(cells[3]) > 0
 
 
+VALUED_WORKLOAD = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+from ignite_ddl.trainer.workload import Workload
+
+def make():
+    x = torch.randn(64, 4)
+    width = int(x.abs().max() * 0 + 8)  # a value read while building: no meta device for this function
+    data = TensorDataset(x, torch.randint(0, 3, (64,)))
+    return Workload(model=nn.Sequential(nn.Linear(4, width), nn.Linear(width, 3)), train=data, val=data)
+"""
+
+
 def test_a_workload_the_plan_cannot_build_is_not_predicted_and_says_why(tmp_path, monkeypatch):
-    """A workload of one's own (only its function builds it): the step-time model leaves its configuration of 2
-    processes unpredicted with why, said in one line, measuring nothing for it (no all-reduce, no hook's work);
-    a step-time model that fails outright leaves every configuration of several processes unpredicted with why,
-    and the sweep goes on."""
+    """A workload whose function reads a value of a tensor it made without naming a device cannot be built on the
+    meta device: the step-time model leaves its configuration of 2 processes unpredicted with why, said in one line,
+    measuring nothing for it (no all-reduce, no hook's work); a step-time model that fails outright leaves every
+    configuration of several processes unpredicted with why, and the sweep goes on."""
     from ignite_ddl.sweep import runner
     from ignite_ddl.sweep.forecast import fit_step_model
     from ignite_ddl.sweep.plan import expand
     from ignite_ddl.sweep.spec import parse_spec
 
-    example = Path(__file__).parents[1] / "examples" / "own_workload"
+    (tmp_path / "valued.py").write_text(VALUED_WORKLOAD)
     spec = parse_spec(
         {
             "name": "own",
-            "workload": "bench:make",
-            "base": {"workload_dir": str(example), "batch_size": 32},
+            "workload": "valued:make",
+            "base": {"workload_dir": str(tmp_path), "batch_size": 32},
             "grid": {"nproc_per_node": [1, 2]},
         }
     )
-    why = "a workload of your own (--workload) is built by its function, which the plan does not call"
     said: list[str] = []
     model = fit_step_model(spec, tmp_path, [], said.append)
     assert model["link"] is None and model["configurations"]["1"]["step_s"] is None
-    assert model["configurations"]["1"]["basis"] == why
+    why = model["configurations"]["1"]["basis"]
+    assert why.startswith("valued:make: its function cannot build on the meta device: ") and "device=" in why, why
     assert said == [f"plan: cfg001: step time not predicted: {why}"]
 
     def fails(*args):
@@ -464,7 +514,7 @@ def test_the_built_in_gpt_is_predicted_with_its_blocks_and_checkpointing():
     """--workload gpt is traced as the trainer builds it: its parameters counted once (the head is tied to the token
     embedding), its datasets' bytes, FSDP sharding its blocks (each rank holds about half the weights of DDP), and
     activation checkpointing lowering the activations of long sequences (256 tokens, 32 a rank, 4 layers of 128).
-    A workload of the user's is listed with why it is not predicted."""
+    A workload of the user's is predicted as built: its parameters and data counted as its function makes them."""
     from ignite_ddl.trainer.gpt import GPT
 
     sizes = {"n_layer": 4, "d_model": 128, "n_head": 4, "seq_len": 256, "vocab": 256, "train_sequences": 96}
@@ -482,11 +532,20 @@ def test_the_built_in_gpt_is_predicted_with_its_blocks_and_checkpointing():
     assert checkpointed.parts["activations"] < 0.6 * ddp.parts["activations"], (checkpointed.parts, ddp.parts)
     assert checkpointed.parts["params"] == weights
 
-    own = TrainConfig.from_dict({"workload": "bench:make", "batch_size": 32})
-    prediction = memory.predict(own, 0)
-    assert prediction.problem == (
-        "cannot predict: a workload of your own (--workload) is built by its function, which the plan does not call"
+    # A workload of the user's, built with its model on the meta device: its parameters and its data are counted
+    # exactly as they are when the function runs for real.
+    from ignite_ddl.trainer.workload import load_workload
+
+    example = Path(__file__).parents[1] / "examples" / "own_workload"
+    own = TrainConfig.from_dict(
+        {"workload": "bench:make", "workload_args": {"width": 32}, "workload_dir": str(example), "batch_size": 32}
     )
+    prediction = memory.predict(own, 0)
+    built: Any = load_workload(own).workload  # built for real, to count what the plan counted without building
+    assert prediction.problem is None, prediction.problem
+    assert prediction.parts["params"] == sum(p.numel() * 4 for p in built.model.parameters())
+    assert prediction.parts["data"] == sum(t.numel() * 4 for d in (built.train, built.val) for t in (d.x, d.y))
+    assert prediction.parts["activations"] > 0 and prediction.parts["optimizer"] > 0
 
 
 def test_a_communication_hook_is_named_as_left_out_and_marked_in_the_memory_table(tmp_path):

@@ -170,12 +170,11 @@ def test_the_example_workload_through_train_and_sweep(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_the_example_sweep_runs_with_prediction_on_its_workload_marked_not_predicted(tmp_path):
+def test_the_example_sweep_runs_predicted_like_a_built_in(tmp_path):
     """examples/own_workload/sweep.yaml as shipped, with prediction on (the default outside the suite), cut short:
-    the plan cannot trace a workload of one's own (only its function builds it), so its configurations run anyway,
-    every one to the end, each marked not predicted with why: in its record, in sweep.json's step-time model, in
-    the sweep's output and in the report (the sweep used to die of the step-time model's trace after the first
-    round's one-process runs, exit 1)."""
+    the plan builds the workload with its model on the meta device, so every configuration's memory is predicted
+    and the 2-process configurations' step time too, from the one-process run (the sweep used to die of the
+    step-time model's trace after the first round's one-process runs, exit 1, then ran its workload unpredicted)."""
     out = tmp_path / "sweep"
     cut = ["--repeats=1", "--grid=workload_args.width=16", "--set=max_iters=6", "--set=batch_size=32"]
     result = run_cli(
@@ -184,22 +183,23 @@ def test_the_example_sweep_runs_with_prediction_on_its_workload_marked_not_predi
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    why = "a workload of your own (--workload) is built by its function, which the plan does not call"
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     layouts = sorted((r["config"]["nproc_per_node"], r["config"]["strategy"]) for r in records)
     assert layouts == [(1, "ddp"), (2, "ddp"), (2, "fsdp")]  # the example's grid less its exclusion, width 16
     assert all(r["status"] == "completed" and r["summary"]["samples_per_s"] > 0 for r in records), records
-    assert all(r["prediction"]["problem"] == f"cannot predict: {why}" for r in records)
+    for r in records:
+        prediction = r["prediction"]
+        assert prediction["problem"] is None and prediction["peak_bytes"] > prediction["parts"]["runtime"], r
+        assert prediction["parts"]["params"] > 0 and prediction["parts"]["data"] > 0, prediction
     model = json.loads((out / "sweep.json").read_text())["step_model"]
     several = {str(r["index"]) for r in records if r["config"]["nproc_per_node"] == 2}
     assert set(model["configurations"]) == several
     for predicted in model["configurations"].values():
-        assert predicted["step_s"] is None and predicted["basis"] == why, predicted
-    assert f"peak memory not predicted: {why}" in result.stdout and f"step time not predicted: {why}" in result.stdout
+        assert predicted["step_s"] is not None and predicted["step_s"] > 0, predicted
+    assert "not predicted: " not in result.stdout.replace("not predicted: the C allocator", ""), result.stdout
     report = (out / "report.md").read_text()
     step_time = report.split("### Step time, predicted", 1)[1].split("###", 1)[0]
-    memory = report.split("### Memory", 1)[1].split("###", 1)[0]
-    assert f"Not predicted: cfg001, cfg002 ({why})" in step_time and f"cfg000, cfg001, cfg002 ({why})" in memory
+    assert "Not predicted" not in step_time and "| cfg001" in step_time and "| cfg002" in step_time, step_time
 
 
 @pytest.mark.slow

@@ -33,10 +33,12 @@ only after warm-up: releasing them once then does not last). That is not predict
 (``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
 the suite leaves glibc's default.
 
-**What is traced**: the built-in models, and the built-in GPT workload (``--workload gpt``: its model built from
-``workload_args`` as ``gpt.make`` builds it, its blocks as FSDP units, ``--activation-checkpointing`` wrapping them as
-the trainer does). A workload of the user's is not: building it means calling its function, which builds its data
-too; its line says ``cannot predict``.
+**What is traced**: the built-in models, and every workload — the built-in GPT and the user's — built by calling its
+function with the meta device as the default one (:mod:`ignite_ddl.trainer.abstract`): its model and the data it
+makes without naming a device have shapes but no storage, so nothing of the model is allocated; its datasets count
+the bytes they hold; the micro-batch is shaped as their first sample; the step is the workload's own (``loss`` or
+``training_step``), its blocks its FSDP units and checkpointed blocks. A function that reads a value of a tensor it
+made without naming a device cannot build so: its line says ``cannot predict`` and why.
 
 **What is not predicted** is said in ``unpredicted`` instead of being guessed: ``--compile`` (Inductor's compiler and
 its generated code live in the rank's memory, and the compiled graph's buffer reuse is not the eager trace's), a DDP
@@ -54,7 +56,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import inspect
+import copy
 import multiprocessing as mp
 import platform
 import sys
@@ -66,16 +68,17 @@ import torch
 from torch import nn
 
 from ignite_ddl.core.apart import ChildFailed, call_apart
-from ignite_ddl.core.config import TrainConfig, resolve
+from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.launcher.backends import device_of
+from ignite_ddl.trainer.abstract import fake_batch, held_bytes, on_meta, one_sample, to_fake
 from ignite_ddl.trainer.data import dataset_info
-from ignite_ddl.trainer.engines import build_optimizer, optimizer_step
+from ignite_ddl.trainer.engines import build_optimizer, criterion_step, optimizer_step
 from ignite_ddl.trainer.models import build_model
 from ignite_ddl.trainer.strategies import strategy_for
-from ignite_ddl.trainer.workload import activation_checkpointing, submodule_names
+from ignite_ddl.trainer.workload import activation_checkpointing
 
 __all__ = [
     "PARTS",
@@ -143,9 +146,14 @@ class Prediction:
         return None if self.problem else sum(self.parts.values())
 
     def fits(self, limit_bytes: float | None) -> bool | None:
-        """Whether the peak is within ``limit_bytes`` (None: no limit, or no prediction)."""
+        """Whether the peak is within ``limit_bytes`` (None: no limit, or no prediction). Where the peak is unknown
+        but the parts traced already exceed the limit (the runtime not measured), it does not fit."""
+        if limit_bytes is None:
+            return None
         peak = self.peak_bytes
-        return None if limit_bytes is None or peak is None else peak <= limit_bytes
+        if peak is None:
+            return False if self.parts and sum(self.parts.values()) > limit_bytes else None
+        return peak <= limit_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,33 +184,29 @@ def world_size(config: TrainConfig) -> int:
     return (config.nproc_per_node or 1) * config.nnodes
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Job:
-    """What a rank trains, as the trace needs it: its model (``build``, called under the fake tensor mode or on the
-    meta device), its loss, one micro-batch of ``n`` items (``batch``), the blocks that are its FSDP units and
-    checkpointed blocks, and the bytes of the datasets it holds."""
+    """What a rank trains, as the trace needs it: its model (``build``: called under the fake tensor mode or the
+    meta device, or already on meta), its step (``step(model, batch) -> loss``), one micro-batch of ``n`` items
+    (``batch``), the blocks that are its FSDP units and checkpointed blocks, and the bytes of the datasets it holds."""
 
     build: Callable[[], nn.Module]
-    loss: Callable[..., torch.Tensor]
-    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    step: Callable[[nn.Module, Any], torch.Tensor]
+    batch: Callable[[int], Any]
     blocks: Callable[[nn.Module], list[str]]  # the built model's blocks, by name
     data_bytes: int
 
 
 class NotTraceable(Exception):
-    """A configuration whose step the plan cannot trace, and why (a workload only its own function builds)."""
+    """A configuration whose step the plan cannot trace, and why."""
 
 
 def _job(config: TrainConfig) -> _Job:
-    """``config``'s job: a built-in model, or the built-in GPT workload. Raises :class:`NotTraceable` for a
-    workload of the user's: building it means calling its function (its datasets, its files), which a plan does
-    not do."""
+    """``config``'s job: a built-in model, or a workload (the built-in GPT, or one of the user's) built with its model
+    on the meta device (:mod:`ignite_ddl.trainer.abstract`). Raises :class:`NotTraceable` for a workload whose
+    function cannot build so."""
     if config.workload is not None:
-        if resolve(config.workload) != resolve("gpt"):
-            raise NotTraceable(
-                "a workload of your own (--workload) is built by its function, which the plan does not call"
-            )
-        return _gpt_job(config)
+        return _workload_job(config)
     info = dataset_info(config)
     pixels = info.in_channels * info.image_size * info.image_size
     if config.dataset == "synthetic":
@@ -220,31 +224,49 @@ def _job(config: TrainConfig) -> _Job:
     def build() -> nn.Module:
         return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
 
-    return _Job(build, nn.CrossEntropyLoss(), batch, lambda model: [], held)
+    return _Job(build, criterion_step(nn.CrossEntropyLoss()), batch, lambda model: [], held)
 
 
-def _gpt_job(config: TrainConfig) -> _Job:
-    """The built-in GPT of ``config.workload_args`` (gpt.make's defaults for the rest), as ``make`` builds it, without
-    calling ``make`` (its token streams are real data). Its datasets hold inputs and targets, int64, per sequence."""
-    from ignite_ddl.trainer import gpt
-
-    args = inspect.signature(gpt.make).bind(**config.workload_args)
-    args.apply_defaults()
-    size = args.arguments
-    sequences = size["train_sequences"] + size["val_sequences"]
-
-    def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        shape = (n, size["seq_len"])
-        return torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+def _workload_job(config: TrainConfig) -> _Job:
+    """A workload's job: its function called with the meta device as the default one (its model, and the data it
+    makes without naming a device, have no storage), once per workload and arguments in this process; the datasets'
+    bytes as they hold them; a micro-batch shaped as their first sample."""
+    key = (config.workload, repr(sorted(config.workload_args.items())), config.workload_dir)
+    if key not in _WORKLOADS:
+        _WORKLOADS[key] = _abstract_workload(config)
+    found = _WORKLOADS[key]
+    if isinstance(found, str):
+        raise NotTraceable(found)
+    model, names, step, sample, held = found
 
     def build() -> nn.Module:
-        return gpt.GPT(size["n_layer"], size["d_model"], size["n_head"], size["seq_len"], size["vocab"])
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    def blocks(model: nn.Module) -> list[str]:  # the blocks gpt.make marks
-        assert isinstance(model, gpt.GPT)
-        return submodule_names(model, list(model.blocks))
+        with unset_fake_temporarily():  # a copy on meta, as built: the trace makes it fake (deep-copied under the
+            return copy.deepcopy(model)  # fake mode, its parameters would be fake tensors on meta)
 
-    return _Job(build, gpt.lm_loss, batch, blocks, 2 * sequences * size["seq_len"] * 8)
+    return _Job(build, step, lambda n: fake_batch(sample, n), lambda built: names, held)
+
+
+_WORKLOADS: dict[tuple[Any, ...], Any] = {}  # a workload's abstract build per function and arguments
+
+
+def _abstract_workload(config: TrainConfig) -> Any:
+    from ignite_ddl.trainer.workload import NotOnMeta, load_workload
+
+    try:
+        workload = load_workload(config, meta=True).workload
+        with on_meta():
+            train, val = workload.data()
+        sample = one_sample(train)
+    except NotOnMeta as e:
+        return (
+            f'{str(e).removeprefix("workload ")}; make its data on a named device (device="cpu") and read no '
+            "tensor's value while building the model (docs/own-workload.md)"
+        )
+    except Exception as e:  # its datasets() or their first item, on the meta device
+        return f"its data cannot be built on the meta device: {type(e).__name__}: {e}".splitlines()[0]
+    return workload.model, workload.block_names(), workload.step, sample, held_bytes(train) + held_bytes(val)
 
 
 def data_bytes(config: TrainConfig) -> int:
@@ -284,12 +306,20 @@ def trace_step(config: TrainConfig) -> dict[str, int]:
         return _trace_here(config)
     start_method = "spawn" if torch.cuda.is_available() else "fork"
     try:
-        return dict(call_apart(_trace_here, config, start_method=start_method))
+        return dict(call_apart(_trace_in_child, config, start_method=start_method))
     except ChildFailed as e:
         if "fork-based multiprocessing" in e.text:  # this process is in that state already: nothing more to lose
             return _trace_here(config)
         known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
         raise known.get(e.name, type(e.name, (RuntimeError,), {}))(e.text) from None
+
+
+def _trace_in_child(config: TrainConfig) -> dict[str, int]:
+    # One intra-op thread: a forked child that enters an OpenMP parallel region its parent had already used hangs
+    # in libgomp (a workload's function makes real data here, and the parent may have made the same before). A
+    # trace on fake tensors computes nothing, so it loses nothing.
+    torch.set_num_threads(1)
+    return _trace_here(config)
 
 
 def _trace_here(config: TrainConfig) -> dict[str, int]:
@@ -302,8 +332,12 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
     if per_rank < config.accumulate:
         raise ConfigError(f"a rank's batch of {per_rank} cannot be split into {config.accumulate} micro-batches")
     sharded = strategy.info.shards_parameters  # traced sharded, on a fake process group
-    with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, FakeTensorMode():
+    # Non-fake inputs are allowed: a workload's model arrives on the meta device and becomes fake here.
+    fake = FakeTensorMode(allow_non_fake_inputs=config.workload is not None)
+    with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, fake:
         model: nn.Module = job.build()
+        if any(p.device.type == "meta" for p in model.parameters()):
+            to_fake(model)
         blocks = job.blocks(model)
         if config.channels_last:  # as the trainer lays the model out
             model = model.to(memory_format=torch.channels_last)
@@ -311,14 +345,14 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
             activation_checkpointing(model, blocks)
         model, no_sync = strategy.traced(model, config, blocks, mesh)
         optimizer = build_optimizer(model, config)
-        x, y = job.batch(per_rank)
-        tracker = _tracker(model, optimizer, x, y, sharded)
+        batch = job.batch(per_rank)
+        tracker = _tracker(model, optimizer, _tensors(batch), sharded)
         with tracker:
             for _ in range(_TRACED_STEPS):
                 # The trackers follow one forward per module between resets: reset after each micro-batch (their
                 # peak is kept across resets).
                 optimizer_step(
-                    model, optimizer, job.loss, x, y, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
+                    model, optimizer, job.step, batch, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
                 )
         snapshot = tracker.get_tracker_snapshot("peak")
     parts = dict.fromkeys(("params", "grads", "optimizer", "activations"), 0)
@@ -338,19 +372,25 @@ def _resetting(tracker: Any) -> Any:
     return mark
 
 
-def _tracker(
-    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, sharded: bool
-) -> Any:
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    """Every tensor in ``batch`` (in tuples, lists and mappings)."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return [t for value in values for t in _tensors(value)]
+
+
+def _tracker(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: list[torch.Tensor], sharded: bool) -> Any:
     if sharded:
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
         fsdp = FSDPMemTracker(model, optimizer)
-        fsdp.track_inputs((x, y))
+        fsdp.track_inputs(tuple(inputs))
         return fsdp
     from torch.distributed._tools.mem_tracker import MemTracker
 
     plain = MemTracker()
-    plain.track_external(model, optimizer, x, y)
+    plain.track_external(model, optimizer, *inputs)
     return plain
 
 

@@ -199,6 +199,8 @@ def unfit_reason(planned: Planned, limit_mb: float | None) -> str | None:
     if limit_mb is None or planned.prediction.fits(limit_mb * MIB) is not False:
         return None
     peak = planned.prediction.peak_bytes
+    if peak is None:  # the runtime not measured: what was traced is already over the limit
+        return f"predicted not to fit: over {_gib(sum(planned.prediction.parts.values()))} > {_gib(limit_mb * MIB)}"
     return f"predicted not to fit: {_gib(peak)} > {_gib(limit_mb * MIB)}"
 
 
@@ -225,7 +227,7 @@ def format_plan(planned: list[Planned], limit_mb: float | None, refused: Sequenc
             continue
         pred = p.prediction
         fits = pred.fits(limit_mb * MIB if limit_mb is not None else None)
-        said = {None: "-", True: "yes", False: "NO"}[fits] if not pred.problem else "?"
+        said = "NO" if fits is False else {None: "-", True: "yes"}[fits] if not pred.problem else "?"
         rows.append([f"cfg{p.index:03d}", p.label, *(mib(pred.parts.get(part)) for part in PARTS)])
         rows[-1] += [mib(pred.peak_bytes) if pred.peak_bytes else "?", said]
         if pred.problem:

@@ -42,6 +42,7 @@ __all__ = [
     "create_evaluator",
     "create_trainer",
     "create_workload_evaluator",
+    "criterion_step",
     "move_batch",
     "optimizer_step",
     "output_loss",
@@ -126,65 +127,72 @@ def create_trainer(
             raise ValueError("a process_function runs its own step: accumulate and amp are its own to apply")
         return _own_step_trainer(model, device, process_function, samples_in or _first_length)
 
-    if step is not None:
-        return _workload_trainer(
-            model, optimizer, device, amp, scaler, mark, accumulate, no_sync, step, samples_in or _first_length
-        )
+    step = step or criterion_step(criterion)
+    count = samples_in or _first_length
 
-    def train_step(engine: Engine, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
-        x, y = to_device(batch, device, channels_last)
-        loss = optimizer_step(model, optimizer, criterion, x, y, amp, scaler, accumulate, no_sync, mark)
-        return {"loss": loss.item(), "samples": x.shape[0]}
+    def train_step(engine: Engine, batch: Any) -> dict[str, Any]:
+        batch = to_device(batch, device, channels_last) if channels_last else move_batch(batch, device)
+        loss = optimizer_step(model, optimizer, step, batch, amp, scaler, accumulate, no_sync, mark)
+        return {"loss": loss.item(), "samples": count(batch)}
 
     return Engine(train_step)
+
+
+def criterion_step(criterion: Callable[..., torch.Tensor]) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """The step of an ``(x, y)`` batch: ``criterion(model(x), y)``."""
+
+    def step(model: nn.Module, batch: Any) -> torch.Tensor:
+        return criterion(model(batch[0]), batch[1])
+
+    return step
 
 
 def optimizer_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    criterion: Callable[..., torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
+    step: Callable[[nn.Module, Any], torch.Tensor],
+    batch: Any,
     amp: str = "none",
     scaler: torch.amp.GradScaler | None = None,
     accumulate: int = 1,
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     mark: Callable[[str], None] = lambda phase: None,
 ) -> torch.Tensor:
-    """One optimizer step of :func:`create_trainer` on this rank's batch ``(x, y)``; the loss as a tensor (its
-    ``item()`` would wait for the device, and cannot be read at all when the memory prediction runs the step on fake
-    tensors: :mod:`ignite_ddl.predict.memory`)."""
-
-    def backward(loss: torch.Tensor) -> None:
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-
+    """One optimizer step of :func:`create_trainer` on this rank's ``batch`` (on its device), ``step(model, part)``
+    giving each micro-batch's loss; the step's loss as a tensor (its ``item()`` would wait for the device, and
+    cannot be read at all when the memory prediction runs the step on fake tensors:
+    :mod:`ignite_ddl.predict.memory`). The last step's gradients are set to None after the first forward, before
+    the first backward makes new ones."""
     model.train()
-    if accumulate == 1:
-        with autocast(x.device, amp):
-            loss = criterion(model(x), y)
-        mark("forward")
-        optimizer.zero_grad(set_to_none=True)
-        backward(loss)
-        mark("backward")
-    else:
-        total = torch.zeros((), device=x.device)
-        optimizer.zero_grad(set_to_none=True)
-        for i, (xi, yi) in enumerate(zip(x.chunk(accumulate), y.chunk(accumulate))):
-            with no_sync() if i < accumulate - 1 else contextlib.nullcontext():
-                with autocast(x.device, amp):
-                    part = criterion(model(xi), yi) / accumulate
-                mark("forward")
-                backward(part)
-                mark("backward")
-            total += part.detach().float()
-        loss = total
+    device = _device_of(batch)
+    parts = split_batch(batch, accumulate) if accumulate > 1 else [batch]
+    total = torch.zeros((), device=device)
+    for i, part in enumerate(parts):
+        with no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
+            with autocast(device, amp):
+                loss = step(model, part) / len(parts)
+            if i == 0:
+                optimizer.zero_grad(set_to_none=True)
+            mark("forward")
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            mark("backward")
+        total += loss.detach().float()
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
     else:
         optimizer.step()
     mark("optimizer")
-    return loss
+    return total
+
+
+def _device_of(batch: Any) -> torch.device:
+    """The device of the first tensor in ``batch`` (tensors in tuples, lists and mappings; CPU if it holds none)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.device
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    tensors = (_device_of(v) for v in values if isinstance(v, (torch.Tensor, dict, list, tuple)))
+    return next(tensors, torch.device("cpu"))
 
 
 def _first_length(batch: Any) -> int:
@@ -213,46 +221,6 @@ def split_batch(batch: Any, parts: int) -> list[Any]:
         columns = [split_batch(v, parts) for v in batch]
         return [type(batch)(c[i] for c in columns) for i in range(parts)]
     return [batch] * parts
-
-
-def _workload_trainer(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-    amp: str,
-    scaler: torch.amp.GradScaler | None,
-    mark: Callable[[str], None],
-    accumulate: int,
-    no_sync: Callable[[], contextlib.AbstractContextManager],
-    step: Callable[[nn.Module, Any], torch.Tensor],
-    samples_in: Callable[[Any], int],
-) -> Engine:
-    """The train step of :func:`create_trainer` around a workload's ``step``: the same phases, marks, accumulation
-    and scaling, on a batch of any structure."""
-
-    def train_step(engine: Engine, batch: Any) -> dict[str, Any]:
-        model.train()
-        batch = move_batch(batch, device)
-        optimizer.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=device)
-        parts = split_batch(batch, accumulate) if accumulate > 1 else [batch]
-        for i, part in enumerate(parts):
-            with no_sync() if i < len(parts) - 1 else contextlib.nullcontext():
-                with autocast(device, amp):
-                    loss = step(model, part) / len(parts)
-                mark("forward")
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-                mark("backward")
-            total += loss.detach().float()
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        mark("optimizer")
-        return {"loss": total.item(), "samples": samples_in(batch)}
-
-    return Engine(train_step)
 
 
 def output_loss(output: Any) -> float | None:

@@ -108,18 +108,28 @@ def stream_entropy() -> float:
 
 
 def token_stream(length: int, vocab: int, seed: int, split: int = 0) -> torch.Tensor:
-    """``length`` tokens of the Markov chain of ``seed`` (its successor table), the ``split``-th stream of it."""
-    successors = torch.stack([torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))] * SUCCESSORS)
-    shift = torch.randint(1, vocab, (SUCCESSORS, vocab), generator=torch.Generator().manual_seed(seed + 1))
+    """``length`` tokens of the Markov chain of ``seed`` (its successor table), the ``split``-th stream of it.
+
+    Made on the CPU by name: the stream is drawn value by value, so it is real data even where the plan builds the
+    workload with the meta device as the default one (its model then has no storage,
+    :mod:`ignite_ddl.trainer.abstract`)."""
+    cpu = torch.device("cpu")
+    successors = torch.stack(
+        [torch.randperm(vocab, generator=torch.Generator().manual_seed(seed), device=cpu)] * SUCCESSORS
+    )
+    shift = torch.randint(1, vocab, (SUCCESSORS, vocab), generator=torch.Generator().manual_seed(seed + 1), device=cpu)
     table = ((successors + shift) % vocab).T.tolist()  # table[t]: t's successors, most likely first
     draws = torch.multinomial(
-        torch.tensor(PROBABILITIES), length, replacement=True, generator=torch.Generator().manual_seed(seed * 7 + split)
+        torch.tensor(PROBABILITIES, device=cpu),
+        length,
+        replacement=True,
+        generator=torch.Generator().manual_seed(seed * 7 + split),
     ).tolist()
     tokens, token = [], split % vocab
     for choice in draws:
         token = table[token][choice]
         tokens.append(token)
-    return torch.tensor(tokens, dtype=torch.long)
+    return torch.tensor(tokens, dtype=torch.long, device=cpu)
 
 
 def _sequences(count: int, seq_len: int, vocab: int, seed: int, split: int) -> TensorDataset:

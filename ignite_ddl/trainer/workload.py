@@ -56,11 +56,13 @@ from torch.utils.data import Dataset, default_collate
 from ignite_ddl.core.config import BUILT_IN, TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.measure.flops import FlopCount, count_step_flops
+from ignite_ddl.trainer.abstract import fake_batch, on_meta, to_fake
 from ignite_ddl.trainer.engines import build_optimizer, output_loss
 
 __all__ = [
     "BUILT_IN",
     "Loaded",
+    "NotOnMeta",
     "Workload",
     "activation_checkpointing",
     "check_workload",
@@ -202,9 +204,17 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
-def load_workload(config: TrainConfig) -> Loaded:
+class NotOnMeta(Exception):
+    """A workload whose function, or whose step, cannot run with its model on the meta device (it reads a value of
+    a tensor it made without naming a device, :mod:`ignite_ddl.trainer.abstract`), and why."""
+
+
+def load_workload(config: TrainConfig, meta: bool = False) -> Loaded:
     """Import ``config.workload``'s module, call its function with ``workload_args`` and return its
-    :class:`Workload` with its origin; :class:`ConfigError` (one line) for everything a user can get wrong."""
+    :class:`Workload` with its origin; :class:`ConfigError` (one line) for everything a user can get wrong. With
+    ``meta`` the function runs with the meta device as the default one (:func:`~ignite_ddl.trainer.abstract.on_meta`:
+    its model and the data it makes without naming a device are not allocated), and :class:`NotOnMeta` says why it
+    could not."""
     path = cast(str, config.workload)
     module_name, function = resolve(path)
     folders = search_path(config)
@@ -229,8 +239,11 @@ def load_workload(config: TrainConfig) -> Loaded:
     if not callable(make):
         raise ConfigError(f"workload {path}: {function} is a {type(make).__name__}, not a function")
     try:
-        workload = make(**config.workload_args)
+        with on_meta() if meta else contextlib.nullcontext():
+            workload = make(**config.workload_args)
     except Exception as e:
+        if meta:
+            raise NotOnMeta(f"workload {path}: its function cannot build on the meta device: {_one_line(e)}") from None
         raise ConfigError(f"workload {path} raised {_one_line(e)}") from None
     _check_fields(path, workload)
     return Loaded(workload, path, module_name, function, file)
@@ -277,14 +290,31 @@ def _length(path: str, name: str, dataset: Dataset) -> int:
 
 
 def check_workload(config: TrainConfig, world_size: int) -> Loaded:
-    """Load the workload and refuse, before any process starts, what would fail in every rank (module docstring)."""
-    loaded = load_workload(config)
+    """Load the workload and refuse, before any process starts, what would fail in every rank (module docstring).
+
+    The function runs with its model on the meta device and the step on fake tensors
+    (:mod:`ignite_ddl.trainer.abstract`), so no check allocates the model; a workload that cannot run so (it reads
+    tensors' values while it builds, or its step does, or it brings its own process function) is checked built for
+    real, as it will run."""
+    try:
+        loaded = load_workload(config, meta=True)
+        return _check_loaded(config, world_size, loaded, meta=True)
+    except NotOnMeta:
+        return _check_loaded(config, world_size, load_workload(config), meta=False)
+
+
+def _check_loaded(config: TrainConfig, world_size: int, loaded: Loaded, meta: bool) -> Loaded:
     workload, path = loaded.workload, loaded.path
     if not any(p.requires_grad for p in workload.model.parameters()):
         raise ConfigError(f"workload {path}: the model has no parameters to train")
+    if meta and workload.make_process_function is not None:
+        raise NotOnMeta(f"workload {path}: its own process function reads its loss's value")
     try:
-        train, val = workload.data()
+        with on_meta() if meta else contextlib.nullcontext():
+            train, val = workload.data()
     except Exception as e:
+        if meta and workload.datasets is not None:
+            raise NotOnMeta(f"workload {path}: its datasets() cannot build on the meta device") from None
         raise ConfigError(f"workload {path}: its datasets() raised {_one_line(e)}") from None
     for name, dataset in (("train", train), ("val", val)):
         if not isinstance(dataset, Dataset):
@@ -305,20 +335,31 @@ def check_workload(config: TrainConfig, world_size: int) -> Loaded:
         raise ConfigError(f"workload {path}: --activation-checkpointing needs the workload's 'blocks' (none marked)")
     if config.early_stopping and not workload.accuracy:
         raise ConfigError(f"workload {path}: --early-stopping compares validation accuracy, which it does not report")
-    _check_step(path, workload, train)
+    _check_step(path, workload, train, meta)
     _check_process_function(config, path, workload, train)
     return loaded
 
 
-def _check_step(path: str, workload: Workload, train: Dataset) -> None:
+def _check_step(path: str, workload: Workload, train: Dataset, meta: bool) -> None:
     """Run the workload's step once, forward only, on two samples: it must return a scalar loss to differentiate.
-    On a copy of the model, so that the run starts from the weights the function made."""
+    On a copy of the model, so that the run starts from the weights the function made; with ``meta``, on fake
+    tensors (:mod:`ignite_ddl.trainer.abstract`)."""
     batch = default_collate([train[i] for i in range(min(2, _length(path, "train", train)))])
     model = copy.deepcopy(workload.model).train()
+    fake: Any = contextlib.nullcontext()
+    if meta:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        with fake:
+            to_fake(model)
+            batch = fake_batch(batch, 2)
     try:
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        with fake, torch.random.fork_rng(devices=[]), torch.enable_grad():
             loss: Any = workload.step(model, batch)  # whatever the user's code returned
     except Exception as e:
+        if meta:  # perhaps only fake tensors' limits: checked again built for real
+            raise NotOnMeta(f"workload {path}: its step cannot run on fake tensors: {_one_line(e)}") from None
         what = "training_step" if workload.training_step is not None else "loss(model(x), y)"
         # With a process_function, this step is still what validation and the FLOP count run.
         why = " (validation runs it: give a training_step)" if workload.make_process_function is not None else ""
