@@ -71,7 +71,8 @@ def test_resuming_with_another_schedule_is_refused(tmp_path):
     assert result.returncode == 1
     assert (
         "its learning-rate schedule ends at iteration 16, this run's at 24; resume with the --epochs, "
-        "--warmup-epochs and --lr of the run that wrote it" in result.stderr.strip().splitlines()[-1]
+        "--warmup-epochs, --lr-schedule, --min-lr-ratio and --lr of the run that wrote it"
+        in result.stderr.strip().splitlines()[-1]
     )
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "FSDP_WRAP",
     "DATASETS",
     "LAYOUT_OPTIONS",
+    "LR_SCHEDULES",
     "OPTIMIZERS",
     "PROFILERS",
     "START_METHODS",
@@ -58,7 +59,8 @@ BACKENDS = ("auto", "none", "gloo", "nccl", "xla-tpu")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 DATASETS = ("synthetic", "digits", "mnist", "cifar10")
 AMP_MODES = ("none", "bf16", "fp16")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LR_SCHEDULES = ("linear", "cosine", "constant")
 PROFILERS = ("none", "timer", "basic", "handlers", "torch")
 STRATEGIES = STRATEGY_CHOICES  # auto and every strategy described (ignite_ddl.core.strategies): a live view
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -316,7 +318,13 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
         role=Role.WORKLOAD,
         choices=AMP_MODES,
     )
-    optimizer: str = option("sgd", "the optimizer", role=Role.WORKLOAD, choices=OPTIMIZERS)
+    optimizer: str = option(
+        "sgd",
+        "the optimizer: sgd (--momentum, --nesterov) | adam | adamw (decoupled --weight-decay on parameters of 2 or "
+        "more dimensions only, matrices and embeddings; biases and norm weights are not decayed, as nanoGPT does)",
+        role=Role.WORKLOAD,
+        choices=OPTIMIZERS,
+    )
     sync_bn: bool = option(False, "convert BatchNorm layers to SyncBatchNorm", role=Role.WORKLOAD)
     workload: str | None = option(
         None,
@@ -376,8 +384,21 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     momentum: float = option(0.9, "SGD momentum", role=Role.TRAINING, low=0)
     nesterov: bool = option(False, "Nesterov momentum (SGD)", role=Role.TRAINING)
     weight_decay: float = option(0.0, "weight decay", role=Role.TRAINING, low=0)
-    warmup_epochs: float = option(
-        0.0, "linear LR warm-up epochs, then linear decay to 0 (0: constant LR)", role=Role.TRAINING, low=0
+    warmup_epochs: float = option(0.0, "epochs of linear LR warm-up from 0 to --lr", role=Role.TRAINING, low=0)
+    lr_schedule: str | None = option(
+        None,
+        "the LR after the warm-up, per iteration: linear or cosine (half a cosine) down to --min-lr-ratio x lr after "
+        "the last iteration, or constant (default: linear after a warm-up, else constant)",
+        role=Role.TRAINING,
+        choices=LR_SCHEDULES,
+    )
+    min_lr_ratio: float = option(0.0, "the decay's floor, a fraction of --lr", role=Role.TRAINING, low=0, high=1)
+    clip_grad_norm: float | None = option(
+        None,
+        "clip the gradients' global norm to this once per optimizer step, after every micro-batch (and after "
+        "unscaling under --amp fp16); 0: off (default: the workload's own value, else off)",
+        role=Role.TRAINING,
+        low=0,
     )
     # -- how the model is held across ranks
     strategy: str = option(

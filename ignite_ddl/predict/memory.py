@@ -1,9 +1,10 @@
 """Predicted memory of one rank, before any process starts: the training step traced on fake tensors.
 
 **How.** The model is built, placed as the run's strategy places it, and trained for two optimizer steps with the
-trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its accumulation, autocast and ``no_sync``)
-on the rank's batch, all under ``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a
-model far too large for the machine is traced, not built. PyTorch's own memory trackers follow the trace
+trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its accumulation, autocast, ``no_sync`` and
+gradient clipping, with the run's optimizer and its parameter groups) on the rank's batch, all under
+``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a model far too large for the
+machine is traced, not built. PyTorch's own memory trackers follow the trace
 (``torch.distributed._tools``): ``MemTracker`` for one process, DDP and ZeRO-1, ``FSDPMemTracker`` for FSDP2, which
 knows FSDP's sharded and gathered parameters, its all-gather and reduce-scatter buffers and its mixed-precision
 copies. They were chosen over counting shapes here because they see what the step really allocates (temporaries of
@@ -77,6 +78,7 @@ from ignite_ddl.trainer.abstract import fake_batch, held_bytes, on_meta, one_sam
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, criterion_step, optimizer_step
 from ignite_ddl.trainer.models import build_model
+from ignite_ddl.trainer.recipe import clip_value
 from ignite_ddl.trainer.strategies import strategy_for
 from ignite_ddl.trainer.workload import activation_checkpointing
 
@@ -94,7 +96,8 @@ __all__ = [
 ]
 
 PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "runtime")
-_STATE_PER_PARAMETER = {"adam": 2, "sgd": 1}  # optimizer state tensors per parameter (SGD: with momentum)
+# Optimizer state tensors per parameter (SGD: with momentum; AdamW's groups hold Adam's two moments).
+_STATE_PER_PARAMETER = {"adam": 2, "adamw": 2, "sgd": 1}
 _CUDA_NOTE = (
     "the CUDA context and the caching allocator's reserve (not modelled; on an H200: context 527 MiB, reserve 160 MiB "
     "to 4.1 GiB, docs/gpu)"
@@ -352,7 +355,16 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
                 # The trackers follow one forward per module between resets: reset after each micro-batch (their
                 # peak is kept across resets).
                 optimizer_step(
-                    model, optimizer, job.step, batch, config.amp, None, config.accumulate, no_sync, _resetting(tracker)
+                    model,
+                    optimizer,
+                    job.step,
+                    batch,
+                    config.amp,
+                    None,
+                    config.accumulate,
+                    no_sync,
+                    _resetting(tracker),
+                    clip_grad_norm=clip_value(config, None),
                 )
         snapshot = tracker.get_tracker_snapshot("peak")
     parts = dict.fromkeys(("params", "grads", "optimizer", "activations"), 0)

@@ -1,5 +1,6 @@
 """The training job every rank runs, in the spirit of Ignite's CIFAR10 example: dataflow (:mod:`.data`), the model
-and how it is held across ranks (:mod:`.models`, :mod:`.strategies`), the engines (:mod:`.engines`), what a run
+and how it is held across ranks (:mod:`.models`, :mod:`.strategies`), the engines (:mod:`.engines`) and the recipe
+around their step (:mod:`.recipe`: the optimizer and its parameter groups, the schedule, clipping), what a run
 records per epoch (:mod:`.epochs`), what it measures (:mod:`.measurement`), checkpoints and trackers
 (:mod:`.checkpoint`, :mod:`.tracking`), and the run itself (:mod:`.run`: ``train`` launches ``training`` on every
 rank), with what it refuses before any process starts (:mod:`.checks`) and the summary it writes (:mod:`.summary`).

@@ -36,6 +36,7 @@ from torch import nn
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.outputs import save_torch
+from ignite_ddl.trainer.recipe import changes_lr
 
 __all__ = [
     "attach_best_model",
@@ -49,7 +50,7 @@ __all__ = [
 def _saved_objects(config: TrainConfig) -> list[str]:
     """The objects a resumable checkpoint of ``config``'s run holds."""
     names = ["trainer", "model", "optimizer"]
-    if config.warmup_epochs > 0:
+    if changes_lr(config):
         names.append("lr_scheduler")
     if config.amp == "fp16":
         names.append("scaler")
@@ -149,7 +150,7 @@ def check_checkpoint(path: str | Path, config: TrainConfig, model: nn.Module | N
         held = ", ".join(sorted(map(str, state))) or "nothing"
         raise ConfigError(
             f"cannot resume from {path}: it lacks {', '.join(missing)} (it holds {held}); resume with the options "
-            "of the run that wrote it (--warmup-epochs, --amp, --early-stopping) or start afresh"
+            "of the run that wrote it (--warmup-epochs, --lr-schedule, --amp, --early-stopping) or start afresh"
         )
     if not isinstance(state["model"], dict):
         raise ConfigError(f"cannot resume from {path}: its 'model' entry is not a state dict")

@@ -14,9 +14,10 @@ from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.trainer.checkpoint import check_checkpoint
 from ignite_ddl.trainer.data import check_dataset, planned_iterations
 from ignite_ddl.trainer.models import check_model
+from ignite_ddl.trainer.recipe import clip_value
 from ignite_ddl.trainer.strategies import check_compile, strategy_for
 from ignite_ddl.trainer.tracking import check_tracker
-from ignite_ddl.trainer.workload import check_workload
+from ignite_ddl.trainer.workload import Workload, check_workload
 
 __all__ = ["check_arrangement", "check_training"]
 
@@ -44,6 +45,8 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     check_tracker(config)
     # A workload's function runs here once, so that what it gets wrong is one line before any rank starts.
     loaded = check_workload(config, plan.world_size) if config.workload is not None else None
+    if loaded is not None:
+        _check_recipe(config, loaded.workload)
     if config.activation_checkpointing and loaded is None:
         raise ConfigError("--activation-checkpointing is for workloads that mark their blocks (--workload gpt)")
     if config.resume is not None:
@@ -56,6 +59,16 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
     if config.compile:
         check_compile(plan.backend, plan.cuda_devices)
     _check_writable(Path(config.output_dir))
+
+
+def _check_recipe(config: TrainConfig, workload: Workload) -> None:
+    """Refuse clipping given to a workload's own process function (its step, not the suite's)."""
+    clip = clip_value(config, None)
+    if clip and workload.make_process_function is not None:
+        raise ConfigError(
+            f"workload {config.workload}: clipping to {clip:g} is done in the suite's own step; its process_function "
+            "runs its own (clip inside it, or give a training_step instead)"
+        )
 
 
 def check_arrangement(config: TrainConfig, world_size: int, backend: str | None = None) -> None:

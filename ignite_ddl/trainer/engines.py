@@ -30,15 +30,16 @@ from ignite.metrics import Accuracy, ConfusionMatrix, Loss
 from ignite.utils import manual_seed
 from torch import nn
 
-from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.measure.recorder import StepRecorder
+from ignite_ddl.trainer.recipe import build_optimizer
 from ignite_ddl.trainer.strategies import unwrap
 
 __all__ = [
     "attach_early_stopping",
     "autocast",
     "build_optimizer",
+    "clip_and_step",
     "create_evaluator",
     "create_trainer",
     "create_workload_evaluator",
@@ -99,6 +100,7 @@ def create_trainer(
     step: Callable[[nn.Module, Any], torch.Tensor] | None = None,
     samples_in: Callable[[Any], int] | None = None,
     process_function: Callable[[Engine, Any], Any] | None = None,
+    clip_grad_norm: float | None = None,
 ) -> Engine:
     """An engine whose step is forward, backward (DDP all-reduces gradients here) and optimizer step.
 
@@ -107,7 +109,11 @@ def create_trainer(
     once; each micro-batch's loss is divided by N, so the step's gradient is the whole batch's mean, as without
     accumulation. An iteration is one optimizer step either way.
 
-    Its output is ``{"loss": float, "samples": int}`` for this rank's batch. With a ``recorder``, the step
+    With ``clip_grad_norm``, the gradients' global norm is clipped to it once per optimizer step, after the last
+    micro-batch (:func:`clip_and_step`).
+
+    Its output is ``{"loss": float, "samples": int}`` for this rank's batch, and ``"grad_norm"``, the norm before
+    clipping, where it clips. With a ``recorder``, the step
     reports the end of each phase to it (attach the recorder to the returned engine); the phases of the
     micro-batches add up. With ``channels_last``, image batches arrive in that memory format (:func:`to_device`).
 
@@ -116,15 +122,16 @@ def create_trainer(
     ``samples_in(batch)`` counts its samples (a workload's, :mod:`ignite_ddl.trainer.workload`).
 
     ``process_function(engine, batch) -> output`` (Ignite's) replaces the whole step: it runs its own forward,
-    backward and optimizer step, so the step is timed whole (no phases), ``amp`` and ``accumulate`` must be left
-    at their defaults (the workload's check refuses them), and the output's loss is read by :func:`output_loss`.
+    backward and optimizer step, so the step is timed whole (no phases), ``amp``, ``accumulate`` and
+    ``clip_grad_norm`` must be left at their defaults (the checks before the run refuse them), and the output's loss
+    is read by :func:`output_loss`.
     """
     mark = recorder.mark if recorder is not None else lambda phase: None
     if recorder is not None:
         recorder.micro_steps = accumulate
     if process_function is not None:
-        if accumulate != 1 or amp != "none":
-            raise ValueError("a process_function runs its own step: accumulate and amp are its own to apply")
+        if accumulate != 1 or amp != "none" or clip_grad_norm:
+            raise ValueError("a process_function runs its own step: accumulate, amp and clipping are its own")
         return _own_step_trainer(model, device, process_function, samples_in or _first_length)
 
     step = step or criterion_step(criterion)
@@ -132,8 +139,8 @@ def create_trainer(
 
     def train_step(engine: Engine, batch: Any) -> dict[str, Any]:
         batch = to_device(batch, device, channels_last) if channels_last else move_batch(batch, device)
-        loss = optimizer_step(model, optimizer, step, batch, amp, scaler, accumulate, no_sync, mark)
-        return {"loss": loss.item(), "samples": count(batch)}
+        loss, norm = _step(model, optimizer, step, batch, amp, scaler, accumulate, no_sync, mark, clip_grad_norm)
+        return {**_read(loss, norm), "samples": count(batch)}
 
     return Engine(train_step)
 
@@ -147,6 +154,43 @@ def criterion_step(criterion: Callable[..., torch.Tensor]) -> Callable[[nn.Modul
     return step
 
 
+def _read(loss: torch.Tensor, norm: torch.Tensor | None) -> dict[str, float]:
+    """The step's output figures: the loss, and the gradient norm before clipping where it clipped, read from the
+    device together (one wait, not two)."""
+    if norm is None:
+        return {"loss": loss.item()}
+    full_tensor = getattr(norm, "full_tensor", None)  # FSDP2's norm, a DTensor: reduced over the ranks already
+    if full_tensor is not None:
+        norm = full_tensor()
+    loss_value, norm_value = torch.stack([loss.detach().float(), norm.detach().float()]).tolist()
+    return {"loss": loss_value, "grad_norm": norm_value}
+
+
+def clip_and_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    clip_grad_norm: float | None,
+    mark: Callable[[str], None],
+) -> torch.Tensor | None:
+    """The end of an optimizer step, after every micro-batch's backward: with ``clip_grad_norm``, the gradients
+    unscaled (under a GradScaler) and their global norm clipped to it (``torch.nn.utils.clip_grad_norm_``: under
+    FSDP2, over every rank's shards); then the optimizer's step (the scaler's, which skips a step whose gradients
+    overflowed). The norm before clipping (None where it does not clip)."""
+    norm = None
+    if clip_grad_norm:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    mark("optimizer")
+    return norm
+
+
 def optimizer_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -157,12 +201,30 @@ def optimizer_step(
     accumulate: int = 1,
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     mark: Callable[[str], None] = lambda phase: None,
+    clip_grad_norm: float | None = None,
 ) -> torch.Tensor:
     """One optimizer step of :func:`create_trainer` on this rank's ``batch`` (on its device), ``step(model, part)``
     giving each micro-batch's loss; the step's loss as a tensor (its ``item()`` would wait for the device, and
     cannot be read at all when the memory prediction runs the step on fake tensors:
     :mod:`ignite_ddl.predict.memory`). The last step's gradients are set to None after the first forward, before
     the first backward makes new ones."""
+    loss, _ = _step(model, optimizer, step, batch, amp, scaler, accumulate, no_sync, mark, clip_grad_norm)
+    return loss
+
+
+def _step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: Callable[[nn.Module, Any], torch.Tensor],
+    batch: Any,
+    amp: str,
+    scaler: torch.amp.GradScaler | None,
+    accumulate: int,
+    no_sync: Callable[[], contextlib.AbstractContextManager],
+    mark: Callable[[str], None],
+    clip_grad_norm: float | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`optimizer_step`, with the gradient norm before clipping (None where it does not clip)."""
     model.train()
     device = _device_of(batch)
     parts = split_batch(batch, accumulate) if accumulate > 1 else [batch]
@@ -177,13 +239,7 @@ def optimizer_step(
             (scaler.scale(loss) if scaler is not None else loss).backward()
             mark("backward")
         total += loss.detach().float()
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    mark("optimizer")
-    return total
+    return total, clip_and_step(model, optimizer, scaler, clip_grad_norm, mark)
 
 
 def _device_of(batch: Any) -> torch.device:
@@ -329,15 +385,3 @@ def attach_early_stopping(trainer: Engine, evaluator: Engine, patience: int) -> 
     early = EarlyStopping(patience, score_function=lambda engine: engine.state.metrics["accuracy"], trainer=trainer)
     evaluator.add_event_handler(Events.COMPLETED, early)
     return early
-
-
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.SGD(
-        model.parameters(),
-        lr=config.lr,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
-        weight_decay=config.weight_decay,
-    )

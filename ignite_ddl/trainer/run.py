@@ -27,7 +27,7 @@ from typing import Any, cast
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint, EarlyStopping, PiecewiseLinear, ProgressBar, global_step_from_engine
+from ignite.handlers import Checkpoint, EarlyStopping, ProgressBar, global_step_from_engine
 from ignite.handlers.tensorboard_logger import TensorboardLogger
 from torch import nn
 from torch.utils.data import default_collate
@@ -56,7 +56,6 @@ from ignite_ddl.trainer.checks import check_arrangement, check_training
 from ignite_ddl.trainer.data import Loaders, build_loaders
 from ignite_ddl.trainer.engines import (
     attach_early_stopping,
-    build_optimizer,
     create_evaluator,
     create_trainer,
     create_workload_evaluator,
@@ -65,6 +64,14 @@ from ignite_ddl.trainer.engines import (
 from ignite_ddl.trainer.epochs import EpochEvaluation, EpochLog, EpochReport
 from ignite_ddl.trainer.measurement import FlopsProbe, GradScaleLog, attach_measurement
 from ignite_ddl.trainer.models import build_model
+from ignite_ddl.trainer.recipe import (
+    Schedule,
+    attach_schedule,
+    build_optimizer,
+    clip_value,
+    schedule_end,
+    schedule_shape,
+)
 from ignite_ddl.trainer.strategies import FSDPStrategy, Strategy, strategy_for
 from ignite_ddl.trainer.summary import build_summary, launch_facts, workload_facts
 from ignite_ddl.trainer.tracking import MlflowTracker
@@ -247,6 +254,7 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
         step=workload.step if workload is not None else None,
         samples_in=workload.samples_in if workload is not None else None,
         process_function=process_function,
+        clip_grad_norm=clip_value(config, None),
     )
     if workload is None:
         evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)
@@ -279,7 +287,7 @@ class Handlers:
     stopping, checkpoints, TensorBoard and the tracker (rank 0)."""
 
     to_save: dict[str, Any]
-    scheduler: PiecewiseLinear | None
+    scheduler: Schedule | None
     epochs: EpochLog
     evaluation: EpochEvaluation
     early: EarlyStopping | None
@@ -331,36 +339,26 @@ def attach_handlers(
     return Handlers(to_save, scheduler, epochs, evaluation, early, checkpoint, tb, tracker)
 
 
-def attach_schedule(
-    trainer: Engine, optimizer: torch.optim.Optimizer, config: TrainConfig, epoch_length: int
-) -> PiecewiseLinear | None:
-    """Linear warm-up over ``warmup_epochs``, then linear decay to 0 at the last iteration (None: constant LR)."""
-    if config.warmup_epochs <= 0:
-        return None
-    total = config.epochs * epoch_length
-    warmup = min(total - 1, max(1, round(config.warmup_epochs * epoch_length)))
-    milestones = [(0, 0.0), (warmup, config.lr), (total, 0.0)]
-    scheduler = PiecewiseLinear(optimizer, "lr", milestones_values=milestones)
-    trainer.add_event_handler(Events.ITERATION_STARTED, scheduler)
-    return scheduler
-
-
 def resume(config: TrainConfig, handlers: Handlers, trainer: Engine, log: logging.Logger) -> None:
     """Load ``config.resume`` into everything checkpointed; refuse a checkpoint whose LR schedule differs."""
     scheduler = handlers.scheduler
-    planned = (list(scheduler.milestones), list(scheduler.values)) if scheduler is not None else None
+    planned = scheduler.state_dict() if scheduler is not None else None
     path = cast(str, config.resume)  # called only when config.resume names a checkpoint
-    Checkpoint.load_objects(to_load=handlers.to_save, checkpoint=load_checkpoint(path))
-    if (
-        scheduler is not None
-        and planned is not None
-        and (list(scheduler.milestones), list(scheduler.values)) != planned
-    ):
-        # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
+    try:
+        Checkpoint.load_objects(to_load=handlers.to_save, checkpoint=load_checkpoint(path))
+    except (ValueError, KeyError) as e:  # torch's and Ignite's words on a state of another shape, in one line
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(
-            f"cannot resume from {config.resume}: its learning-rate schedule ends at iteration "
-            f"{scheduler.milestones[-1]}, this run's at {planned[0][-1]}; resume with the --epochs, "
-            "--warmup-epochs and --lr of the run that wrote it"
+            f"cannot resume from {path}: {why}; resume with the options of the run that wrote it (--optimizer, "
+            "--lr-schedule, the workload's optimizer)"
+        ) from None
+    if scheduler is not None and schedule_shape(scheduler.state_dict()) != schedule_shape(planned):
+        # Ignite restores the saved schedule: this run's extra iterations would train at learning rate 0.
+        saved, ours = schedule_end(scheduler.state_dict()), schedule_end(planned)
+        how = f"ends at iteration {saved}, this run's at {ours}" if saved != ours else "is not this run's"
+        raise ConfigError(
+            f"cannot resume from {config.resume}: its learning-rate schedule {how}; resume with the --epochs, "
+            "--warmup-epochs, --lr-schedule, --min-lr-ratio and --lr of the run that wrote it"
         )
     # A finished run's last checkpoint: Ignite would train its last epoch again (check_checkpoint refuses it first).
     finished = finished_problem(path, trainer.state.iteration, trainer.state.epoch_length, config)
@@ -500,7 +498,10 @@ def _attach_tensorboard(
     accuracy: bool = True,
 ) -> None:
     tb.attach_output_handler(
-        trainer, Events.ITERATION_COMPLETED(every=every), tag="train", output_transform=lambda o: {"loss": o["loss"]}
+        trainer,
+        Events.ITERATION_COMPLETED(every=every),
+        tag="train",
+        output_transform=lambda o: {k: o[k] for k in ("loss", "grad_norm") if k in o},  # the norm where it clips
     )
     tb.attach_opt_params_handler(trainer, Events.ITERATION_STARTED(every=every), optimizer, param_name="lr")
     tb.attach_output_handler(

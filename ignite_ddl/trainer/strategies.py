@@ -61,6 +61,7 @@ from ignite_ddl.launcher.backends import device_of, rules
 from ignite_ddl.measure.comm import CommTimer, Hook, allreduce
 from ignite_ddl.measure.crosscheck import sample_every_iteration
 from ignite_ddl.measure.memory import held_bytes
+from ignite_ddl.trainer.recipe import optimizer_options
 
 __all__ = [
     "DDPStrategy",
@@ -295,12 +296,14 @@ class ZeRO1Strategy(DDPStrategy):
     ) -> torch.optim.Optimizer:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
+        # Group by group (AdamW's decayed and undecayed ones keep their own options), each rank building the class
+        # over its share with the options the class takes.
         groups = [{k: v for k, v in group.items() if k != "initial_lr"} for group in optimizer.param_groups]
         return ZeroRedundancyOptimizer(
             groups,
             optimizer_class=type(optimizer),
             parameters_as_bucket_view=config.zero_bucket_view,
-            **optimizer.defaults,
+            **optimizer_options(optimizer),
         )
 
     def held_bytes(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
