@@ -1,13 +1,14 @@
 """A training script's recipe beside the model: AdamW's weight-decay groups (nanoGPT's rule), the learning-rate
 schedules against torch's and closed formulas, gradient clipping once per optimizer step after every micro-batch
-(under AMP, on one process, and on 2 gloo ranks where DDP, ZeRO-1 and FSDP2 clip alike), the plan's trace of the same
-optimizer, and bad values refused in one line."""
+(under AMP, on one process, and on 2 gloo ranks where DDP, ZeRO-1 and FSDP2 clip alike), a workload's own optimizer
+and clipping with accumulation, the plan's trace of the same optimizer, and bad values refused in one line."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,63 @@ def test_ddp_zero1_and_fsdp_clip_alike_on_every_rank_with_adamws_groups(tmp_path
         assert max((weights[s][k] - weights["ddp"][k]).abs().max().item() for k in weights["ddp"]) < 2e-5, s
 
 
+OWN = textwrap.dedent(
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.utils.data import TensorDataset
+    from ignite_ddl.trainer.workload import Workload
+
+    def _data(n):
+        return TensorDataset(torch.randn(n, 8), torch.randn(n))
+
+    def step(model, batch):
+        return F.mse_loss(model(batch[0]).squeeze(-1), batch[1])
+
+    def groups(model):  # called on the placed model: its own lr per group, the options' AdamW over them
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        return [{"params": decay, "weight_decay": 0.05, "lr": 0.01}, {"params": rest, "weight_decay": 0.0}]
+
+    def own_step(model, optimizer, device):
+        return lambda engine, batch: {"loss": 1.0}
+
+    def make(clip=0.1, bad=None):
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        optimizer = {"raises": lambda m: 1 / 0, "empty": lambda m: []}.get(bad, groups)
+        return Workload(model=model, train=_data(128), val=_data(16), training_step=step, optimizer=optimizer,
+                        clip_grad_norm=clip, make_process_function=own_step if bad == "own" else None)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_workloads_own_optimizer_and_clipping_run_with_accumulation(tmp_path):
+    (tmp_path / "recipe_work.py").write_text(OWN)
+    config = TrainConfig(
+        **{**SMALL, "train_size": None, "val_size": None},
+        workload="recipe_work:make",
+        workload_dir=str(tmp_path),
+        optimizer="adamw",
+        lr=0.003,
+        lr_schedule="cosine",
+        accumulate=4,
+        output_dir=str(tmp_path / "out"),
+    )
+    summary = train(config, setup=_record_steps)
+    record = _recorded(tmp_path / "out")
+    assert record["optimizer"] == "AdamW" and record["groups"] == [
+        {"weight_decay": 0.05, "params": 2},
+        {"weight_decay": 0.0, "params": 2},
+    ]
+    steps = record["steps"]
+    assert steps[0]["lr"] == [0.01, 0.003]  # each group's own peak, down the cosine together
+    assert steps[-1]["lr"][0] / steps[-1]["lr"][1] == pytest.approx(0.01 / 0.003)
+    assert any(s["before"] > 0.1 for s in steps) and all(s["after"] <= 0.1 * (1 + 1e-4) for s in steps)
+    assert summary["workload"]["step"] == "training_step"
+
+
 def test_the_plan_traces_adamws_two_moments_and_clipping():
     base = {"model": "mlp", "batch_size": 8}
     adam = predict(TrainConfig(**base, optimizer="adam"), 0)
@@ -268,11 +326,17 @@ def test_the_plan_traces_adamws_two_moments_and_clipping():
 
 
 def test_bad_recipe_values_are_refused_in_one_line_before_anything_starts(tmp_path, capsys):
+    (tmp_path / "recipe_bad.py").write_text(OWN)
+    workload = [f"--workload-dir={tmp_path}", "--batch-size=8"]
     cases = [
         (["--clip-grad-norm=-1"], "clip_grad_norm must be >= 0, got -1.0"),
         (["--lr-schedule=step"], "unknown lr_schedule 'step' (choose from: linear, cosine, constant)"),
         (["--min-lr-ratio=2"], "min_lr_ratio must be <= 1, got 2"),
         (["--optimizer=lamb"], "unknown optimizer 'lamb'"),
+        (["--workload=recipe_bad:make", "--workload-args=clip=-2", *workload], "clip_grad_norm must be a number >= 0"),
+        (["--workload=recipe_bad:make", "--workload-args=bad=raises", *workload], "optimizer(model) failed: division"),
+        (["--workload=recipe_bad:make", "--workload-args=bad=empty", *workload], "optimizer got an empty parameter"),
+        (["--workload=recipe_bad:make", "--workload-args=bad=own", *workload], "clipping to 0.1 is done in the suite"),
     ]
     for extra, words in cases:
         out = tmp_path / "out"

@@ -6,7 +6,11 @@ before its first run (:func:`check_arrangement`)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any, cast
+
+import torch
 
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
@@ -14,7 +18,7 @@ from ignite_ddl.launcher.settings import LaunchPlan
 from ignite_ddl.trainer.checkpoint import check_checkpoint
 from ignite_ddl.trainer.data import check_dataset, planned_iterations
 from ignite_ddl.trainer.models import check_model
-from ignite_ddl.trainer.recipe import clip_value
+from ignite_ddl.trainer.recipe import build_optimizer, clip_value
 from ignite_ddl.trainer.strategies import check_compile, strategy_for
 from ignite_ddl.trainer.tracking import check_tracker
 from ignite_ddl.trainer.workload import Workload, check_workload
@@ -62,13 +66,31 @@ def check_training(config: TrainConfig, plan: LaunchPlan) -> None:
 
 
 def _check_recipe(config: TrainConfig, workload: Workload) -> None:
-    """Refuse clipping given to a workload's own process function (its step, not the suite's)."""
-    clip = clip_value(config, None)
+    """Refuse a workload's clipping value that is not a norm, clipping given to a workload's own process function
+    (its step, not the suite's), and an ``optimizer(model)`` that raises or makes neither an optimizer nor parameter
+    groups (called once, on a copy of the model)."""
+    path, declared = config.workload, cast(Any, workload.clip_grad_norm)  # whatever the user's function gave
+    if isinstance(declared, bool) or (declared is not None and declared < 0):
+        raise ConfigError(f"workload {path}: clip_grad_norm must be a number >= 0 or None, got {declared!r}")
+    clip = clip_value(config, declared)
     if clip and workload.make_process_function is not None:
         raise ConfigError(
-            f"workload {config.workload}: clipping to {clip:g} is done in the suite's own step; its process_function "
-            "runs its own (clip inside it, or give a training_step instead)"
+            f"workload {path}: clipping to {clip:g} is done in the suite's own step; its process_function runs its "
+            "own (clip inside it, or give a training_step instead)"
         )
+    if workload.optimizer is None:
+        return
+    model = copy.deepcopy(workload.model)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            optimizer = build_optimizer(model, config, workload.optimizer)
+    except Exception as e:
+        text = str(e).strip().splitlines()
+        raise ConfigError(
+            f"workload {path}: its optimizer(model) failed: {text[0] if text else type(e).__name__}"
+        ) from None
+    if not any(p.requires_grad for group in optimizer.param_groups for p in group["params"]):
+        raise ConfigError(f"workload {path}: its optimizer(model) holds no parameter to train")
 
 
 def check_arrangement(config: TrainConfig, world_size: int, backend: str | None = None) -> None:

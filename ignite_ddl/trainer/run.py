@@ -221,7 +221,9 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
 
         _dynamo.reset()
     model = strategy.place(strategy.compile(net, config) if config.compile else net, config)
-    optimizer = strategy.optimizer(model, build_optimizer(model, config), config)
+    # The workload's optimizer, else the options': over the parameters as placed (FSDP2's sharded ones).
+    factory = workload.optimizer if workload is not None else None
+    optimizer = strategy.optimizer(model, build_optimizer(model, config, factory), config)
     process_function = None
     if workload is not None and workload.make_process_function is not None:
         # The workload's own step, given the model as placed (DDP still averages its gradients) and the optimizer.
@@ -254,7 +256,7 @@ def initialize(config: TrainConfig, loaders: Loaders, workload: Workload | None 
         step=workload.step if workload is not None else None,
         samples_in=workload.samples_in if workload is not None else None,
         process_function=process_function,
-        clip_grad_norm=clip_value(config, None),
+        clip_grad_norm=clip_value(config, workload.clip_grad_norm if workload is not None else None),
     )
     if workload is None:
         evaluator = create_evaluator(model, criterion, device, config.amp, info.num_classes, config.channels_last)

@@ -113,6 +113,10 @@ class Workload:
             ``--activation-checkpointing`` recomputes each one's activations in backward. Default: FSDP shards
             each direct child that holds parameters, and activation checkpointing is refused.
         accuracy: whether the evaluator also reports accuracy (the model's outputs are class scores for ``y``).
+        optimizer: ``optimizer(model)``, called in every rank on the model as the strategy placed it: a torch
+            optimizer, or parameter groups that ``--optimizer`` is built over (default: ``--optimizer``'s own;
+            :mod:`ignite_ddl.trainer.recipe`); ``clip_grad_norm``: the gradient norm each step clips to (None: off;
+            ``--clip-grad-norm`` overrides it). Both apply with ``--accumulate``, ``--amp`` and every strategy.
     """
 
     model: nn.Module
@@ -128,6 +132,8 @@ class Workload:
     flops: FlopCount | None = None
     blocks: Sequence[nn.Module] = ()
     accuracy: bool = True
+    optimizer: Callable[[nn.Module], Any] | None = None
+    clip_grad_norm: float | None = None
 
     def step(self, model: nn.Module, batch: Any) -> torch.Tensor:
         """The loss of ``model`` on ``batch``: ``training_step``, or ``loss(model(x), y)``."""
@@ -262,12 +268,13 @@ def _check_fields(path: str, workload: Any) -> None:
         ("units_per_sample", int, "an int"),
         ("flops", (FlopCount, type(None)), "an ignite_ddl.measure.flops.FlopCount or None"),
         ("accuracy", bool, "a bool"),
+        ("clip_grad_norm", (int, float, type(None)), "a number or None"),
     ]
     for name, kind, words in expected:
         value = getattr(workload, name)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ConfigError(f"workload {path}: field '{name}' must be {words}, got {type(value).__name__}")
-    for name in ("datasets", "training_step", "make_process_function", "loss", "samples_in"):
+    for name in ("datasets", "training_step", "make_process_function", "loss", "samples_in", "optimizer"):
         value = getattr(workload, name)
         if value is not None and not callable(value):
             raise ConfigError(f"workload {path}: field '{name}' must be callable, got {type(value).__name__}")
@@ -397,7 +404,7 @@ def _check_process_function(config: TrainConfig, path: str, workload: Workload, 
     model = copy.deepcopy(workload.model).train()
     with torch.random.fork_rng(devices=[]):
         try:
-            process: Any = make(model, build_optimizer(model, config), torch.device("cpu"))
+            process: Any = make(model, build_optimizer(model, config, workload.optimizer), torch.device("cpu"))
         except Exception as e:
             raise ConfigError(f"workload {path}: its make_process_function raised {_one_line(e)}") from None
         if not callable(process):
