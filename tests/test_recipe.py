@@ -277,7 +277,9 @@ OWN = textwrap.dedent(
 
     def make(clip=0.1, bad=None):
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-        optimizer = {"raises": lambda m: 1 / 0, "empty": lambda m: []}.get(bad, groups)
+        optimizer = {"raises": lambda m: 1 / 0, "empty": lambda m: [], "adam": lambda m: torch.optim.Adam(m.parameters())}.get(
+            bad, groups
+        )
         return Workload(model=model, train=_data(128), val=_data(16), training_step=step, optimizer=optimizer,
                         clip_grad_norm=clip, make_process_function=own_step if bad == "own" else None)
     """
@@ -323,6 +325,18 @@ def test_the_plan_traces_adamws_two_moments_and_clipping():
         o: predict(TrainConfig(**base, optimizer=o, nproc_per_node=2, strategy="zero1"), 0) for o in ("adam", "adamw")
     }
     assert zero["adamw"].parts == zero["adam"].parts and zero["adamw"].parts["checkpoint"] > 0
+
+
+def test_the_plan_traces_the_optimizer_a_workload_declares(tmp_path):
+    """The plan builds a workload's own optimizer over the traced model: Adam's two moments where the options say SGD
+    without momentum (no state at all)."""
+    (tmp_path / "recipe_work.py").write_text(OWN)
+    base = {"workload": "recipe_work:make", "workload_dir": str(tmp_path), "batch_size": 16, "optimizer": "sgd"}
+    plain = predict(TrainConfig(**base, momentum=0), 0)
+    own = predict(TrainConfig(**base, momentum=0, workload_args={"bad": "adam"}), 0)
+    assert plain.problem is None and own.problem is None, (plain.problem, own.problem)
+    moments = 2 * own.parts["params"]  # and a step count per parameter tensor
+    assert plain.parts["optimizer"] == 0 and moments <= own.parts["optimizer"] < moments + 64, own.parts
 
 
 def test_bad_recipe_values_are_refused_in_one_line_before_anything_starts(tmp_path, capsys):

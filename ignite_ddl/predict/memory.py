@@ -78,7 +78,7 @@ from ignite_ddl.trainer.abstract import fake_batch, held_bytes, on_meta, one_sam
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, criterion_step, optimizer_step
 from ignite_ddl.trainer.models import build_model
-from ignite_ddl.trainer.recipe import clip_value
+from ignite_ddl.trainer.recipe import OptimizerFactory, clip_value
 from ignite_ddl.trainer.strategies import strategy_for
 from ignite_ddl.trainer.workload import activation_checkpointing
 
@@ -198,6 +198,8 @@ class _Job:
     batch: Callable[[int], Any]
     blocks: Callable[[nn.Module], list[str]]  # the built model's blocks, by name
     data_bytes: int
+    optimizer: OptimizerFactory | None = None  # a workload's own (Workload.optimizer), else the config's
+    clip: float | None = None  # the gradient norm a workload declares it clips to
 
 
 class NotTraceable(Exception):
@@ -240,7 +242,7 @@ def _workload_job(config: TrainConfig) -> _Job:
     found = _WORKLOADS[key]
     if isinstance(found, str):
         raise NotTraceable(found)
-    model, names, step, sample, held = found
+    model, names, step, sample, held, optimizer, clip = found
 
     def build() -> nn.Module:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -248,7 +250,7 @@ def _workload_job(config: TrainConfig) -> _Job:
         with unset_fake_temporarily():  # a copy on meta, as built: the trace makes it fake (deep-copied under the
             return copy.deepcopy(model)  # fake mode, its parameters would be fake tensors on meta)
 
-    return _Job(build, step, lambda n: fake_batch(sample, n), lambda built: names, held)
+    return _Job(build, step, lambda n: fake_batch(sample, n), lambda built: names, held, optimizer, clip)
 
 
 _WORKLOADS: dict[tuple[Any, ...], Any] = {}  # a workload's abstract build per function and arguments
@@ -269,7 +271,16 @@ def _abstract_workload(config: TrainConfig) -> Any:
         )
     except Exception as e:  # its datasets() or their first item, on the meta device
         return f"its data cannot be built on the meta device: {type(e).__name__}: {e}".splitlines()[0]
-    return workload.model, workload.block_names(), workload.step, sample, held_bytes(train) + held_bytes(val)
+    held = held_bytes(train) + held_bytes(val)
+    return (
+        workload.model,
+        workload.block_names(),
+        workload.step,
+        sample,
+        held,
+        workload.optimizer,
+        workload.clip_grad_norm,
+    )
 
 
 def data_bytes(config: TrainConfig) -> int:
@@ -347,7 +358,7 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
         if config.activation_checkpointing:  # as the trainer wraps a workload's blocks, before placing it
             activation_checkpointing(model, blocks)
         model, no_sync = strategy.traced(model, config, blocks, mesh)
-        optimizer = build_optimizer(model, config)
+        optimizer = build_optimizer(model, config, job.optimizer)
         batch = job.batch(per_rank)
         tracker = _tracker(model, optimizer, _tensors(batch), sharded)
         with tracker:
@@ -364,7 +375,7 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
                     config.accumulate,
                     no_sync,
                     _resetting(tracker),
-                    clip_grad_norm=clip_value(config, None),
+                    clip_grad_norm=clip_value(config, job.clip),
                 )
         snapshot = tracker.get_tracker_snapshot("peak")
     parts = dict.fromkeys(("params", "grads", "optimizer", "activations"), 0)
