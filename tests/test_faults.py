@@ -77,6 +77,27 @@ def test_a_corrupt_middle_line_loses_no_record(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_a_line_is_a_run_record_by_run_records_own_declaration():
+    """The validator's keys are RunRecord's: without a key marked Essential (the run's identity and outcome) a line
+    is no run record, without any other (an older release's record) it is one; every key of the wrong type is
+    refused, by its name."""
+    import typing
+
+    from ignite_ddl.core.sweep_records import RunRecord
+    from ignite_ddl.core.validation import record_problem
+
+    record = good_record(0, 0, 100.0) | {"exit_code": 0, "slurm": {"job_id": "7"}, "prediction": {"peak_bytes": None}}
+    assert record_problem(record) is None
+    record |= {"status": "failed", "summary": None}  # a completed record's summary is no key it may lack
+    hints = typing.get_type_hints(RunRecord, include_extras=True)
+    assert set(record) == set(hints)  # every declared key is in the record tested
+    essential = {"key", "index", "repeat", "status", "grid", "config"}
+    for key in hints:
+        lacking = {k: v for k, v in record.items() if k != key}
+        assert (record_problem(lacking) is None) == (key not in essential), key
+        assert repr(key) in str(record_problem(record | {key: [1]})), key  # no key of a record holds a list
+
+
 def test_resume_keeps_records_after_a_corrupt_line_and_warns(tmp_path):
     out = tmp_path / "out"
     args = [

@@ -21,6 +21,7 @@ from typing_extensions import NotRequired  # typing's from Python 3.11
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Essential",
     "Shown",
     "shown_figures",
     "BatchInfo",
@@ -73,6 +74,13 @@ class Shown:
 
     column: str
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Essential:
+    """Put beside a key's meaning (``Annotated[str, "meaning", Essential()]``), it says every record of every release
+    has the key: a record without it is not one. Other keys may be missing (an older release's records lack the
+    newer keys); the validator (:func:`~ignite_ddl.core.validation.record_problem`) reads which are which here."""
 
 
 def shown_figures(kind: Any = None) -> list[tuple[tuple[str, ...], Shown]]:

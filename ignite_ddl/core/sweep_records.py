@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypedDict
 
 from typing_extensions import NotRequired  # typing's from Python 3.11
 
-from ignite_ddl.core.schema import Summary
+from ignite_ddl.core.schema import Essential, Summary
 
 __all__ = [
     "MemoryPlan",
@@ -65,13 +65,13 @@ class MemoryPlan(TypedDict):
 
 
 class RunRecord(TypedDict):
-    key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`"]
-    index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)"]
-    repeat: Annotated[int, "which repeat of the configuration (0-based)"]
+    key: Annotated[str, "the run's identity across restarts: a digest of its options and `-r<repeat>`", Essential()]
+    index: Annotated[int, "the configuration's position in the grid (`cfg<index>`)", Essential()]
+    repeat: Annotated[int, "which repeat of the configuration (0-based)", Essential()]
     attempt: Annotated[int, "0, or the re-run number of a repeat re-run because it was contended"]
     position: Annotated[int, "the run's place in the sweep's run order (-1: a configuration refused before the sweep)"]
-    grid: Annotated[dict[str, Any], "this configuration's grid values"]
-    config: Annotated[dict[str, Any], "the run's full `TrainConfig`"]
+    grid: Annotated[dict[str, Any], "this configuration's grid values", Essential()]
+    config: Annotated[dict[str, Any], "the run's full `TrainConfig`", Essential()]
     run_dir: Annotated[str, "the run's output directory (empty: a configuration refused before the sweep, never run)"]
     elapsed_s: Annotated[float, "the run's wall time seen by the sweep: start-up, training, evaluation, writing"]
     exit_code: Annotated[
@@ -83,6 +83,7 @@ class RunRecord(TypedDict):
         "limit), `refused` (by the run's checks as it started, exit status 2; or, exit status null, the "
         "configuration was refused before the sweep started: one record, never run), `timeout` or `interrupted` "
         "(stopped with the sweep: run again on resume)",
+        Essential(),
     ]
     error: Annotated[str | None, "why the run did not complete"]
     contended: Annotated[bool, "other processes used more than the sweep's `contention_threshold` of the machine"]

@@ -19,23 +19,44 @@ from typing_extensions import NotRequired  # typing's from Python 3.11
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
+from ignite_ddl.core.schema import Essential
 from ignite_ddl.core.sweep_records import RunRecord
 
 __all__ = ["LARGEST_FIGURE", "MAX_SAMPLES_PER_S", "record_problem", "schema_problem"]
 
-REQUIRED_RECORD_KEYS = {"key": str, "index": int, "repeat": int, "status": str, "grid": dict, "config": dict}
-OPTIONAL_RECORD_KEYS: dict[str, tuple[type, ...]] = {
-    "attempt": (int,),
-    "position": (int,),
-    "run_dir": (str,),
-    "elapsed_s": (int, float),
-    "contended": (bool,),
-    "error": (str, type(None)),
-    "exit_code": (int, type(None)),
-    "summary": (dict, type(None)),
-    "slurm": (dict,),
-    "prediction": (dict,),
-}
+
+def _json_types(hint: Any) -> tuple[type, ...]:
+    """The Python types JSON data of schema type ``hint`` may have at its top level (an object is a dict, whatever
+    its keys)."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated or origin is NotRequired:
+        return _json_types(typing.get_args(hint)[0])
+    if origin is Union or origin is types.UnionType:
+        return tuple(kind for arg in typing.get_args(hint) for kind in _json_types(arg))
+    if hint is float:
+        return (int, float)
+    if origin is dict or hint is dict or typing.is_typeddict(hint):
+        return (dict,)
+    if origin is list or hint is list:
+        return (list,)
+    return (hint,)
+
+
+def _record_keys(essential: bool) -> dict[str, tuple[type, ...]]:
+    """:class:`RunRecord`'s keys that every record has (``essential``: marked :class:`Essential`) or the others,
+    each with the types its value may have."""
+    found = {}
+    for key, hint in typing.get_type_hints(RunRecord, include_extras=True).items():
+        declared = typing.get_args(hint)[0] if typing.get_origin(hint) is NotRequired else hint
+        if any(isinstance(mark, Essential) for mark in getattr(declared, "__metadata__", ())) == essential:
+            found[key] = _json_types(hint)
+    return found
+
+
+# The keys a line must hold to be a run record (the others may be missing: an older release's records lack the
+# newer keys), each with the types its value may have, read off RunRecord.
+REQUIRED_RECORD_KEYS = _record_keys(essential=True)
+OPTIONAL_RECORD_KEYS = _record_keys(essential=False)
 
 # The largest magnitude any recorded figure can have (bytes of memory on the largest machine are ~1e15; FLOP counts
 # of a run ~1e21): beyond it a number is damage, not a measurement. Throughput has its own, tighter bound.
@@ -182,9 +203,9 @@ def record_problem(record: Any) -> str | None:
     """Why plain JSON data is not a run record (None if it is one)."""
     if not isinstance(record, dict):
         return f"not a run record (a JSON {type(record).__name__})"
-    for key, kind in REQUIRED_RECORD_KEYS.items():
-        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
-            return f"not a run record ({key!r} missing or not {kind.__name__})"
+    for key, kinds in REQUIRED_RECORD_KEYS.items():
+        if not isinstance(record.get(key), kinds) or isinstance(record.get(key), bool):
+            return f"not a run record ({key!r} missing or not {' or '.join(kind.__name__ for kind in kinds)})"
     for key, kinds in OPTIONAL_RECORD_KEYS.items():
         value = record.get(key)
         if key in record and not (isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))):
