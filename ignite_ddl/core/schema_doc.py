@@ -59,8 +59,11 @@ from ignite_ddl.core.sweep_records import (
     MemoryPlan,
     MemoryPrediction,
     PlannedConfiguration,
+    PredictedStep,
     RunRecord,
     SlurmJobInfo,
+    StepLink,
+    StepModel,
     SweepAdaptive,
     SweepMeta,
     SweepSession,
@@ -94,8 +97,8 @@ def _type_name(hint: Any) -> str:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is list:
         return f"list of {_type_name(args[0])}"
-    if origin is dict:
-        return "object"
+    if origin is dict:  # an object of records names them; any other is an object
+        return f"object of {_type_name(args[1])}" if typing.is_typeddict(args[1]) else "object"
     if hint is Any:
         return "any"
     return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(
@@ -149,6 +152,9 @@ _DOCUMENTED: list[tuple[type, str]] = [
     (SweepSession, "each entry of `sessions`"),
     (SweepStop, "`stopped` of a session"),
     (SweepAdaptive, "`adaptive` of a session"),
+    (StepModel, "`step_model` of `sweep.json`"),
+    (StepLink, "`link` of the step model"),
+    (PredictedStep, "each entry of the step model's `configurations`"),
 ]
 
 _BEGIN, _END = "<!-- schema: generated from ignite_ddl/core/schema.py -->", "<!-- end of generated schema -->"

@@ -1,8 +1,8 @@
 """The schema of the files a sweep writes: one :class:`RunRecord` per run appended to ``results.jsonl`` (holding
-the run's :class:`~.schema.Summary`), :class:`SweepMeta` in ``sweep.json`` and the memory plan (:class:`MemoryPlan`,
-``plan/plan.json``). Kept apart from :mod:`.schema`, the records a run writes, because they describe the sweep's
-bookkeeping rather than what a rank measured; documented and checked the same way (:mod:`.schema_doc`,
-:mod:`.validation`).
+the run's :class:`~.schema.Summary`), :class:`SweepMeta` in ``sweep.json`` (with the step-time model,
+:class:`StepModel`) and the memory plan (:class:`MemoryPlan`, ``plan/plan.json``). Kept apart from :mod:`.schema`,
+the records a run writes, because they describe the sweep's bookkeeping rather than what a rank measured; documented
+and checked the same way (:mod:`.schema_doc`, :mod:`.validation`).
 
 Example:
     >>> "summary" in RunRecord.__annotations__ and "sessions" in SweepMeta.__annotations__
@@ -21,8 +21,11 @@ __all__ = [
     "MemoryPlan",
     "MemoryPrediction",
     "PlannedConfiguration",
+    "PredictedStep",
     "RunRecord",
     "SlurmJobInfo",
+    "StepLink",
+    "StepModel",
     "SweepAdaptive",
     "SweepMeta",
     "SweepSession",
@@ -122,6 +125,27 @@ class SweepSession(TypedDict):
     adaptive: NotRequired[Annotated[SweepAdaptive, "adaptive repeats (repeats: auto): where the comparison stands"]]
 
 
+class StepLink(TypedDict):
+    alpha_s: Annotated[float, "the latency of one all-reduce on this machine, seconds (fitted to 2 gloo processes)"]
+    beta_Bps: Annotated[float, "its bandwidth, bytes/s"]
+
+
+class PredictedStep(TypedDict):
+    step_s: Annotated[float | None, "the predicted seconds per optimizer step (null: not predicted, `basis` says why)"]
+    low_s: Annotated[float | None, "the faster end of its interval, seconds"]
+    high_s: Annotated[float | None, "the slower end of its interval, seconds"]
+    compute_s: Annotated[float | None, "its compute: forward, backward and optimizer step, from the twin's"]
+    comm_s: Annotated[float | None, "its communication and DDP's own bucket work left exposed"]
+    basis: Annotated[str, "the twin it came from (`one-process twin cfg000`), or why there is no prediction"]
+
+
+class StepModel(TypedDict):
+    link: Annotated[StepLink | None, "this machine's all-reduce (null: not measured, or nothing needed it)"]
+    configurations: Annotated[
+        dict[str, PredictedStep], "per configuration of several processes, by its index (as text), its prediction"
+    ]
+
+
 class SweepMeta(TypedDict):
     spec: Annotated[dict[str, Any], "the sweep's spec, as run"]
     versions: Annotated[dict[str, str], "software versions of the sweep's process"]
@@ -130,9 +154,7 @@ class SweepMeta(TypedDict):
     plan: NotRequired[Annotated[MemoryPlan, "every configuration's predicted peak memory (only with `predict`)"]]
     step_model: NotRequired[
         Annotated[
-            dict[str, Any],
-            "the step-time model fitted after the first round's one-process runs (only with `predict`): `link` "
-            "(alpha_s, beta_Bps of this machine's all-reduce) and per configuration index its predicted `step_s` "
-            "with `low_s`..`high_s`, `compute_s`, `comm_s`, and its `basis` (the twin it came from, or why none)",
+            StepModel,
+            "the step-time model fitted after the first round's one-process runs (only with `predict`)",
         ]
     ]

@@ -52,12 +52,13 @@ from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
+from ignite_ddl.core.sweep_records import PredictedStep, StepModel
 from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
 if TYPE_CHECKING:
     from ignite_ddl.predict.hook_cost import BucketCost
 
-__all__ = ["Observed", "StepPrediction", "hook_s", "predict_steps"]
+__all__ = ["Observed", "StepPrediction", "hook_s", "predict_steps", "step_model"]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -88,15 +89,29 @@ class StepPrediction:
     comm_s: float | None
     basis: str  # "one-process twin cfgNNN" or why there is no prediction
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step_s": self.step_s,
-            "low_s": self.low_s,
-            "high_s": self.high_s,
-            "compute_s": self.compute_s,
-            "comm_s": self.comm_s,
-            "basis": self.basis,
-        }
+    @classmethod
+    def unpredicted(cls, index: int, why: str, compute_s: float | None = None) -> StepPrediction:
+        """No prediction for configuration ``index``, and why (its compute, where that much was predicted)."""
+        return cls(index, None, None, None, compute_s, None, why)
+
+    def record(self) -> PredictedStep:
+        """As ``sweep.json`` keeps it (:class:`~ignite_ddl.core.sweep_records.PredictedStep`), under its index."""
+        return PredictedStep(
+            step_s=self.step_s,
+            low_s=self.low_s,
+            high_s=self.high_s,
+            compute_s=self.compute_s,
+            comm_s=self.comm_s,
+            basis=self.basis,
+        )
+
+
+def step_model(predictions: dict[int, StepPrediction], link: Link | None) -> StepModel:
+    """The model as ``sweep.json`` keeps it (``step_model``): the link it used and every prediction, by index."""
+    return StepModel(
+        link=None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
+        configurations={str(i): p.record() for i, p in sorted(predictions.items())},
+    )
 
 
 def _twin_key(config: dict[str, Any]) -> str:
@@ -119,7 +134,7 @@ def predict_steps(
             continue
         twin = twins.get(_twin_key(o.config))
         if twin is None or twin.step_s is None:
-            found[o.index] = StepPrediction(o.index, None, None, None, None, None, "no one-process twin measured")
+            found[o.index] = StepPrediction.unpredicted(o.index, "no one-process twin measured")
             continue
         # CPU ranks split one machine's cores; a GPU rank has its own device.
         shared = (o.device_type or twin.device_type) in (None, "cpu")
@@ -128,7 +143,7 @@ def predict_steps(
         comm, why = _comm_s(o, link, grad_bytes.get(o.index), 0.0 if shared else backward, hook)
         compute = _compute_s(twin, twin.step_s, o, shared)
         if comm is None:
-            found[o.index] = StepPrediction(o.index, None, None, None, compute, None, why)
+            found[o.index] = StepPrediction.unpredicted(o.index, why, compute)
             continue
         low = _compute_s(twin, twin.low_s or twin.step_s, o, shared) + comm
         high = _compute_s(twin, twin.high_s or twin.step_s, o, shared) + comm

@@ -43,6 +43,8 @@ from typing import Any, cast
 from ignite_ddl.core.config import WORKLOAD_OPTIONS
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import RejectedLine, iter_results
+from ignite_ddl.core.sweep_records import PredictedStep, StepModel
+from ignite_ddl.core.validation import schema_problem
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.comparisons import one_matmul_reference, speedups, versus
 from ignite_ddl.report.comparisons import versus_text as versus_text
@@ -247,11 +249,17 @@ def _by_workload(configs: list[ConfigResult]) -> dict[str, list[ConfigResult]]:
     return dict(groups)
 
 
-def step_predictions(analysis: Analysis) -> dict[int, dict[str, Any]]:
+def step_predictions(analysis: Analysis) -> dict[int, PredictedStep]:
     """The step-time model's prediction of each configuration (by index) as the sweep recorded it (``step_s``,
-    ``low_s``, ``high_s``, ``basis``; no ``step_s`` where it could not predict, ``basis`` saying why)."""
-    predicted = _mapping(_mapping(analysis.meta.get("step_model")).get("configurations"))
-    return {c.index: _mapping(predicted.get(str(c.index))) for c in analysis.configs if str(c.index) in predicted}
+    ``low_s``, ``high_s``, ``basis``; no ``step_s`` where it could not predict, ``basis`` saying why). A model or
+    a prediction that is not what the schema declares (a damaged ``sweep.json``) is left out; an earlier release's
+    may lack keys."""
+    model = analysis.meta.get("step_model")
+    if schema_problem(model, StepModel) is not None:
+        return {}
+    predicted = cast(StepModel, model).get("configurations") or {}
+    found = {c.index: predicted.get(str(c.index)) for c in analysis.configs}
+    return {index: p for index, p in found.items() if p is not None and schema_problem(p, PredictedStep) is None}
 
 
 def step_model_accuracy(analysis: Analysis) -> dict[str, Any]:
@@ -260,7 +268,7 @@ def step_model_accuracy(analysis: Analysis) -> dict[str, Any]:
     predicted = step_predictions(analysis)
     pairs = []
     for c in analysis.configs:
-        step = predicted.get(c.index, {}).get("step_s")
+        step = predicted[c.index].get("step_s") if c.index in predicted else None
         if step and c.global_batch and c.throughput.value:
             pairs.append((float(step), c.global_batch / c.throughput.value))
     errors = [abs(p - m) / m for p, m in pairs]
@@ -269,7 +277,3 @@ def step_model_accuracy(analysis: Analysis) -> dict[str, Any]:
         "median_abs_error": statistics.median(errors) if errors else None,
         "rank_correlation": rank_correlation([p for p, _ in pairs], [m for _, m in pairs]),
     }
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

@@ -318,16 +318,16 @@ def _step_model_table(analysis: Analysis) -> Table:
     header = ["config", "predicted step ms", "interval", "measured step ms", "error %", "from"]
     rows: list[list[Any]] = []
     for c in analysis.configs:
-        p = predicted.get(c.index, {})
-        if not p.get("step_s"):
+        p = predicted.get(c.index)
+        step = p.get("step_s") if p is not None else None
+        if p is None or not step:
             continue  # nothing predicted (no one-process twin): counted in the text, not a row of blanks
         measured = c.global_batch / c.throughput.value if c.global_batch and c.throughput.value else None
-        step = p.get("step_s")
-        error = f"{100 * (step - measured) / measured:+.1f}" if step and measured else None
+        error = f"{100 * (step - measured) / measured:+.1f}" if measured else None
         low, high = p.get("low_s"), p.get("high_s")
         interval = prediction_range(low and 1e3 * low, high and 1e3 * high)  # none where it has no spread
-        shown = None if not step else f"{1e3 * step:.1f}"
-        rows.append([c.name, shown, interval, measured and f"{1e3 * measured:.1f}", error, p.get("basis")])
+        shown = measured and f"{1e3 * measured:.1f}"
+        rows.append([c.name, f"{1e3 * step:.1f}", interval, shown, error, p.get("basis")])
     return header, rows
 
 
@@ -336,7 +336,7 @@ def _unpredicted_text(analysis: Analysis) -> str:
     predicted = step_predictions(analysis)
     by_reason: dict[str, list[str]] = {}
     for c in analysis.configs:
-        p = predicted.get(c.index, {})
+        p = predicted.get(c.index)
         if p and not p.get("step_s"):
             by_reason.setdefault(str(p.get("basis")), []).append(c.name)
     if not by_reason:

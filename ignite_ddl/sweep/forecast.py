@@ -32,7 +32,7 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.strategies import resolve_strategy
-from ignite_ddl.core.sweep_records import MemoryPlan
+from ignite_ddl.core.sweep_records import MemoryPlan, StepModel
 from ignite_ddl.core.text import format_table
 from ignite_ddl.sweep.plan import Refused, Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
@@ -299,12 +299,12 @@ def fit_step_model(
     records: list[dict[str, Any]],
     progress: Callable[[str], None] = print,
     refused: Collection[int] = (),
-) -> dict[str, Any]:
+) -> StepModel:
     """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction (but the ``refused``'s), as kept in ``sweep.json``
     (``step_model``)."""
     from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
-    from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps
+    from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
     from ignite_ddl.report.analysis import analyze
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
@@ -342,14 +342,11 @@ def fit_step_model(
     predictions = predict_steps(observed, link, grads, hooks)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():
-        predictions[index] = StepPrediction(index, None, None, None, None, None, why)
+        predictions[index] = StepPrediction.unpredicted(index, why)
         by_reason.setdefault(why, []).append(f"cfg{index:03d}")
     for why, names in by_reason.items():
         progress(f"plan: {', '.join(names)}: step time not predicted: {why}")
-    return {
-        "link": None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
-        "configurations": {str(i): p.to_dict() for i, p in sorted(predictions.items())},
-    }
+    return step_model(predictions, link)
 
 
 def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:

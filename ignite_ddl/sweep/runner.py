@@ -31,9 +31,10 @@ from typing import Any
 
 from ignite_ddl.core.folders import claim_sweep_folder, lock
 from ignite_ddl.core.results import read_results
-from ignite_ddl.core.sweep_records import MemoryPlan, SweepMeta, SweepSession
+from ignite_ddl.core.sweep_records import MemoryPlan, StepModel, SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
+from ignite_ddl.predict.steptime import StepPrediction, step_model
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import first_probe_from, machine_share, wait_until_quiet
@@ -197,7 +198,7 @@ def _step_model(
     progress: Callable[[str], None],
     runs: list[Run],
     refused: Collection[int] = (),
-) -> dict[str, Any]:
+) -> StepModel:
     """The step-time model fitted to the first round (:func:`~ignite_ddl.sweep.forecast.fit_step_model`; none of the
     ``refused`` configurations); where it fails, every configuration of several processes in ``runs`` not predicted,
     with why: the runs go on."""
@@ -207,20 +208,21 @@ def _step_model(
         why = f"{type(e).__name__}: {e}".splitlines()[0]
         progress(f"plan: step time not predicted: {why}")
         several = sorted({run.index for run in runs if _world(run) > 1})
-        return {"link": None, "configurations": {str(i): {"step_s": None, "basis": why} for i in several}}
+        return step_model({i: StepPrediction.unpredicted(i, why) for i in several}, None)
 
 
 def _world(run: Run) -> int:
     return (run.config.nproc_per_node or 1) * run.config.nnodes
 
 
-def _likeliest_first(runs: list[Run], model: dict[str, Any]) -> list[Run]:
+def _likeliest_first(runs: list[Run], model: StepModel) -> list[Run]:
     """``runs`` with the first round's in the order of their predicted throughput, fastest first (those without a
     prediction after them, in their planned order); later rounds as planned."""
-    predicted = model.get("configurations") or {}
+    predicted = model["configurations"]
 
     def rate(run: Run) -> float:
-        step = (predicted.get(str(run.index)) or {}).get("step_s")
+        found = predicted.get(str(run.index))
+        step = found["step_s"] if found is not None else None
         return run.config.batch_size / step if step else 0.0
 
     first = sorted((run for run in runs if run.repeat == 0), key=lambda run: -rate(run))
