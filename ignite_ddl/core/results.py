@@ -17,10 +17,11 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ignite_ddl.core.jsonfiles import finite
 from ignite_ddl.core.outputs import open_output, write_bytes, writing
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.core.validation import record_problem
 
 __all__ = [
@@ -43,7 +44,7 @@ class RejectedLine:
     reason: str
 
 
-def load_results(path: str | Path) -> tuple[list[tuple[dict[str, Any], bytes]], list[RejectedLine]]:
+def load_results(path: str | Path) -> tuple[list[tuple[RunRecord, bytes]], list[RejectedLine]]:
     """The run records of a results file with their lines as written, and every line that is not one (a line cut
     short by a killed writer, text that is not JSON, JSON that is not a run record). Blank lines are ignored.
 
@@ -60,7 +61,7 @@ def load_results(path: str | Path) -> tuple[list[tuple[dict[str, Any], bytes]], 
 
 def iter_results(
     source: str | Path | typing.BinaryIO,
-) -> typing.Iterator[tuple[int, int, bytes, dict[str, Any] | RejectedLine]]:
+) -> typing.Iterator[tuple[int, int, bytes, RunRecord | RejectedLine]]:
     """Each non-blank line of a results file, read as it comes (the file is never held whole): ``(line number,
     byte offset, line, its record or the RejectedLine saying why it is not one)``, by :func:`load_results`'s rules.
     ``source`` is a path (a missing file has no lines) or a file opened in binary mode, read from where it is."""
@@ -73,7 +74,7 @@ def iter_results(
         yield from _results_lines(f)
 
 
-def _results_lines(f: typing.BinaryIO) -> typing.Iterator[tuple[int, int, bytes, dict[str, Any] | RejectedLine]]:
+def _results_lines(f: typing.BinaryIO) -> typing.Iterator[tuple[int, int, bytes, RunRecord | RejectedLine]]:
     offset = f.tell()
     for number, line in enumerate(_lines(f), 1):
         at, offset = offset, offset + len(line)
@@ -88,8 +89,8 @@ def _results_lines(f: typing.BinaryIO) -> typing.Iterator[tuple[int, int, bytes,
             continue
         if not terminated:
             line += b"\n"
-        problem = record_problem(record)
-        yield number, at, line, RejectedLine(number, line, problem) if problem else record
+        problem = record_problem(record)  # none: the line is a RunRecord, as the schema declares it
+        yield number, at, line, RejectedLine(number, line, problem) if problem else cast(RunRecord, record)
 
 
 def _lines(f: typing.BinaryIO, block: int = 1 << 20) -> typing.Iterator[bytes]:
@@ -103,7 +104,7 @@ def _lines(f: typing.BinaryIO, block: int = 1 << 20) -> typing.Iterator[bytes]:
         yield pending
 
 
-def read_results(path: str | Path) -> list[dict[str, Any]]:
+def read_results(path: str | Path) -> list[RunRecord]:
     """Every run record of a results file (lines that are not records are skipped: :func:`load_results`)."""
     return [record for record, _ in load_results(path)[0]]
 

@@ -43,7 +43,7 @@ from typing import Any, cast
 from ignite_ddl.core.config import WORKLOAD_OPTIONS
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import RejectedLine, iter_results
-from ignite_ddl.core.sweep_records import PredictedStep, StepModel
+from ignite_ddl.core.sweep_records import PredictedStep, RunRecord, StepModel
 from ignite_ddl.core.validation import schema_problem
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.comparisons import one_matmul_reference, speedups, versus
@@ -88,14 +88,14 @@ __all__ = [
 ]
 
 
-def _locate_run(record: dict[str, Any], out: Path) -> dict[str, Any]:
+def _locate_run(record: RunRecord, out: Path) -> RunRecord:
     """A record whose ``run_dir`` (written relative to where the sweep was started) is found from here: a report made
     from another folder looks for the run in the sweep's own ``runs/``."""
-    run_dir = record.get("run_dir")
-    if isinstance(run_dir, str) and run_dir and not Path(run_dir).is_dir():
+    run_dir = record.get("run_dir")  # a string where there is one: the record was validated
+    if run_dir and not Path(run_dir).is_dir():
         beside = out / "runs" / Path(run_dir).name
         if beside.is_dir():
-            return {**record, "run_dir": str(beside)}
+            return record | {"run_dir": str(beside)}
     return record
 
 
@@ -135,9 +135,9 @@ def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
                     continue
                 reader.add(_locate_run(found, out), (offset, len(line)))
 
-            def fetch(where: tuple[int, int]) -> dict[str, Any]:
+            def fetch(where: tuple[int, int]) -> RunRecord:
                 f.seek(where[0])  # the same open file: a sweep appending meanwhile, or repairing, changes nothing
-                return cast(dict[str, Any], json.loads(f.read(where[1])))
+                return cast(RunRecord, json.loads(f.read(where[1])))  # validated as it was read above
 
             if reader.records:
                 configs = reader.configs(fetch)
@@ -152,7 +152,7 @@ def load(results_dir: str | Path, include_contended: bool = False) -> Analysis:
 
 
 def analyze(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[RunRecord],
     meta: dict[str, Any] | None = None,
     include_contended: bool = False,
     confidence: float = CONFIDENCE,

@@ -5,7 +5,7 @@ differ, so that each has its own verdict."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,9 @@ Machine = tuple[Any, ...]  # one value per ENVIRONMENT_FIELDS entry, None where 
 CONFIG_JSON_LIMIT = 1 << 20  # a run's config.json is a few kB: more is not one
 
 
-def machine_of(record: dict[str, Any], summary: dict[str, Any]) -> Machine:
-    """What the run ran on, from its record, else from the config.json its run folder keeps."""
+def machine_of(record: Mapping[str, Any], summary: dict[str, Any]) -> Machine:
+    """What the run ran on, from its record (the first sweeps' records held ``versions`` and ``host``), else from
+    the config.json its run folder keeps."""
     versions = as_dict(summary.get("versions")) or as_dict(record.get("versions"))
     host = as_dict(summary.get("host")) or as_dict(record.get("host"))
     if not versions or not host:

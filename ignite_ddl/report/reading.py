@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.report.environments import Machine, environments_of, machine_of
 from ignite_ddl.report.model import ConfigResult, Flag, RunResult
 from ignite_ddl.report.summaries import Figures
@@ -73,7 +74,7 @@ class Reader:
         self.flags: list[Flag] = []
         self._machines: dict[Machine, Machine] = {}  # one tuple per distinct environment: thousands of runs share it
 
-    def add(self, record: dict[str, Any], where: Any) -> None:
+    def add(self, record: RunRecord, where: Any) -> None:
         self.records += 1
         if record["status"] == "interrupted":  # stopped with the sweep: neither a result nor a failure
             return
@@ -127,7 +128,7 @@ class Reader:
                 bucket.others.add(summary, where)
         group.repeats.setdefault(record["repeat"], []).append(seen)
 
-    def configs(self, fetch: Callable[[Any], dict[str, Any]]) -> list[ConfigResult]:
+    def configs(self, fetch: Callable[[Any], RunRecord]) -> list[ConfigResult]:
         environments, flag = environments_of(
             (seen.machine, seen.where)
             for group in self.groups.values()

@@ -32,7 +32,7 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.strategies import resolve_strategy
-from ignite_ddl.core.sweep_records import MemoryPlan, StepModel
+from ignite_ddl.core.sweep_records import MemoryPlan, RunRecord, StepModel
 from ignite_ddl.core.text import format_table
 from ignite_ddl.sweep.plan import Refused, Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
@@ -296,7 +296,7 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
 def fit_step_model(
     spec: Spec,
     out: str | Path,
-    records: list[dict[str, Any]],
+    records: list[RunRecord],
     progress: Callable[[str], None] = print,
     refused: Collection[int] = (),
 ) -> StepModel:

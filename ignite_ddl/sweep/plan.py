@@ -25,7 +25,7 @@ import functools
 import hashlib
 import json
 import random
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -272,7 +272,7 @@ def _check_workload(config: TrainConfig, world: int) -> None:
     check_workload(config, world)
 
 
-def launched(record: Mapping[str, Any]) -> bool:
+def launched(record: RunRecord) -> bool:
     """Whether a record is a run's, launched (False: a configuration refused before the sweep started: status
     ``refused`` and no exit status)."""
     return not (record.get("status") == "refused" and record.get("exit_code") is None)
@@ -283,9 +283,9 @@ def sweep_dir(spec: Spec, output_dir: str | Path | None = None) -> Path:
     return Path(output_dir or spec.output_dir or Path("runs") / spec.name)
 
 
-def contended_reruns(spec: Spec, records: list[dict[str, Any]], out: Path) -> list[Run]:
+def contended_reruns(spec: Spec, records: list[RunRecord], out: Path) -> list[Run]:
     """The next attempt of every repeat whose attempts so far all ran contended, up to ``rerun_contended`` re-runs."""
-    attempts: dict[str, list[dict[str, Any]]] = {}
+    attempts: dict[str, list[RunRecord]] = {}
     for record in records:
         if record["status"] != "interrupted" and launched(record):
             attempts.setdefault(record["key"], []).append(record)

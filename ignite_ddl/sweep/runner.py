@@ -27,11 +27,10 @@ import contextlib
 import statistics
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
 
 from ignite_ddl.core.folders import claim_sweep_folder, lock
 from ignite_ddl.core.results import read_results
-from ignite_ddl.core.sweep_records import MemoryPlan, StepModel, SweepMeta, SweepSession
+from ignite_ddl.core.sweep_records import MemoryPlan, RunRecord, StepModel, SweepMeta, SweepSession
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.measure.contention import ForeignLoad
 from ignite_ddl.predict.steptime import StepPrediction, step_model
@@ -71,7 +70,7 @@ def sweep(
     progress: Callable[[str], None] = print,
     load_since: ForeignLoad | None = None,
     hold: contextlib.ExitStack | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     """Run every configuration of ``spec`` not yet recorded; return all records of the sweep.
 
     Refuses (:class:`ConfigError`) to write into an existing sweep without ``resume``, into a folder that holds
@@ -154,7 +153,7 @@ def _sweep(
     progress: Callable[[str], None],
     plan: MemoryPlan | None = None,
     refused: list[Refused] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     session = Session(spec, out, executor, resume, progress)
     done = session.done()  # the runs earlier sessions recorded
     session.refuse(refused or [])
@@ -194,7 +193,7 @@ def _sweep(
 def _step_model(
     spec: Spec,
     out: Path,
-    records: list[dict[str, Any]],
+    records: list[RunRecord],
     progress: Callable[[str], None],
     runs: list[Run],
     refused: Collection[int] = (),

@@ -44,6 +44,7 @@ from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
+from ignite_ddl.core.sweep_records import RunRecord
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
@@ -501,7 +502,7 @@ class Search:
         )
         self.session.save()
 
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[RunRecord]:
         with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
             self.finish_interrupted()
             self.save(phase="search")
@@ -526,6 +527,6 @@ class Search:
 
 def run_search(
     spec: Spec, out: Path, executor: Executor, resume: bool, progress: Callable[[str], None]
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     """Search ``spec``'s grid in the sweep folder ``out`` (see the module docstring); every record of the search."""
     return Search(spec, out, executor, resume, progress).run()

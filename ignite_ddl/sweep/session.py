@@ -79,7 +79,7 @@ class Session:
     def save(self) -> None:
         write_json(self.meta_path, self.meta)
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[RunRecord]:
         return read_results(self.results)
 
     def done(self) -> set[str]:
