@@ -8,8 +8,9 @@ A lab module is a :class:`Lab`: it defines
   as every option of the suite is: typed, with its default, help line and role. It is a :class:`LabOptions`, or a
   :class:`LabLaunchOptions` (``backend``, ``output_dir``) for a lab that starts its ranks on a process group.
   Building one checks every value (a one-line ``ConfigError``);
-- ``run(**options) -> dict``: runs the lab with keyword arguments named as the fields of ``Options`` (the rest at
-  their defaults) and returns the result, whose ``"checks"`` list holds one :func:`check` record per claim;
+- ``run(**options) -> Result``: runs the lab with keyword arguments named as the fields of ``Options`` (the rest at
+  their defaults) and returns the result, plain data typed by the module's ``Result`` (a :class:`LabResult`: its
+  ``"checks"`` list holds one :class:`Check` per claim);
 - ``format_result(result) -> str``: the printout.
 
 The ``ignite-ddl <lab>`` options are generated from ``Options``, as ``train``'s are from ``TrainConfig``: field
@@ -36,17 +37,19 @@ import pkgutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypedDict, cast, runtime_checkable
 
 from ignite_ddl.core.config import BACKENDS
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, option
 
 __all__ = [
+    "Check",
     "Lab",
     "LabEntry",
     "LabLaunchOptions",
     "LabOptions",
+    "LabResult",
     "at_least",
     "check",
     "claims_hold",
@@ -69,6 +72,20 @@ class LabOptions(Options):
     a default, a help line and a role); building one checks every value, then runs :meth:`check`."""
 
 
+class Check(TypedDict):
+    """One claim of a lab, verified: what is claimed, whether it held, and the numbers behind the verdict."""
+
+    claim: str
+    ok: bool
+    detail: str
+
+
+class LabResult(TypedDict):
+    """What every lab's result holds; each lab's ``Result`` adds its own figures."""
+
+    checks: list[Check]
+
+
 @runtime_checkable
 class Lab(Protocol):
     """What a lab module defines: every module of this package whose name does not start with ``_`` is one."""
@@ -80,9 +97,9 @@ class Lab(Protocol):
     @property
     def Options(self) -> type[LabOptions]: ...  # the module's class of that name
 
-    def run(self, **options: Any) -> dict[str, Any]: ...
+    def run(self, **options: Any) -> LabResult: ...
 
-    def format_result(self, result: dict[str, Any]) -> str: ...
+    def format_result(self, result: Any) -> str: ...  # the result its run returned (its module's Result)
 
 
 def output_dir_option() -> Any:
@@ -105,16 +122,16 @@ class LabLaunchOptions(LabOptions):
 # -- helpers of the labs
 
 
-def check(claim: str, ok: bool, detail: str = "") -> dict[str, Any]:
+def check(claim: str, ok: bool, detail: str = "") -> Check:
     """One verified claim of a lab: what is claimed, whether it held, and the numbers behind the verdict."""
     return {"claim": claim, "ok": bool(ok), "detail": detail}
 
 
-def claims_hold(result: dict[str, Any]) -> bool:
+def claims_hold(result: LabResult) -> bool:
     return all(c["ok"] for c in result["checks"])
 
 
-def format_checks(result: dict[str, Any]) -> str:
+def format_checks(result: LabResult) -> str:
     return "\n".join(
         f"[{'ok' if c['ok'] else 'FAILED'}] {c['claim']}" + (f": {c['detail']}" if c["detail"] else "")
         for c in result["checks"]

@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from typing_extensions import NotRequired  # typing's from Python 3.11
 
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table, kib
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.labs._weights import gradients
 from ignite_ddl.measure.clock import now
@@ -52,8 +53,12 @@ __all__ = [
     "SEED",
     "SHAPE",
     "Options",
+    "Pair",
     "Replica",
+    "Result",
+    "SchemeRow",
     "Traffic",
+    "TrafficCounts",
     "format_result",
     "run",
     "train",
@@ -69,6 +74,74 @@ CLAIM = (
 SHAPE = (1, 4, 8)  # 32 input features
 SEED = 543
 _SCHEMES = ("ps", "all-reduce")
+
+
+class TrafficCounts(TypedDict):
+    """Bytes a rank sent and received point-to-point, and handed to all_reduce."""
+
+    sent: int
+    received: int
+    all_reduced: int
+
+
+class _RankRun(TrafficCounts):
+    losses: list[float | None]  # per step (None on the parameter server: it computes no loss)
+    times: list[float]  # seconds per step
+
+
+class _WidthRun(TypedDict):  # what rank 0 returns for one width
+    ranks: list[_RankRun]
+    params: int
+    model_bytes: int
+    moved: float  # the largest change training made to a weight
+    final: list[float]  # the final weights, flat
+
+
+class SchemeRow(TypedDict):
+    """One scheme, worker count and width: its step time and the bytes through its busiest rank."""
+
+    scheme: str  # ps or all-reduce
+    workers: int
+    processes: int
+    width: int
+    params: int
+    model_bytes: int
+    moved: float
+    final: NotRequired[list[float]]  # the final weights, until the two schemes are compared
+    losses: list[float]  # per step, mean over the workers
+    step_s: float  # median step of the slowest rank, warm-up left out
+    busiest_rank: int | None  # the server (0); None with all-reduce: every rank moves the same
+    sends_per_step: float
+    receives_per_step: float
+    bytes_source: str  # counted, or the ring's share of the payload (theory)
+    all_reduce_payload_per_step: float
+
+
+class Pair(TypedDict):
+    """The two schemes' trajectories, side by side, for one worker count and width."""
+
+    workers: int
+    width: int
+    moved: float
+    loss_first: float
+    loss_last: float
+    loss_diff: float  # the largest |loss difference| of a step
+    weight_diff: float  # the largest |final weight difference|
+
+
+class _Measured(TypedDict):
+    lab: str
+    steps: int
+    global_batch: int
+    lr: float
+    tolerance: float
+    server: str
+    rows: list[SchemeRow]
+    pairs: list[Pair]
+
+
+class Result(_Measured, LabResult):
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +169,7 @@ class Traffic:
     def __init__(self) -> None:
         self.sent = self.received = self.all_reduced = 0
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> TrafficCounts:
         return {"sent": self.sent, "received": self.received, "all_reduced": self.all_reduced}
 
     def isend(self, tensor: torch.Tensor, dst: int) -> dist.Work:
@@ -187,19 +260,20 @@ def _all_reduce_step(replica: Replica, traffic: Traffic, step: int) -> float:
 
 def train(
     local_rank: int, scheme: str, widths: list[int], steps: int, batch_size: int, lr: float
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, _WidthRun]:
     """Train with ``scheme`` once per width; rank 0 returns, per width, every rank's losses, step times and bytes."""
     step_fn = _ps_step if scheme == "ps" else _all_reduce_step
-    out = {}
+    out: dict[int, _WidthRun] = {}
     for width in widths:
         replica, traffic = Replica(width, steps, batch_size, lr), Traffic()
         initial = replica.weights().clone()
-        losses, times = [], []
+        losses: list[float | None] = []
+        times: list[float] = []
         for step in range(steps):
             start = now(replica.device)
             losses.append(step_fn(replica, traffic, step))
             times.append(now(replica.device) - start)
-        ranks = gather_objects({"losses": losses, "times": times, **traffic.counts()})
+        ranks: list[_RankRun] = gather_objects({"losses": losses, "times": times, **traffic.counts()})
         final = replica.weights()
         out[width] = {
             "ranks": ranks,
@@ -211,7 +285,7 @@ def train(
     return out
 
 
-def _summary(scheme: str, workers: int, width: int, run: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
+def _summary(scheme: str, workers: int, width: int, run: _WidthRun, steps: int, warmup: int) -> SchemeRow:
     """One run's figures: mean loss over the workers per step, slowest rank's median step, bytes per step."""
     ranks = run["ranks"]
     worker_ranks = ranks[1:] if scheme == "ps" else ranks
@@ -232,7 +306,7 @@ def _summary(scheme: str, workers: int, width: int, run: dict[str, Any], steps: 
         "model_bytes": run["model_bytes"],
         "moved": run["moved"],
         "final": run["final"],
-        "losses": [statistics.fmean(r["losses"][k] for r in worker_ranks) for k in range(steps)],
+        "losses": [statistics.fmean(_worker_losses(worker_ranks, k)) for k in range(steps)],
         "step_s": median_step_s([r["times"] for r in ranks], warmup),
         "busiest_rank": busiest,
         "sends_per_step": sends,
@@ -242,7 +316,11 @@ def _summary(scheme: str, workers: int, width: int, run: dict[str, Any], steps: 
     }
 
 
-def _compare(ps: dict[str, Any], ar: dict[str, Any]) -> dict[str, Any]:
+def _worker_losses(ranks: list[_RankRun], step: int) -> list[float]:
+    return [loss for r in ranks if (loss := r["losses"][step]) is not None]
+
+
+def _compare(ps: SchemeRow, ar: SchemeRow) -> Pair:
     """How far apart the two schemes' trajectories end (takes the final weights out of both rows)."""
     ps_final, ar_final = torch.tensor(ps.pop("final")), torch.tensor(ar.pop("final"))
     return {
@@ -256,13 +334,14 @@ def _compare(ps: dict[str, Any], ar: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Train with both schemes for every worker count and width. ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
     widths = sorted(set(opts.sizes))
-    rows, pairs = [], []
+    rows: list[SchemeRow] = []
+    pairs: list[Pair] = []
     for workers in sorted(set(opts.workers)):
-        got = {}
+        got: dict[str, dict[int, SchemeRow]] = {}
         for scheme in _SCHEMES:
             procs = workers + 1 if scheme == "ps" else workers  # the server is a process of its own
             runs = launch_lab(train, opts, procs, scheme, widths, opts.steps, opts.batch_size, opts.lr)
@@ -270,7 +349,7 @@ def run(**options: Any) -> dict[str, Any]:
         for w in widths:
             rows += [got["ps"][w], got["all-reduce"][w]]
             pairs.append(_compare(got["ps"][w], got["all-reduce"][w]))
-    result = {
+    result: _Measured = {
         "lab": NAME,
         "steps": opts.steps,
         "global_batch": opts.batch_size,
@@ -280,11 +359,10 @@ def run(**options: Any) -> dict[str, Any]:
         "rows": rows,
         "pairs": pairs,
     }
-    result["checks"] = _checks(result)
-    return result
+    return {**result, "checks": _checks(result)}
 
 
-def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _checks(result: _Measured) -> list[Check]:
     tol, rows, pairs = result["tolerance"], result["rows"], result["pairs"]
     ps = [r for r in rows if r["scheme"] == "ps"]
     ar = [r for r in rows if r["scheme"] == "all-reduce"]
@@ -319,7 +397,7 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     rows = [
         [
             r["scheme"],

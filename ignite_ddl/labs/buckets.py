@@ -32,16 +32,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks
+from ignite_ddl.labs import LabLaunchOptions, LabResult, at_least, check, format_checks
 from ignite_ddl.launcher.backends import device_of
 
-__all__ = ["CLAIM", "HELP", "NAME", "Options", "format_result", "run"]
+__all__ = ["CLAIM", "HELP", "NAME", "BucketRow", "Options", "Result", "format_result", "run"]
 
 NAME = "bucket-size"
 HELP = "train one workload with several DDP bucket sizes: buckets, exposed communication and overlap per size"
@@ -49,6 +49,26 @@ CLAIM = (
     "whatever the bucket size, each step all-reduces the model's gradient bytes; smaller buckets mean more "
     "all-reduce calls, and only several buckets overlap backward compute"
 )
+
+
+class BucketRow(TypedDict):
+    """One bucket size's run: the trainer's communication figures (timed: DDP on 2 or more processes), mean over
+    the ranks."""
+
+    cap_mb: float  # DDP's bucket_cap_mb
+    buckets_per_step: float
+    bytes_per_step: float  # gradient bytes all-reduced per step (rank 0)
+    comm_ms: float
+    exposed_ms: float
+    overlap: float
+    step_ms: float  # median step
+    samples_per_s: float
+
+
+class Result(LabResult):
+    model: str
+    world_size: int
+    rows: list[BucketRow]  # one per bucket size, smallest first
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +89,7 @@ class Options(LabLaunchOptions):
         at_least(1, batch_size=self.batch_size, train_size=self.train_size)
 
 
-def _train(opts: Options, cap: float) -> dict[str, Any]:
+def _train(opts: Options, cap: float) -> BucketRow:
     from ignite_ddl.trainer.run import train  # imports torch and the trainer: only when the lab runs
 
     config = TrainConfig(
@@ -106,7 +126,7 @@ def _train(opts: Options, cap: float) -> dict[str, Any]:
     }
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Train the workload once per bucket size, smallest first. ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
     rows = [_train(opts, cap) for cap in sorted(set(opts.caps))]
@@ -139,7 +159,7 @@ def run(**options: Any) -> dict[str, Any]:
     return {"model": opts.model, "world_size": opts.nproc_per_node, "rows": rows, "checks": checks}
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     header = ("bucket MiB", "buckets", "MB/step", "comm ms", "exposed ms", "overlap %", "step p50 ms", "samples/s")
     rows = [
         (

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import ignite.distributed as idist
 import torch
@@ -34,7 +34,7 @@ from ignite_ddl.core.config import LaunchOptions
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, lab_logs
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import device_synchronizer
@@ -46,8 +46,12 @@ __all__ = [
     "CLAIM",
     "HELP",
     "NAME",
+    "BandwidthRow",
+    "BenchResult",
+    "CheckResult",
     "OpBuilders",
     "Options",
+    "Result",
     "bandwidth_rows",
     "format_result",
     "format_size",
@@ -66,6 +70,54 @@ CLAIM = (
 
 _REDUCE_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
 BARRIER_DELAY_S = 0.2  # how late the last rank reaches the barrier: the others must wait that long
+
+# What one rank got from each collective, keyed "<collective> <what was sent>" (``all_reduce SUM``, ``broadcast str``:
+# the keys of _expected), with its rank, its input, its barrier times and whether one_rank_only ran on it.
+CollectiveRow = dict[str, Any]
+
+
+class _Gathered(TypedDict):
+    backend: str
+    device: str
+    rows: list[CollectiveRow]  # one per rank
+
+
+class CheckResult(_Gathered, LabResult):
+    lab: str
+    mode: Literal["check"]
+    world_size: int
+
+
+class BandwidthRow(TypedDict):
+    """One collective at one message size, as nccl-tests reports it."""
+
+    collective: str
+    size: int  # the message size asked for
+    bytes: int  # bytes moved per call (all_gather: the gathered total)
+    time_s: float  # mean over ranks of the seconds per call
+    time_max_s: float  # the slowest rank's
+    algbw_GBps: float  # bytes / time
+    busbw_GBps: float  # algbw x the share each rank passes on
+
+
+class _Timed(TypedDict):
+    backend: str | None
+    device: str
+    seconds: list[list[float]]  # per rank, per size and collective
+
+
+class BenchResult(LabResult):
+    lab: str
+    mode: Literal["bench"]
+    backend: str | None
+    device: str
+    world_size: int
+    warmup: int
+    iters: int
+    rows: list[BandwidthRow]
+
+
+Result = CheckResult | BenchResult
 
 # -- checking what each collective returns
 
@@ -94,10 +146,10 @@ def _broadcast_object(obj: Any, src: int) -> tuple[Any, str]:
         return gather_objects(obj)[src], f"idist.all_gather(obj)[src] (idist.broadcast: {e})"
 
 
-def _collectives_rank(local_rank: int) -> dict[str, Any]:
+def _collectives_rank(local_rank: int) -> _Gathered:
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     value, src = rank + 1, world - 1  # broadcast from the last rank: any rank can be the source
-    row: dict[str, Any] = {"rank": rank, "input": value}
+    row: CollectiveRow = {"rank": rank, "input": value}
     # idist's collectives are typed for every kind of input they take; given a tensor, they return one.
     for op in _REDUCE_OPS:
         total = idist.all_reduce(torch.tensor(float(value), device=device), op=op)
@@ -151,7 +203,7 @@ def _same(got: Any, expected: Any) -> bool:
     return got == expected
 
 
-def _collective_checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _collective_checks(rows: list[CollectiveRow]) -> list[Check]:
     world = len(rows)
     checks = []
     for key, expected in _expected(world).items():
@@ -267,9 +319,9 @@ def time_collectives(
     return seconds
 
 
-def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[Sequence[float]]) -> list[dict]:
+def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[Sequence[float]]) -> list[BandwidthRow]:
     """One row per (size, collective): bytes, time (mean over ranks, as nccl-tests reports it), algbw, busbw."""
-    rows = []
+    rows: list[BandwidthRow] = []
     timings = iter(zip(*per_rank_seconds))
     for size in sizes:
         for collective in BENCH_COLLECTIVES:
@@ -291,15 +343,18 @@ def bandwidth_rows(sizes: Sequence[int], world: int, per_rank_seconds: Sequence[
     return rows
 
 
-def _bench_rank(local_rank: int, sizes: list[int], warmup: int, iters: int) -> dict[str, Any]:
+def _bench_rank(local_rank: int, sizes: list[int], warmup: int, iters: int) -> _Timed:
     world, device = idist.get_world_size(), idist.device()
     seconds = time_collectives(_IDIST_OPS, sizes, world, device, idist.barrier, warmup, iters)
     return {"backend": idist.backend(), "device": str(device), "seconds": gather_objects(seconds)}
 
 
-def _bench_checks(rows: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
-    keys = ("time_s", "algbw_GBps", "busbw_GBps")
-    bad = [_label(r) for r in rows if not all(math.isfinite(r[k]) and r[k] > 0 for k in keys)]
+def _bench_checks(rows: list[BandwidthRow], world: int) -> list[Check]:
+    bad = [
+        _label(r)
+        for r in rows
+        if not all(math.isfinite(v) and v > 0 for v in (r["time_s"], r["algbw_GBps"], r["busbw_GBps"]))
+    ]
     # Recomputed from bytes and time alone, so a slip in units or in the order of the timings shows.
     factor = {c: _BUS_FACTORS[c](world) for c in BENCH_COLLECTIVES}
     inconsistent = [
@@ -318,7 +373,7 @@ def _bench_checks(rows: list[dict[str, Any]], world: int) -> list[dict[str, Any]
     ]
 
 
-def _label(row: dict[str, Any]) -> str:
+def _label(row: BandwidthRow) -> str:
     return f"{row['collective']} {format_size(row['size'])}"
 
 
@@ -361,7 +416,7 @@ class Options(LabLaunchOptions):
             raise ConfigError(f"need {smallest} <= min_size <= max_size (an element per rank at least)")
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Check every collective on ``nproc_per_node`` ranks or, with ``bench=True``, measure their bandwidth.
     ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
@@ -369,12 +424,12 @@ def run(**options: Any) -> dict[str, Any]:
         backend=opts.backend, nproc_per_node=opts.nproc_per_node, log_dir=lab_logs(opts.output_dir)
     )
     if not opts.bench:
-        result = launch(_collectives_rank, settings)
-        checks = _collective_checks(result["rows"])
-        return {"lab": NAME, "mode": "check", "world_size": len(result["rows"]), **result, "checks": checks}
+        gathered: _Gathered = launch(_collectives_rank, settings)
+        checks = _collective_checks(gathered["rows"])
+        return {"lab": NAME, "mode": "check", "world_size": len(gathered["rows"]), **gathered, "checks": checks}
 
     sizes = message_sizes(opts.min_size, opts.max_size)
-    result = launch(_bench_rank, settings, sizes, opts.warmup, opts.iters)
+    result: _Timed = launch(_bench_rank, settings, sizes, opts.warmup, opts.iters)
     world = len(result["seconds"])
     rows = bandwidth_rows(sizes, world, result["seconds"])
     return {
@@ -390,8 +445,9 @@ def run(**options: Any) -> dict[str, Any]:
     }
 
 
-def format_result(result: dict[str, Any]) -> str:
-    return (_format_bench if result["mode"] == "bench" else _format_check)(result) + "\n" + format_checks(result)
+def format_result(result: Result) -> str:
+    shown = _format_bench(result) if result["mode"] == "bench" else _format_check(result)
+    return shown + "\n" + format_checks(result)
 
 
 def _short(value: Any) -> str:
@@ -412,7 +468,7 @@ _CHECK_COLUMNS = (
 )
 
 
-def _format_check(result: dict[str, Any]) -> str:
+def _format_check(result: CheckResult) -> str:
     rows = result["rows"]
     cells = [
         [
@@ -431,7 +487,7 @@ def _format_check(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _format_bench(result: dict[str, Any]) -> str:
+def _format_bench(result: BenchResult) -> str:
     lines = [
         f"{result['world_size']} ranks, backend {result['backend']}, device {result['device']}: "
         f"{result['warmup']} warm-up + {result['iters']} timed calls per size, time = mean over ranks",

@@ -22,17 +22,18 @@ or from Python: ``ddp_sgd.run(procs=[1, 2, 4], steps=5)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 from torch import nn
+from typing_extensions import NotRequired  # typing's from Python 3.11
 
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff, weights
 from ignite_ddl.trainer.data import synthetic_images
 from ignite_ddl.trainer.engines import create_trainer, seed_everything
@@ -46,6 +47,9 @@ __all__ = [
     "SEED",
     "GlobalBatchNorm2d",
     "Options",
+    "Refusal",
+    "Result",
+    "RunRow",
     "format_result",
     "run",
     "sync_bn_refusals",
@@ -60,6 +64,56 @@ CLAIM = (
 
 _IMAGE = (3, 16, 16)
 SEED = 543
+
+
+class Refusal(TypedDict):
+    by: str  # who refused SyncBatchNorm: DDP, the layer, its kernel
+    message: str  # the first sentence of its error
+
+
+class _SyncBN(TypedDict):
+    layer: str  # SyncBatchNorm, or the stand-in written with plain collectives
+    refusals: list[Refusal]  # why SyncBatchNorm itself cannot run here (empty: it ran)
+
+
+class _Variants(TypedDict):  # what rank 0 of a run returns
+    moved: float  # the largest change training made to a weight (plain CNN)
+    device: str
+    sync_bn: _SyncBN | None  # None with one process
+    final: NotRequired[dict[str, dict[str, torch.Tensor]]]  # the reference run: each variant's weights
+    diff: NotRequired[dict[str, float]]  # the others: each variant's max |weight difference| from the reference
+
+
+Variant = Literal["plain", "batchnorm", "sync_bn"]
+
+
+class RunRow(TypedDict):
+    """One process count against one process: each variant's max |weight difference|."""
+
+    procs: int
+    per_rank_batch: int
+    plain: float  # the CNN without BatchNorm
+    batchnorm: float  # with BatchNorm: each rank normalises with its own batch's statistics
+    sync_bn: float  # with statistics of the global batch
+    device: str
+    sync_bn_layer: str
+    sync_bn_refusals: list[Refusal]
+
+
+class _Measured(TypedDict):
+    lab: str
+    steps: int
+    global_batch: int
+    lr: float
+    tolerance: float
+    device: str
+    torch: str
+    weights_moved: float
+    runs: list[RunRow]
+
+
+class Result(_Measured, LabResult):
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,9 +191,9 @@ def _first_sentence(error: BaseException) -> str:
     return text.split(". ")[0].rstrip(".")
 
 
-def sync_bn_refusals(ddp_error: BaseException) -> list[dict[str, str]]:
+def sync_bn_refusals(ddp_error: BaseException) -> list[Refusal]:
     """Why SyncBatchNorm cannot run on this device: DDP's refusal, then the layer's own and its kernel's."""
-    reasons = [{"by": "DistributedDataParallel", "message": _first_sentence(ddp_error)}]
+    reasons: list[Refusal] = [{"by": "DistributedDataParallel", "message": _first_sentence(ddp_error)}]
     x = torch.randn(4, 2, 3, 3)
     attempts = {
         "SyncBatchNorm.forward": lambda: nn.SyncBatchNorm(2)(x),  # refused before any collective: no rank waits
@@ -162,8 +216,8 @@ def _train(model: nn.Module, data: torch.utils.data.Dataset, batch_size: int, lr
 
 
 def _train_variants(
-    local_rank: int, steps: int, batch_size: int, lr: float, reference: dict | None = None
-) -> dict[str, Any]:
+    local_rank: int, steps: int, batch_size: int, lr: float, reference: dict[str, dict[str, torch.Tensor]] | None = None
+) -> _Variants:
     """Train each model variant for ``steps`` steps on this rank and return the final weights of each.
 
     Given ``reference`` (the one-process run's weights), it returns each variant's max |weight difference| from
@@ -176,7 +230,7 @@ def _train_variants(
     final = {"plain": _train(place_model(model), data, batch_size, lr)}
     seed_everything(SEED)
     final["batchnorm"] = _train(place_model(_bn_cnn()), data, batch_size, lr)
-    result = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
+    result: _Variants = {"moved": max_abs_diff(final["plain"], start), "device": idist.device().type, "sync_bn": None}
     if idist.get_world_size() > 1:
         seed_everything(SEED)
         try:
@@ -194,26 +248,29 @@ def _train_variants(
     return {**result, "diff": {variant: max_abs_diff(w, ref[variant]) for variant, w in final.items()}}
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Train one process, then each larger count, and compare their weights. ``options``: the fields of
     :class:`Options`."""
     opts = Options(**options)
-    reference = launch_lab(_train_variants, opts, 1, opts.steps, opts.batch_size, opts.lr)
-    rows = []
+    reference: _Variants = launch_lab(_train_variants, opts, 1, opts.steps, opts.batch_size, opts.lr)
+    rows: list[RunRow] = []
     for n in sorted(set(opts.procs) - {1}):
-        got = launch_lab(_train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
-        sync_bn = got["sync_bn"]
+        got: _Variants = launch_lab(_train_variants, opts, n, opts.steps, opts.batch_size, opts.lr, reference["final"])
+        sync_bn, diff = got["sync_bn"], got["diff"]
+        assert sync_bn is not None  # several processes: the global-statistics run was made
         rows.append(
             {
                 "procs": n,
                 "per_rank_batch": opts.batch_size // n,
-                **got["diff"],
+                "plain": diff["plain"],
+                "batchnorm": diff["batchnorm"],
+                "sync_bn": diff["sync_bn"],
                 "device": got["device"],
                 "sync_bn_layer": sync_bn["layer"],
                 "sync_bn_refusals": sync_bn["refusals"],
             }
         )
-    result = {
+    result: _Measured = {
         "lab": NAME,
         "steps": opts.steps,
         "global_batch": opts.batch_size,
@@ -224,17 +281,16 @@ def run(**options: Any) -> dict[str, Any]:
         "weights_moved": reference["moved"],
         "runs": rows,
     }
-    result["checks"] = _checks(result)
-    return result
+    return {**result, "checks": _checks(result)}
 
 
-def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _checks(result: _Measured) -> list[Check]:
     tol, rows = result["tolerance"], result["runs"]
     if not rows:
         return [check("at least one process count above 1 to compare with one process", False, "got only 1")]
 
-    def diffs(key: str) -> str:
-        return ", ".join(f"{r['procs']} procs {r[key]:.1e}" for r in rows)
+    def diffs(variant: Variant) -> str:
+        return ", ".join(f"{r['procs']} procs {r[variant]:.1e}" for r in rows)
 
     moved = result["weights_moved"]
     checks = [
@@ -268,7 +324,7 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     rows = [
         [r["procs"], r["per_rank_batch"], f"{r['plain']:.1e}", f"{r['batchnorm']:.1e}", f"{r['sync_bn']:.1e}"]
         for r in result["runs"]

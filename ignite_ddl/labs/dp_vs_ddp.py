@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import ignite.distributed as idist
 import torch
@@ -35,12 +35,13 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 from torch.nn.utils import parameters_to_vector
+from typing_extensions import NotRequired  # typing's from Python 3.11
 
 from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, launch_lab
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, lab_logs, launch_lab
 from ignite_ddl.labs._weights import gradients
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
@@ -56,7 +57,12 @@ __all__ = [
     "NAME",
     "SEED",
     "SHAPE",
+    "DDPRank",
+    "GPUMeasured",
+    "GPUNotMeasured",
     "Options",
+    "Result",
+    "Structure",
     "format_result",
     "run",
 ]
@@ -73,6 +79,63 @@ SHAPE = (1, 4, 8)  # the CPU demonstration's inputs: 32 features for its MLP
 _FEATURES = SHAPE[0] * SHAPE[1] * SHAPE[2]
 _BALANCED = 1.1  # DDP ranks' peak memory within 10 % of each other
 _GPU_IMAGE = (3, 32, 32)
+
+
+class DDPRank(TypedDict):
+    """One DDP rank of the CPU demonstration (weights and gradients as fingerprints of their bytes)."""
+
+    rank: int
+    pid: int
+    weights_before: str  # before wrapping: each rank seeded its own
+    weights_after: str  # after wrapping: rank 0's, broadcast
+    loss: float  # on its own samples
+    grads: str  # after backward: averaged over the ranks
+    bucket_numels: list[int]  # gradients in each bucket, in launch order
+    buckets_before_first_layer_grad: int  # buckets launched before backward reached the first layer
+
+
+class DataParallelHere(TypedDict):
+    """nn.DataParallel with fewer than 2 GPUs."""
+
+    device_ids: list[int]
+    same_module: bool  # it runs the wrapped module itself
+    same_output: bool  # as the bare module's
+
+
+class Structure(TypedDict):
+    ddp_ranks: list[DDPRank]
+    dataparallel: NotRequired[DataParallelHere]  # with fewer than 2 GPUs
+
+
+class WrapperRun(TypedDict):
+    peak_bytes: list[int]  # per GPU
+    samples_per_s: float
+
+
+class GPUMeasured(TypedDict):
+    measured: Literal[True]
+    gpus: int
+    model: str
+    global_batch: int
+    dp: WrapperRun
+    ddp: WrapperRun
+
+
+class GPUNotMeasured(TypedDict):
+    measured: Literal[False]
+    gpus: int
+    reason: str
+
+
+class _Measured(TypedDict):
+    lab: str
+    gpu: GPUMeasured | GPUNotMeasured
+    structure: Structure
+    parent_pid: int
+
+
+class Result(_Measured, LabResult):
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +164,7 @@ def _digest(tensor: torch.Tensor) -> str:
 # -- on any machine: what DDP and DataParallel do
 
 
-def _ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]]:
+def _ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[DDPRank]:
     """One rank of a DDP model: pids, weights before and after wrapping, bucket launches during backward."""
     rank, device = idist.get_rank(), idist.device()
     seed_everything(SEED + rank)  # a different initial model on every rank, on purpose: DDP must replace it
@@ -129,20 +192,20 @@ def _ddp_structure(local_rank: int, bucket_cap_mb: float) -> list[dict[str, Any]
     buckets = [(t, n) for kind, t, n in events if kind == "bucket"]
     first_layer_ready = next(t for kind, t, _ in events if kind == "first layer")
     return gather_objects(
-        {
-            "rank": rank,
-            "pid": os.getpid(),
-            "weights_before": before,
-            "weights_after": after,
-            "loss": loss.item(),
-            "grads": _digest(parameters_to_vector(gradients(model.parameters()))),
-            "bucket_numels": [n for _, n in buckets],
-            "buckets_before_first_layer_grad": sum(t < first_layer_ready for t, _ in buckets),
-        }
+        DDPRank(
+            rank=rank,
+            pid=os.getpid(),
+            weights_before=before,
+            weights_after=after,
+            loss=loss.item(),
+            grads=_digest(parameters_to_vector(gradients(model.parameters()))),
+            bucket_numels=[n for _, n in buckets],
+            buckets_before_first_layer_grad=sum(t < first_layer_ready for t, _ in buckets),
+        )
     )
 
 
-def _dataparallel_here() -> dict[str, Any]:
+def _dataparallel_here() -> DataParallelHere:
     """What ``nn.DataParallel`` does with fewer than 2 GPUs, for a model's forward pass."""
     device = "cuda:0" if torch.cuda.is_available() else "cpu"  # DataParallel wants the model on its first GPU
     with torch.random.fork_rng():  # leaves the caller's random state alone
@@ -183,7 +246,7 @@ def _batch(size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]
     return x.to(device), y.to(device)
 
 
-def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int) -> dict[str, Any]:
+def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int) -> WrapperRun:
     """DataParallel in this process over every visible GPU: peak memory of each GPU, samples per second."""
     gpus = torch.cuda.device_count()
     seed_everything(SEED)
@@ -195,7 +258,7 @@ def _dataparallel_gpus(model_name: str, batch_size: int, steps: int, warmup: int
     return {"peak_bytes": peaks, "samples_per_s": batch_size * steps / seconds}
 
 
-def _ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> dict:
+def _ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warmup: int) -> WrapperRun:
     """One DDP rank on its own GPU: its peak memory and time; rank 0 returns them all."""
     device = idist.device()
     seed_everything(SEED)
@@ -208,36 +271,36 @@ def _ddp_gpu_rank(local_rank: int, model_name: str, batch: int, steps: int, warm
     return {"peak_bytes": [r["peak_bytes"] for r in ranks], "samples_per_s": batch * steps / slowest}
 
 
-def _measure_gpus(opts: Options, gpus: int) -> dict[str, Any]:
+def _measure_gpus(opts: Options, gpus: int) -> GPUMeasured:
     # DDP ranks spawned, not forked: DataParallel initialises CUDA in this process (this run's or an earlier one's),
     # and forked children cannot use CUDA once their parent has.
     settings = LaunchSettings(
         backend="nccl", nproc_per_node=gpus, start_method="spawn", log_dir=lab_logs(opts.output_dir)
     )
-    ddp = launch(_ddp_gpu_rank, settings, opts.model, opts.batch_size, opts.steps, opts.warmup)
+    ddp: WrapperRun = launch(_ddp_gpu_rank, settings, opts.model, opts.batch_size, opts.steps, opts.warmup)
     dp = _dataparallel_gpus(opts.model, opts.batch_size, opts.steps, opts.warmup)
     return {"measured": True, "gpus": gpus, "model": opts.model, "global_batch": opts.batch_size, "dp": dp, "ddp": ddp}
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Show what DDP does on ``nproc_per_node`` ranks and, with 2 or more GPUs, measure both wrappers on them.
     ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
     gpus = torch.cuda.device_count()  # counted without initialising CUDA
     # First, while this process has not touched CUDA, so that the launcher may fork the ranks.
-    cpu = {"ddp_ranks": launch_lab(_ddp_structure, opts, opts.nproc_per_node, opts.bucket_cap_mb)}
+    cpu: Structure = {"ddp_ranks": launch_lab(_ddp_structure, opts, opts.nproc_per_node, opts.bucket_cap_mb)}
+    gpu: GPUMeasured | GPUNotMeasured
     if gpus >= 2:
         gpu = _measure_gpus(opts, gpus)
     else:
         gpu = {"measured": False, "gpus": gpus, "reason": f"needs 2 or more CUDA GPUs; {gpus} visible here"}
         cpu["dataparallel"] = _dataparallel_here()
-    result = {"lab": NAME, "gpu": gpu, "structure": cpu, "parent_pid": os.getpid()}
-    result["checks"] = _gpu_checks(gpu) + _structure_checks(result)
-    return result
+    result: _Measured = {"lab": NAME, "gpu": gpu, "structure": cpu, "parent_pid": os.getpid()}
+    return {**result, "checks": _gpu_checks(gpu) + _structure_checks(result)}
 
 
-def _gpu_checks(gpu: dict[str, Any]) -> list[dict[str, Any]]:
-    if not gpu["measured"]:
+def _gpu_checks(gpu: GPUMeasured | GPUNotMeasured) -> list[Check]:
+    if gpu["measured"] is False:
         return []
     dp, ddp = gpu["dp"], gpu["ddp"]
     dp_mib = ", ".join(f"{b / 2**20:.0f}" for b in dp["peak_bytes"])
@@ -261,13 +324,13 @@ def _gpu_checks(gpu: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _structure_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _structure_checks(result: _Measured) -> list[Check]:
     ranks, dp = result["structure"]["ddp_ranks"], result["structure"].get("dataparallel")
     n = len(ranks)
     pids = {r["pid"] for r in ranks}
     buckets = ranks[0]["bucket_numels"]
     overlapped = min(r["buckets_before_first_layer_grad"] for r in ranks)
-    checks = []
+    checks: list[Check] = []
     if dp is not None:
         checks.append(
             check(
@@ -301,10 +364,10 @@ def _structure_checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     gpu = result["gpu"]
     lines = [f"{NAME}: DataParallel vs DistributedDataParallel"]
-    if gpu["measured"]:
+    if gpu["measured"] is True:
         rows = [
             [name, *(f"{b / 2**20:.0f} MiB" for b in m["peak_bytes"]), f"{m['samples_per_s']:.0f}"]
             for name, m in (("DataParallel", gpu["dp"]), ("DDP (nccl)", gpu["ddp"]))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import ignite.distributed as idist
 import torch
@@ -36,7 +36,7 @@ from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table, kib
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, launch_lab, split_evenly
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, launch_lab, split_evenly
 from ignite_ddl.labs._steps import batch_share, median_step_s
 from ignite_ddl.measure.clock import now
 from ignite_ddl.measure.gather import gather_objects
@@ -52,7 +52,11 @@ __all__ = [
     "PARTS",
     "SEED",
     "SHAPE",
+    "ModeSummary",
     "Options",
+    "RankRun",
+    "Result",
+    "Trained",
     "format_result",
     "run",
     "train",
@@ -70,6 +74,46 @@ SEED = 543
 _MODES = ("ddp", "fsdp")
 PARTS = HELD_PARTS
 _SHARD_SLACK = 1.1  # shards are cut along rows: a layer whose rows do not divide by N leaves one rank a little more
+
+
+class RankRun(TypedDict):
+    losses: list[float]  # per step
+    times: list[float]  # seconds per step
+    bytes: dict[str, int]  # held after the last step: params, grads, optimizer
+
+
+class Trained(TypedDict):
+    """A mode's run, as rank 0 returns it."""
+
+    ranks: list[RankRun]
+    largest_layer_bytes: int  # one layer's parameters, unsharded: what FSDP gathers while it runs
+
+
+class ModeSummary(TypedDict):
+    mode: str
+    bytes_per_rank: list[dict[str, int]]  # each rank's params, grads, optimizer, and their total
+    max_rank_bytes: dict[str, int]  # the busiest rank's, per part
+    losses: list[float]  # per step, mean over the ranks
+    step_s: float  # median step of the slowest rank, warm-up left out
+    largest_layer_bytes: int
+
+
+class _Measured(TypedDict):
+    lab: str
+    processes: int
+    width: int
+    layers: int
+    steps: int
+    global_batch: int
+    tolerance: float
+    api: str
+    modes: dict[str, ModeSummary]  # ddp, fsdp
+    loss_diff: float  # the largest |loss difference| of a step
+    ratio: dict[str, float]  # FSDP's bytes / DDP's, busiest rank, per part
+
+
+class Result(_Measured, LabResult):
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,9 +145,7 @@ def _wrap(model: nn.Sequential, mode: str) -> nn.Module:
     return cast(nn.Module, fully_shard(model))  # the model itself, its class now an FSDP subclass of its own
 
 
-def train(
-    local_rank: int, mode: str, width: int, layers: int, steps: int, batch_size: int, lr: float
-) -> dict[str, Any]:
+def train(local_rank: int, mode: str, width: int, layers: int, steps: int, batch_size: int, lr: float) -> Trained:
     """Train with ``mode`` (ddp | fsdp); rank 0 returns every rank's losses, step times and bytes held."""
     rank, world, device = idist.get_rank(), idist.get_world_size(), idist.device()
     seed_everything(SEED)
@@ -123,11 +165,11 @@ def train(
         losses.append(loss.item())
         times.append(now(device) - start)
     held = held_bytes(wrapped, optimizer)  # after the last step, as they stay until the next one
-    ranks = gather_objects({"losses": losses, "times": times, "bytes": held})
+    ranks: list[RankRun] = gather_objects(RankRun(losses=losses, times=times, bytes=held))
     return {"ranks": ranks, "largest_layer_bytes": largest_layer}
 
 
-def _summary(mode: str, run: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
+def _summary(mode: str, run: Trained, steps: int, warmup: int) -> ModeSummary:
     ranks = run["ranks"]
     per_rank = [{**r["bytes"], "total": sum(r["bytes"].values())} for r in ranks]
     return {
@@ -140,7 +182,7 @@ def _summary(mode: str, run: dict[str, Any], steps: int, warmup: int) -> dict[st
     }
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Train the MLP with DDP, then with FSDP, on ``nproc_per_node`` ranks and compare what each rank holds.
     ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
@@ -155,7 +197,7 @@ def run(**options: Any) -> dict[str, Any]:
         for mode in _MODES
     }
     ddp, fsdp = modes["ddp"], modes["fsdp"]
-    result = {
+    result: _Measured = {
         "lab": NAME,
         "processes": n,
         "width": opts.width,
@@ -168,11 +210,10 @@ def run(**options: Any) -> dict[str, Any]:
         "loss_diff": max(abs(a - b) for a, b in zip(ddp["losses"], fsdp["losses"])),
         "ratio": {part: fsdp["max_rank_bytes"][part] / ddp["max_rank_bytes"][part] for part in (*PARTS, "total")},
     }
-    result["checks"] = _checks(result)
-    return result
+    return {**result, "checks": _checks(result)}
 
 
-def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _checks(result: _Measured) -> list[Check]:
     n, ddp, fsdp = result["processes"], result["modes"]["ddp"], result["modes"]["fsdp"]
     shards_add_up = all(
         sum(r[part] for r in fsdp["bytes_per_rank"]) == ddp["max_rank_bytes"][part] for part in ("params", "grads")
@@ -194,7 +235,7 @@ def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     rows = []
     for mode, m in result["modes"].items():
         for rank, b in enumerate(m["bytes_per_rank"]):

@@ -45,7 +45,7 @@ from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.options import Role, option, option_like
 from ignite_ddl.core.text import format_table
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs, split_evenly
+from ignite_ddl.labs import LabLaunchOptions, LabResult, at_least, check, format_checks, lab_logs, split_evenly
 from ignite_ddl.labs._weights import max_abs_diff
 from ignite_ddl.launcher.rendezvous import free_port
 from ignite_ddl.launcher.settings import LaunchSettings, plan_launch
@@ -59,6 +59,7 @@ __all__ = [
     "NAME",
     "SEED",
     "Options",
+    "Result",
     "code_lines",
     "format_result",
     "ignite_main",
@@ -74,6 +75,19 @@ CLAIM = "the DDP tutorial's program reaches the same weights written with raw to
 
 SEED = 0
 LR = 0.01
+
+
+class Result(LabResult):
+    lab: str
+    processes: int
+    ignite_backend: str | None  # None: one process, no process group
+    raw_backend: str
+    steps: int
+    global_batch: int
+    tolerance: float
+    max_abs_diff: float  # between the two sides' final weights
+    weights_moved: float  # the largest change training made to a weight
+    code_lines: dict[str, dict[str, int]]  # per side (raw, ignite), each function's lines of code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +203,7 @@ def code_lines(fn: Callable[..., Any]) -> int:
     return sum(1 for line in code if not line.lstrip().startswith("#"))
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Train the ToyModel the raw way and the Ignite way on ``nproc_per_node`` processes and compare the weights.
     ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
@@ -207,7 +221,7 @@ def run(**options: Any) -> dict[str, Any]:
         for side, fns in (("raw", _RAW_CODE), ("ignite", _IGNITE_CODE))
     }
     diff = max_abs_diff(raw, ours)
-    result: dict[str, Any] = {
+    return {
         "lab": NAME,
         "processes": plan.world_size,
         "ignite_backend": plan.backend,
@@ -218,18 +232,17 @@ def run(**options: Any) -> dict[str, Any]:
         "max_abs_diff": diff,
         "weights_moved": moved,
         "code_lines": lines,
+        "checks": [
+            check(
+                "raw torch.distributed and Ignite reach the same weights",
+                diff <= opts.tolerance and moved > 100 * opts.tolerance,
+                f"max |dw| {diff:.1e} (tolerance {opts.tolerance:g}; training moved the weights by up to {moved:.1e})",
+            )
+        ],
     }
-    result["checks"] = [
-        check(
-            "raw torch.distributed and Ignite reach the same weights",
-            diff <= opts.tolerance and moved > 100 * opts.tolerance,
-            f"max |dw| {diff:.1e} (tolerance {opts.tolerance:g}; training moved the weights by up to {moved:.1e})",
-        )
-    ]
-    return result
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     rows = [[side, name, n] for side, fns in result["code_lines"].items() for name, n in fns.items()]
     rows += [[side, "total", sum(fns.values())] for side, fns in result["code_lines"].items()]
     return "\n".join(

@@ -18,22 +18,37 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import ignite.distributed as idist
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import NotRequired  # typing's from Python 3.11
 
 from ignite_ddl.core.config import LaunchOptions, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option, option_like
-from ignite_ddl.labs import LabLaunchOptions, at_least, check, format_checks, lab_logs
+from ignite_ddl.labs import Check, LabLaunchOptions, LabResult, at_least, check, format_checks, lab_logs
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.trainer.data import synthetic_images
 
-__all__ = ["CLAIM", "GRID_SIDE", "HELP", "NAME", "SCENARIOS", "Options", "format_result", "run", "save_image_grid"]
+__all__ = [
+    "CLAIM",
+    "GRID_SIDE",
+    "HELP",
+    "NAME",
+    "SCENARIOS",
+    "DrawnBatch",
+    "EpochFacts",
+    "Options",
+    "RankShards",
+    "Result",
+    "format_result",
+    "run",
+    "save_image_grid",
+]
 
 NAME = "shards"
 HELP = "show and check which samples each rank gets from auto_dataloader, epoch by epoch"
@@ -43,7 +58,66 @@ CLAIM = (
 )
 
 GRID_SIDE = 8  # the seed notebook's grid: the first 8 x 8 images of each rank's first batch
-SCENARIOS = {"set_epoch": True, "forgotten": False}  # whether the loop calls sampler.set_epoch(epoch)
+Scenario = Literal["set_epoch", "forgotten"]
+SCENARIOS: dict[Scenario, bool] = {"set_epoch": True, "forgotten": False}  # whether the loop calls set_epoch(epoch)
+
+
+class RankShards(TypedDict):
+    """What one rank saw: the indices it got in each epoch, in each scenario."""
+
+    rank: int
+    set_epoch: list[list[int]]  # per epoch, with sampler.set_epoch(epoch) called
+    batch_sizes: list[int]  # the sizes of its first epoch's batches
+    forgotten: list[list[int]]  # per epoch, without it
+    per_rank_batch: int
+    grid: NotRequired[list[int]]  # with image_grid: the indices of its first batch, drawn in the PNG
+
+
+class GridImages(TypedDict):
+    indices: list[int]
+    images: Any  # a tensor of images, (N, C, H, W)
+    labels: NotRequired[Any]  # their classes, where the tiles name them
+
+
+class DrawnBatch(TypedDict):
+    """A rank's first batch, as :func:`save_image_grid` draws it."""
+
+    rank: int
+    grid: GridImages
+
+
+class _RankSeen(TypedDict):  # what a rank sends back: its shards, and the images of its first batch to draw
+    shards: RankShards
+    drawn: NotRequired[DrawnBatch]
+
+
+class EpochFacts(TypedDict):
+    """What one epoch's shards cover together."""
+
+    seen: int  # samples handed out, repeats included
+    missing: list[int]
+    duplicated: list[int]
+    extra: int  # samples handed out more than once
+
+
+class _Dealt(TypedDict):
+    world_size: int
+    backend: str
+    rows: list[_RankSeen]
+
+
+class Result(LabResult):
+    world_size: int
+    backend: str
+    rows: list[RankShards]
+    lab: str
+    dataset_size: int
+    global_batch: int
+    epochs: int
+    per_rank_batch: int
+    padding: int  # samples the sampler repeats so that every rank gets as many
+    epoch_facts: list[EpochFacts]
+    image_grid: NotRequired[str]  # the PNG of each rank's first batch
 
 
 def _epochs_seen(loader: Any, epochs: int, set_epoch: bool) -> tuple[list[list[int]], list[int]]:
@@ -61,24 +135,36 @@ def _epochs_seen(loader: Any, epochs: int, set_epoch: bool) -> tuple[list[list[i
     return seen, batch_sizes
 
 
-def _shards_rank(local_rank: int, size: int, batch_size: int, epochs: int, images: bool) -> dict[str, Any]:
+def _shards_rank(local_rank: int, size: int, batch_size: int, epochs: int, images: bool) -> _Dealt:
     # A dataset whose samples are their own index (and, for the grid, an image each).
     tensors = [torch.arange(size)] + ([synthetic_images(size).tensors[0]] if images else [])
     dataset = TensorDataset(*tensors)
-    row: dict[str, Any] = {"rank": idist.get_rank()}
+    seen: dict[Scenario, list[list[int]]] = {}
+    batch_sizes: list[int] = []
     for scenario, set_epoch in SCENARIOS.items():
         # A fresh loader per scenario: the sampler remembers the last epoch it was given.
         # The cast: a DataLoader, or on XLA the loader of ignite_ddl.launcher.xla that answers DataLoader's attributes.
         loader = cast(DataLoader, idist.auto_dataloader(dataset, batch_size=batch_size, shuffle=True, num_workers=0))
-        row[scenario], row["batch_sizes"] = _epochs_seen(loader, epochs, set_epoch)  # same batches both times
-    row["per_rank_batch"] = loader.batch_size
+        seen[scenario], batch_sizes = _epochs_seen(loader, epochs, set_epoch)  # same batches both times
+    shards: RankShards = {
+        "rank": idist.get_rank(),
+        "set_epoch": seen["set_epoch"],
+        "batch_sizes": batch_sizes,
+        "forgotten": seen["forgotten"],
+        "per_rank_batch": int(loader.batch_size or 0),
+    }
+    row: _RankSeen = {"shards": shards}
     if images:
         first = next(iter(loader))
-        row["grid"] = {"indices": first[0][: GRID_SIDE**2].cpu().tolist(), "images": first[1][: GRID_SIDE**2].cpu()}
+        grid: GridImages = {
+            "indices": first[0][: GRID_SIDE**2].cpu().tolist(),
+            "images": first[1][: GRID_SIDE**2].cpu(),
+        }
+        row["drawn"] = {"rank": shards["rank"], "grid": grid}
     return {"world_size": idist.get_world_size(), "backend": idist.backend() or "none", "rows": gather_objects(row)}
 
 
-def _epoch_facts(shards: list[list[int]], size: int) -> dict[str, Any]:
+def _epoch_facts(shards: list[list[int]], size: int) -> EpochFacts:
     """What one epoch's shards (one list of indices per rank) cover: samples seen, missed, seen more than once."""
     counts = Counter(i for shard in shards for i in shard)
     return {
@@ -89,9 +175,8 @@ def _epoch_facts(shards: list[list[int]], size: int) -> dict[str, Any]:
     }
 
 
-def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
-    rows, world, facts = result["rows"], result["world_size"], result["epoch_facts"]
-    size, batch, epochs, padding = result["dataset_size"], result["global_batch"], result["epochs"], result["padding"]
+def _checks(rows: list[RankShards], facts: list[EpochFacts], size: int, batch: int, padding: int) -> list[Check]:
+    world, epochs = len(rows), len(facts)
     per_shard = math.ceil(size / world)
     # auto_dataloader divides a global batch of at least the world size and leaves a smaller one as it is.
     expected_batch = batch // world if batch >= world else batch
@@ -142,7 +227,7 @@ TILE_IN = 0.72  # inches per image tile: a 32 x 32 image at twice its size, with
 MAX_FIGURE_WIDTH_IN = 15.0
 
 
-def save_image_grid(rows: list[dict[str, Any]], path: str) -> None:
+def save_image_grid(rows: list[DrawnBatch], path: str) -> None:
     """Each rank's first batch (up to 8 x 8 images) as a grid of tiles, one panel per rank, each tile labelled with
     its sample index (and class, where ``row["grid"]["labels"]`` gives them); a PNG. Tiles are as large as a label
     needs, panels as large as their tiles (a short batch makes a short panel, not a strip in white space), and each
@@ -211,7 +296,7 @@ class Options(LabLaunchOptions):
             raise ConfigError("dataset_size must be >= 2 and at least the number of processes")
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Deal a dataset of ``dataset_size`` samples to ``nproc_per_node`` ranks for ``epochs`` epochs, with and
     without ``sampler.set_epoch``. ``options``: the fields of :class:`Options`."""
     opts = Options(**options)
@@ -219,17 +304,29 @@ def run(**options: Any) -> dict[str, Any]:
     settings = LaunchSettings(
         backend=opts.backend, nproc_per_node=opts.nproc_per_node, log_dir=lab_logs(opts.output_dir)
     )
-    result = launch(_shards_rank, settings, size, batch_size, epochs, opts.image_grid is not None)
-    world = result["world_size"]
-    result.update(lab=NAME, dataset_size=size, global_batch=batch_size, epochs=epochs)
-    result.update(per_rank_batch=result["rows"][0]["per_rank_batch"], padding=world * math.ceil(size / world) - size)
-    result["epoch_facts"] = [_epoch_facts([row["set_epoch"][e] for row in result["rows"]], size) for e in range(epochs)]
-    result["checks"] = _checks(result)
+    dealt: _Dealt = launch(_shards_rank, settings, size, batch_size, epochs, opts.image_grid is not None)
+    world, rows = dealt["world_size"], [seen["shards"] for seen in dealt["rows"]]
+    padding = world * math.ceil(size / world) - size
+    facts = [_epoch_facts([row["set_epoch"][e] for row in rows], size) for e in range(epochs)]
+    result: Result = {
+        "world_size": world,
+        "backend": dealt["backend"],
+        "rows": rows,
+        "lab": NAME,
+        "dataset_size": size,
+        "global_batch": batch_size,
+        "epochs": epochs,
+        "per_rank_batch": rows[0]["per_rank_batch"],
+        "padding": padding,
+        "epoch_facts": facts,
+        "checks": _checks(rows, facts, size, batch_size, padding),
+    }
     if opts.image_grid:
-        save_image_grid(result["rows"], opts.image_grid)
+        drawn = [seen["drawn"] for seen in dealt["rows"] if "drawn" in seen]
+        save_image_grid(drawn, opts.image_grid)
         result["image_grid"] = opts.image_grid
-        for row in result["rows"]:
-            row["grid"] = row["grid"]["indices"]  # the images stay in the PNG: the result is plain data
+        for row, batch in zip(rows, drawn):
+            row["grid"] = batch["grid"]["indices"]  # the images stay in the PNG: the result is plain data
     return result
 
 
@@ -237,7 +334,7 @@ def _indices(indices: list[int], limit: int = 12) -> str:
     return " ".join(map(str, indices[:limit])) + (f" ... ({len(indices)})" if len(indices) > limit else "")
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     world, rows = result["world_size"], result["rows"]
     lines = [
         f"{result['dataset_size']} samples over {world} ranks ({result['backend']}): global batch "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import ignite.distributed as idist
 import torch
@@ -28,13 +28,25 @@ import torch
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Role, option
-from ignite_ddl.labs import LabOptions, at_least, check, format_checks, lab_logs, output_dir_option
+from ignite_ddl.labs import Check, LabOptions, LabResult, at_least, check, format_checks, lab_logs, output_dir_option
 from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.clock import device_synchronizer
 from ignite_ddl.measure.gather import gather_objects
 
-__all__ = ["CLAIM", "FREE_CORES_AT_TWO", "HELP", "NAME", "Options", "format_result", "run"]
+__all__ = [
+    "CLAIM",
+    "FREE_CORES_AT_TWO",
+    "HELP",
+    "NAME",
+    "Options",
+    "Result",
+    "ScalingResult",
+    "ScalingRow",
+    "TransferResult",
+    "format_result",
+    "run",
+]
 
 NAME = "speedup"
 HELP = "strong scaling of a CPU-bound job over 1..N processes vs the core count (--transfer: device copies in a loop)"
@@ -49,12 +61,63 @@ FREE_CORE_AT_ONE = 0.85  # below this the one-process baseline did not get its c
 _NOISE = 1.15  # speedup can exceed the core count only by timing noise on the one-process run
 
 
+class JobTimes(TypedDict):
+    """One run of the job, as rank 0 gathered it."""
+
+    wall_s: float  # from the common start to the last rank's end
+    rank_s: list[float]  # each rank's busy time
+    cpu_s: list[float]  # each rank's CPU time while busy
+    tasks_per_rank: list[int]
+    threads: int  # intra-op threads of a rank
+
+
+class ScalingRow(JobTimes):
+    """A process count's best run and what it says about scaling."""
+
+    procs: int
+    speedup: float  # the one-process wall time / this one
+    efficiency: float  # speedup / procs
+    cores_used: float  # sum over ranks of CPU time / busy time
+    ideal: float  # min(procs, cores, tasks / most tasks per rank)
+
+
+class ScalingResult(LabResult):
+    lab: str
+    mode: Literal["scaling"]
+    scaling: str  # "strong": the same job whatever the process count
+    work: int
+    tasks: int
+    repeats: int
+    cpu_cores: int
+    rows: list[ScalingRow]
+
+
+class TransferTimes(TypedDict):
+    """The two loops on one process's device: the best of the repeats."""
+
+    device: str
+    same_tensor: bool  # .to(device) returned the tensor itself (the device is the host)
+    inside_s: float  # .to(device) in every iteration
+    once_s: float  # .to(device) once before the loop
+
+
+class TransferResult(TransferTimes, LabResult):
+    lab: str
+    mode: Literal["transfer"]
+    work: int
+    iters: int
+    ratio: float  # inside_s / once_s
+
+
+Result = ScalingResult | TransferResult
+
+
 def _sort_tasks(tasks: range, work: int) -> None:
     for task in tasks:
         torch.rand(work, generator=torch.Generator().manual_seed(task)).sort()
 
 
-def _job_rank(local_rank: int, work: int, tasks: int) -> dict[str, Any]:
+def _job_rank(local_rank: int, work: int, tasks: int) -> JobTimes:
     rank, world = idist.get_rank(), idist.get_world_size()
     mine = range(rank, tasks, world)  # round-robin: the ranks share the same total job
     idist.barrier()  # everyone starts together
@@ -72,10 +135,10 @@ def _job_rank(local_rank: int, work: int, tasks: int) -> dict[str, Any]:
     }
 
 
-def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[dict[str, Any]]:
+def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[ScalingRow]:
     """Best (shortest wall time) of ``opts.repeats`` runs for each process count, the counts interleaved so that
     a slow spell of the machine does not land on one count only."""
-    best: dict[int, dict[str, Any]] = {}
+    best: dict[int, JobTimes] = {}
     for _ in range(opts.repeats):
         for p in procs:
             settings = LaunchSettings(backend="gloo", nproc_per_node=p, threads=1, log_dir=lab_logs(opts.output_dir))
@@ -83,7 +146,7 @@ def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[di
             if p not in best or outcome["wall_s"] < best[p]["wall_s"]:
                 best[p] = outcome
     one = best[1]["wall_s"]
-    rows = []
+    rows: list[ScalingRow] = []
     for p in procs:
         wall = best[p]["wall_s"]
         rows.append(
@@ -102,7 +165,7 @@ def _scaling(opts: Options, procs: list[int], tasks: int, cores: int) -> list[di
     return rows
 
 
-def _scaling_checks(rows: list[dict[str, Any]], tasks: int, cores: int) -> list[dict[str, Any]]:
+def _scaling_checks(rows: list[ScalingRow], tasks: int, cores: int) -> list[Check]:
     by_procs = {row["procs"]: row for row in rows}
     checks = [
         check(
@@ -154,7 +217,7 @@ def _timed_loop(host: torch.Tensor, device: torch.device, iters: int, move_insid
     return time.perf_counter() - start
 
 
-def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> dict[str, Any]:
+def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> TransferTimes:
     device = idist.device()
     host = torch.rand(work)
     times: dict[str, list[float]] = {"inside": [], "once": []}
@@ -165,14 +228,15 @@ def _transfer_rank(local_rank: int, work: int, iters: int, repeats: int) -> dict
     return {
         "device": str(device),
         "same_tensor": host.to(device) is host,
-        **{f"{where}_s": min(t) for where, t in times.items()},
+        "inside_s": min(times["inside"]),
+        "once_s": min(times["once"]),
     }
 
 
-def _transfer(opts: Options) -> dict[str, Any]:
+def _transfer(opts: Options) -> TransferResult:
     # One process on the default device of this machine: a GPU or TPU when there is one, else the CPU.
     settings = LaunchSettings(backend="auto", log_dir=lab_logs(opts.output_dir))
-    result = launch(_transfer_rank, settings, opts.work, opts.transfer_iters, opts.repeats)
+    result: TransferTimes = launch(_transfer_rank, settings, opts.work, opts.transfer_iters, opts.repeats)
     ratio = result["inside_s"] / result["once_s"]
     if result["device"] == "cpu":
         checks = [
@@ -224,7 +288,7 @@ class Options(LabOptions):
             raise ConfigError(f"tasks {self.tasks} leaves some of {max(self.procs)} processes without work")
 
 
-def run(**options: Any) -> dict[str, Any]:
+def run(**options: Any) -> Result:
     """Run the job on each process count (or, with ``transfer=True``, the two transfer loops). ``options``: the
     fields of :class:`Options`."""
     opts = Options(**options)
@@ -247,7 +311,7 @@ def run(**options: Any) -> dict[str, Any]:
     }
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: Result) -> str:
     if result["mode"] == "transfer":
         lines = [
             f"device {result['device']}: {result['iters']} iterations of sorting {result['work']:,} floats",
