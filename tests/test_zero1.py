@@ -169,6 +169,20 @@ def test_a_fourth_strategy_described_in_one_module_is_seen_everywhere(tmp_path, 
     assert zero_stage(row) == 1
 
 
+def test_every_strategy_is_described_to_the_user_by_its_own_summary(fourth_strategy, capsys):
+    """``--strategy``'s help is written from the descriptions as they stand: a strategy described later (a user's
+    own) is named there with its summary, beside the built-in ones."""
+    from ignite_ddl.cli import main
+    from ignite_ddl.core.strategies import strategy_infos
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for name, info in strategy_infos().items():
+        assert f"{name} - {info.summary}" in shown, name
+    assert "halfway - a toy: DDP whose description says it shards gradients" in shown
+
+
 def test_the_experiments_second_spec_is_valid_and_asks_the_same_grid():
     from pathlib import Path
 

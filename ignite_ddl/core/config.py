@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag, option_specs
-from ignite_ddl.core.strategies import STRATEGY_CHOICES
+from ignite_ddl.core.strategies import STRATEGY_CHOICES, strategy_help
 
 __all__ = [
     "AMP_MODES",
@@ -403,9 +403,7 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     # -- how the model is held across ranks
     strategy: str = option(
         "auto",
-        "how the model is held across ranks: none (one process) | ddp (a replica per rank) | zero1 (ddp with the "
-        "optimizer state sharded, ZeRO stage 1) | fsdp (parameters, gradients and optimizer state sharded over the "
-        "ranks, FSDP2) | auto (none for one process, ddp for several)",
+        strategy_help,  # each strategy's own summary, as described (ignite_ddl.core.strategies)
         role=Role.LAYOUT,
         choices=STRATEGIES,
     )

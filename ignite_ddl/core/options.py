@@ -95,7 +95,7 @@ class OptionSpec:
     """One option as declared: its type, default and help line, what values it accepts, its role, and how the
     command line reads and shows it."""
 
-    help: str
+    help: str | Callable[[], str]  # a line, or what writes it when it is shown (from a registry, say)
     role: Role
     kind: type  # int, float, str, bool or dict (a mapping, checked by its owner): of the value, or of each item
     default: Any = None
@@ -177,6 +177,10 @@ class OptionSpec:
             return "on" if self.default else "off"
         return ",".join(map(str, self.default)) if self.many else str(self.default)
 
+    def help_line(self) -> str:
+        """The help line as it reads now."""
+        return self.help() if callable(self.help) else self.help
+
     def shown_metavar(self) -> str:
         if self.metavar is not None:
             return self.metavar
@@ -211,7 +215,7 @@ def _comma_separated(kind: type, text: str) -> list[Any]:
 
 def option(
     default: Any = None,
-    help: str = "",
+    help: str | Callable[[], str] = "",
     *,
     role: Role,
     factory: Callable[[], Any] | None = None,
@@ -224,7 +228,8 @@ def option(
     show: Callable[[Any], str] | None = None,
     metavar: str | None = None,
 ) -> Any:
-    """A field of an :class:`Options` dataclass: its default, help line and role, and optionally the values it
+    """A field of an :class:`Options` dataclass: its default, help line (or a function writing it when it is shown:
+    an option whose choices are a registry's describes each of them) and role, and optionally the values it
     accepts (``choices``; ``low`` / ``high``, ``low_open`` to refuse ``low`` itself; ``path``), how the command
     line reads the text (``parse``), shows the default (``show``) and names the value (``metavar``). The field's
     type is its annotation: ``int``, ``float``, ``str``, ``bool``, ``X | None``, ``tuple[X, ...]`` or a mapping
@@ -374,7 +379,7 @@ def add_to_parser(
             continue
         flag = option_flag(name)
         shown = spec.shown_default()
-        help_text = spec.help + _range_text(spec) + ("" if shown is None else f" (default: {shown})")
+        help_text = spec.help_line() + _range_text(spec) + ("" if shown is None else f" (default: {shown})")
         default = None if overrides else spec.default
         if spec.kind is bool and not spec.many:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)

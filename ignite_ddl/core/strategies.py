@@ -47,6 +47,7 @@ __all__ = [
     "StrategyInfo",
     "describe_strategy",
     "resolve_strategy",
+    "strategy_help",
     "strategy_info",
     "strategy_infos",
 ]
@@ -66,7 +67,7 @@ class StrategyInfo:
     options are its torch side's group (:attr:`~ignite_ddl.trainer.strategies.Strategy.options`)."""
 
     name: str
-    summary: str
+    summary: str  # what it is, in a line: ``--strategy``'s help shows it
     shards: frozenset[str] = frozenset()
     collectives: tuple[tuple[str, str], ...] = ()
     per_micro_batch: tuple[tuple[str, str], ...] = ()
@@ -127,6 +128,14 @@ def describe_strategy(info: StrategyInfo) -> StrategyInfo:
 def strategy_infos() -> dict[str, StrategyInfo]:
     """Every strategy described, by name, in the order described."""
     return dict(_REGISTRY)
+
+
+def strategy_help() -> str:
+    """``--strategy``'s help line: every strategy described now (a user's own too), each with its summary."""
+    described = [f"{name} - {info.summary}" for name, info in _REGISTRY.items()]
+    return "how the model is held across ranks: " + " | ".join(
+        [*described, "auto - none for one process, ddp for several"]
+    )
 
 
 def strategy_info(name: str) -> StrategyInfo:
