@@ -72,6 +72,7 @@ from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
+from ignite_ddl.core.sweep_records import MemoryPrediction
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.trainer.abstract import fake_batch, held_bytes, on_meta, one_sample, to_fake
@@ -158,7 +159,8 @@ class Prediction:
             return False if self.parts and sum(self.parts.values()) > limit_bytes else None
         return peak <= limit_bytes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MemoryPrediction:
+        """As a sweep keeps it, in its plan and in each run's record."""
         return {
             "peak_bytes": self.peak_bytes,
             "parts": dict(self.parts),

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.environment import host, versions
@@ -36,6 +36,9 @@ from ignite_ddl.core.sweep_records import MemoryPlan, RunRecord, StepModel
 from ignite_ddl.core.text import format_table
 from ignite_ddl.sweep.plan import Refused, Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
+
+if TYPE_CHECKING:  # the plan's tracing imports torch: only when it runs
+    from ignite_ddl.predict.memory import Prediction
 
 __all__ = [
     "RUNTIME_OPTIONS",
@@ -76,12 +79,12 @@ _PROBE_STEPS = 8  # iterations of the probe run: past its warm-up (2), as a swee
 
 @dataclass(frozen=True)
 class Planned:
-    """One configuration of the plan and its prediction (:class:`~ignite_ddl.predict.memory.Prediction`)."""
+    """One configuration of the plan and its prediction."""
 
     index: int
     grid: dict[str, Any]
     config: TrainConfig
-    prediction: Any
+    prediction: Prediction
 
     @property
     def label(self) -> str:
@@ -196,9 +199,9 @@ def plan_memory(
 
 def unfit_reason(planned: Planned, limit_mb: float | None) -> str | None:
     """``predicted not to fit: 9.4 GiB > 8 GiB`` for a configuration predicted above the limit; None otherwise."""
+    peak = planned.prediction.peak_bytes
     if limit_mb is None or planned.prediction.fits(limit_mb * MIB) is not False:
         return None
-    peak = planned.prediction.peak_bytes
     if peak is None:  # the runtime not measured: what was traced is already over the limit
         return f"predicted not to fit: over {_gib(sum(planned.prediction.parts.values()))} > {_gib(limit_mb * MIB)}"
     return f"predicted not to fit: {_gib(peak)} > {_gib(limit_mb * MIB)}"

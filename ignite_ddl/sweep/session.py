@@ -16,7 +16,7 @@ from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
-from ignite_ddl.core.sweep_records import RunRecord, SweepMeta, SweepSession
+from ignite_ddl.core.sweep_records import MemoryPrediction, RunRecord, SweepMeta, SweepSession
 from ignite_ddl.sweep.busy import BusyStreak
 from ignite_ddl.sweep.plan import Progress, Recorded, Refused, Run, Where, contended_reruns, launched
 from ignite_ddl.sweep.records import describe_outcome, refused_record
@@ -71,7 +71,9 @@ class Session:
             "host": host(),
             "sessions": [*self.earlier, self.session],
         }
-        self.predictions: dict[int, Any] = {}  # configuration index -> its predicted memory, kept in its records
+        self.predictions: dict[
+            int, MemoryPrediction
+        ] = {}  # configuration index -> its predicted memory, in its records
         self.save()
         self.began = time.monotonic()
         self.streak = BusyStreak(spec.busy_stop_after if spec.executor == "local" else 0)
