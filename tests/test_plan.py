@@ -128,6 +128,20 @@ def test_a_model_that_cannot_be_traced_is_listed_with_why(tmp_path):
     assert inception["problem"].startswith("cannot predict: the model reads") and inception["parts"] == {}
 
 
+def test_a_plan_of_a_space_too_large_to_list_is_refused_in_one_line(tmp_path):
+    """A search's space may be far larger than a grid may list: ``plan --no-measure`` of one whose grid lists
+    100 x 100 x 100 values enumerated every configuration, printing nothing for a minute. The plan lists at most
+    MAX_CONFIGURATIONS, counted from the axes' lengths before one is built: exit 2, one line, nothing written."""
+    values = list(range(1, 101))
+    grid = {"seed": values, "batch_size": values, "max_iters": values}
+    spec = write_spec(tmp_path / "spec.yaml", name="huge", grid=grid, search={"budget_runs": 10})
+    result = run_cli("plan", spec, "--output-dir", str(tmp_path / "out"), "--no-measure", timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = result.stderr.strip()
+    assert "\n" not in said and "1e+06 configurations (100 x 100 x 100)" in said and "Traceback" not in said
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_predictions_are_within_tolerance_of_what_runs_measure(tmp_path):

@@ -11,6 +11,7 @@ refused is refused whole (:func:`all_refused`).
 from __future__ import annotations
 
 import itertools
+import math
 import reprlib
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ignite_ddl.sweep.spec import Spec
 
 __all__ = [
+    "MAX_CONFIGURATIONS",
     "SWEEP_DEFAULTS",
     "WORKLOAD_ARG",
     "all_refused",
@@ -34,6 +36,11 @@ __all__ = [
     "shown_grid",
 ]
 
+# The most configurations a grid may have: each configuration is checked (and, with predictions, planned) before
+# the first run, so a grid of 10^6 would take minutes and gigabytes before anything happened (a search of a larger
+# space proposes its configurations one at a time and never lists them). A few thousand runs is a large SLURM sweep;
+# beyond this, split the sweep (one spec per part of the grid).
+MAX_CONFIGURATIONS = 10_000
 WORKLOAD_ARG = "workload_args."  # a spec key naming one argument of the workload's function
 # What a sweep's runs do unless its spec says otherwise: measure, and spend no time on what a comparison of
 # throughput does not need: no checkpoints, no best model, one evaluation after the last epoch.
@@ -69,9 +76,19 @@ def run_options(spec: Spec, grid: dict[str, Any]) -> dict[str, Any]:
 
 
 def configurations(spec: Spec) -> list[dict[str, Any]]:
-    """Every combination of the grid's values, in grid order, but those the spec excludes."""
+    """Every combination of the grid's values, in grid order, but those the spec excludes. Refused
+    (:class:`ConfigError`, one line) before a single one is built where there would be more than
+    :data:`MAX_CONFIGURATIONS` (counted from the lengths of the axes), or where an axis is a range."""
     if any(is_range(values) for values in spec.grid.values()):
-        raise ConfigError("a grid with ranges is searched, not enumerated")
+        raise ConfigError("a grid with ranges is searched, not enumerated (each configuration is planned as proposed)")
+    count = math.prod(len(values) for values in spec.grid.values())
+    if count > MAX_CONFIGURATIONS:
+        axes = " x ".join(str(len(values)) for values in spec.grid.values())
+        raise ConfigError(
+            f"the grid has {count:.3g} configurations ({axes}): at most {MAX_CONFIGURATIONS} are listed, checked or "
+            "planned at once; split it into several specs (or search it: a search plans each configuration it "
+            "proposes)"
+        )
     keys = list(spec.grid)
     combinations = [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[k] for k in keys))]
     return [c for c in combinations if not excluded(spec, c)]

@@ -84,6 +84,12 @@ def search_checks(spec: Spec) -> list[dict[str, Any]]:
     what a run refuses (model, dataset, tracker), the other options at the base's values."""
     lists, _ = search_axes(spec)
     axes = {k: v for k, v in lists.items() if k in CHECKED_AXES}
+    count = math.prod(len(values) for values in axes.values())
+    if count > MAX_CONFIGURATIONS:  # each is checked before the first run: listed, so bounded as a grid is
+        raise ConfigError(
+            f"search: {' x '.join(axes)} make {count:.3g} combinations to check before the first run: at most "
+            f"{MAX_CONFIGURATIONS}"
+        )
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
 
 

@@ -58,6 +58,7 @@ from ignite_ddl.report.model import QUALITY_MARGIN, QUALITY_MARGIN_LOSS
 from ignite_ddl.report.stats import EQUIVALENCE_MARGIN
 from ignite_ddl.sweep.busy import BUSY_POLICIES
 from ignite_ddl.sweep.grid import (
+    MAX_CONFIGURATIONS,
     SWEEP_DEFAULTS,
     WORKLOAD_ARG,
     all_refused,
@@ -114,11 +115,8 @@ def _env_flag(name: str, default: bool) -> Any:
 
 
 MAX_REPEATS = 10_000
-# The most configurations a grid may have, and runs a sweep may plan (configurations x repeats, or x max_repeats
-# when adaptive): each configuration is checked and each run planned before the first starts, so a grid of 10^6
-# would take minutes and gigabytes before anything happened. A few thousand runs is a large SLURM sweep; beyond
-# these, split the sweep (one spec per part of the grid).
-MAX_CONFIGURATIONS = 10_000
+# The most runs a sweep may plan (configurations x repeats, or x max_repeats when adaptive): each run is planned
+# before the first starts. The most configurations, MAX_CONFIGURATIONS, is the grid's (sweep.grid).
 MAX_RUNS = 100_000
 
 
