@@ -13,7 +13,15 @@ from typing import Any, Protocol
 from ignite_ddl.core.figures import pyplot, save_figure
 from ignite_ddl.core.jsonfiles import read_json
 
-__all__ = ["CAVEAT", "TRAJECTORY", "search_paragraphs", "search_section", "search_state", "trajectory_figure"]
+__all__ = [
+    "CAVEAT",
+    "TRAJECTORY",
+    "guide_tables",
+    "search_paragraphs",
+    "search_section",
+    "search_state",
+    "trajectory_figure",
+]
 
 SEARCH_FILE = "search.json"
 TRAJECTORY = "search_trajectory.png"
@@ -80,7 +88,81 @@ def search_paragraphs(state: dict[str, Any]) -> list[str]:
     )
     if state.get("phase") != "done":
         third += f" The search did not finish (it stopped in its {state.get('phase', '?')} phase): --resume goes on."
-    return [first, second, third]
+    return [first, *_guided_paragraphs(state), second, third]
+
+
+def _guided_paragraphs(state: dict[str, Any]) -> list[str]:
+    """What the plan's predictions did to the search: who proposed what, what was never run, and why."""
+    if not state.get("guided"):
+        return []
+    guide = _mapping(state.get("guide"))
+    measured = [c for c in guide.get("measured") or [] if isinstance(c, dict)]
+    by = [str(c.get("proposed_by", "")) for c in measured]
+    fastest = sum(b.startswith("guide: predicted") for b in by)
+    first = sum(b.startswith("guide: one process") for b in by)
+    not_run = _mapping(guide.get("not_run"))
+    rows = [r for r in not_run.get("configurations") or [] if isinstance(r, dict)]
+    unfit = sum(str(r.get("why", "")).startswith("predicted not to fit") for r in rows)
+    limit = guide.get("memory_limit_mb")
+    text = (
+        "The plan's predictions guided it: every configuration was planned before it ran (its peak memory per rank; "
+        f"{'memory_limit_mb ' + format(limit, 'g') if limit is not None else 'no memory_limit_mb'}), "
+        f"{unfit} predicted not to fit and never run. Of the {len(measured)} measured, {first} were the one-process "
+        "layout the step-time model predicts the others from (the sampler choosing their other options), "
+        f"{fastest} were proposed because they were predicted to match or beat the leader, the fastest first, and "
+        f"{len(measured) - first - fastest} were the sampler's own. A configuration the plan could not predict was "
+        "left to the sampler."
+    )
+    return [text]
+
+
+def guide_tables(state: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """The guided search's tables (title, header, rows): every configuration measured, what was predicted of it
+    before it ran beside what it measured; then every configuration predicted and not run, with why."""
+    guide = _mapping(state.get("guide"))
+    if not state.get("guided") or not guide:
+        return []
+
+    def mib(value: Any) -> str | None:
+        return None if not isinstance(value, (int, float)) else f"{value / 2**20:.0f}"
+
+    def rate(value: Any) -> str | None:
+        return None if not isinstance(value, (int, float)) else f"{value:.4g}"
+
+    measured = []
+    for c in guide.get("measured") or []:
+        predicted, got = c.get("predicted_samples_per_s"), c.get("measured_samples_per_s")
+        error = f"{100 * (predicted - got) / got:+.1f}" if predicted and got else None
+        name = f"cfg{int(c.get('index', 0)):03d}"
+        row = [name, _grid_text(c.get("grid")), c.get("proposed_by"), rate(predicted), rate(got), error]
+        measured.append(row + [mib(c.get("predicted_peak_bytes"))])
+    not_run = _mapping(guide.get("not_run"))
+    skipped = [
+        [
+            _grid_text(r.get("grid")),
+            rate(r.get("predicted_samples_per_s")),
+            mib(r.get("predicted_peak_bytes")),
+            r.get("why"),
+        ]
+        for r in not_run.get("configurations") or []
+        if isinstance(r, dict)
+    ]
+    if not_run.get("more"):
+        skipped.append([f"... and {not_run['more']} more", None, None, None])
+    head = ["config", "grid", "proposed by", "predicted samples/s", "measured samples/s", "error %"]
+    tables = [("Predicted before it ran, and measured", [*head, "predicted peak MiB"], measured)]
+    if skipped:
+        head = ["grid", "predicted samples/s", "predicted peak MiB", "why it was not run"]
+        tables.append(("Predicted, not run", head, skipped))
+    return tables
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _grid_text(grid: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in grid.items()) if isinstance(grid, dict) else str(grid)
 
 
 def trajectory_figure(state: dict[str, Any]) -> Any:
@@ -131,6 +213,8 @@ class _Document(Protocol):
 
     def image(self, path: str, alt: str) -> None: ...
 
+    def table(self, header: list[str], rows: list[list[Any]]) -> None: ...
+
 
 def search_section(doc: _Document, out: Path) -> None:
     """The report's section on a search, with its trajectory plot; nothing for a grid sweep."""
@@ -140,6 +224,9 @@ def search_section(doc: _Document, out: Path) -> None:
     doc.heading("Search")
     for text in search_paragraphs(state):
         doc.paragraph(text)
+    for title, header, rows in guide_tables(state):
+        doc.heading(title, 3)
+        doc.table(header, rows)
     name = write_trajectory(state, out)
     if name:
         doc.image(name, "the best mean throughput found so far against the runs the search spent")

@@ -6,7 +6,8 @@ file that the report reads.
 - :mod:`~ignite_ddl.sweep.runner`: the loop; :mod:`~ignite_ddl.sweep.session`: the results file, each run recorded as
   it ends, re-runs of contended runs;
 - :mod:`~ignite_ddl.sweep.search` and :mod:`~ignite_ddl.sweep.space`: ``search:`` in a spec, the grid (and its
-  ranges) searched with Optuna instead of enumerated, ending with the same verdict;
+  ranges) searched with Optuna instead of enumerated, ending with the same verdict; :mod:`~ignite_ddl.sweep.guide`:
+  the plan's predictions steering the search;
 - :mod:`~ignite_ddl.sweep.local` and :mod:`~ignite_ddl.sweep.slurm`: the executors (here, or SLURM jobs);
 - :mod:`~ignite_ddl.sweep.records`: a run's record, however it was executed.
 - :mod:`~ignite_ddl.sweep.busy`: a busy machine said before the first run, and a sweep stopped when contention persists.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the plan's tracing imports torch: only when it runs
 __all__ = [
     "RUNTIME_OPTIONS",
     "Planned",
+    "Planner",
     "fit_step_model",
     "format_plan",
     "measured_link",
@@ -164,6 +165,33 @@ def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[s
     return peak - own, entry
 
 
+class Planner:
+    """Plans configurations one at a time, each as asked (a search's, as they are proposed): ``plan(index, grid)``
+    is its predicted peak per rank, the runtime of its launch layout read from ``<out>/plan/runtime.json`` or, with
+    ``measure``, measured by a probe run the first time that layout is met and kept there."""
+
+    def __init__(self, spec: Spec, out: str | Path, measure: bool = True, progress: Callable[[str], None] = print):
+        self.spec, self.out, self.measure, self.progress = spec, out, measure, progress
+        self.folder = Path(out) / "plan"
+        self.runtimes = _Cache(self.folder, "runtime")
+
+    def plan(self, index: int, grid: dict[str, Any]) -> Planned:
+        from ignite_ddl.predict.memory import predict
+
+        config = make_run(self.spec, index, grid, 0, self.out).config
+        probe = runtime_probe(config, self.folder)
+        entry = self.runtimes.get(_key(probe))
+        runtime = int(entry["bytes"]) if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) else None
+        if runtime is None and self.measure:
+            self.progress(f"plan: measuring the runtime's own memory for {shown_grid(grid)} (a run of the toy model)")
+            runtime, measured = _measure_runtime(probe, self.spec)
+            if runtime is not None:
+                self.runtimes.put(_key(probe), measured)
+            else:
+                self.progress(f"plan: the runtime could not be measured: {measured['error']}")
+        return Planned(index, grid, config, predict(config, runtime))
+
+
 def plan_memory(
     spec: Spec,
     out: str | Path,
@@ -174,27 +202,8 @@ def plan_memory(
     """Every configuration of ``spec`` with its predicted peak per rank, but the ``refused`` (their indices:
     :func:`~ignite_ddl.sweep.plan.refused_configurations`). ``measure``: run the probes of runtimes not yet measured
     (else those configurations' peaks are not predicted, their parts still are)."""
-    from ignite_ddl.predict.memory import predict
-
-    folder = Path(out) / "plan"
-    runtimes = _Cache(folder, "runtime")
-    planned = []
-    for index, grid in enumerate(configurations(spec)):
-        if index in refused:
-            continue
-        config = make_run(spec, index, grid, 0, out).config
-        probe = runtime_probe(config, folder)
-        entry = runtimes.get(_key(probe))
-        runtime = int(entry["bytes"]) if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) else None
-        if runtime is None and measure:
-            progress(f"plan: measuring the runtime's own memory for {shown_grid(grid)} (a run of the toy model)")
-            runtime, measured = _measure_runtime(probe, spec)
-            if runtime is not None:
-                runtimes.put(_key(probe), measured)
-            else:
-                progress(f"plan: the runtime could not be measured: {measured['error']}")
-        planned.append(Planned(index, grid, config, predict(config, runtime)))
-    return planned
+    planner = Planner(spec, out, measure, progress)
+    return [planner.plan(i, grid) for i, grid in enumerate(configurations(spec)) if i not in refused]
 
 
 def unfit_reason(planned: Planned, limit_mb: float | None) -> str | None:
@@ -302,10 +311,14 @@ def fit_step_model(
     records: list[RunRecord],
     progress: Callable[[str], None] = print,
     refused: Collection[int] = (),
+    grids: Mapping[int, dict[str, Any]] | None = None,
+    hooks_measured: dict[str, Any] | None = None,
 ) -> StepModel:
     """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction (but the ``refused``'s), as kept in ``sweep.json``
-    (``step_model``)."""
+    (``step_model``). ``grids``: the configurations by index (default: the grid's, enumerated; a search gives those
+    it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
+    fits (measured again on every fit without it)."""
     from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
     from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
     from ignite_ddl.report.analysis import analyze
@@ -316,8 +329,10 @@ def fit_step_model(
     observed, grads = [], {}
     untraced: dict[int, str] = {}  # configurations whose gradients could not be counted, and why
     hooks: dict[int, Any] = {}
-    measured_hooks: dict[str, Any] = {}  # configurations of one gradient layout share one measurement
-    for index, grid in enumerate(configurations(spec)):
+    # configurations of one gradient layout share one measurement
+    measured_hooks: dict[str, Any] = {} if hooks_measured is None else hooks_measured
+    listed = dict(enumerate(configurations(spec))) if grids is None else grids
+    for index, grid in listed.items():
         if index in refused:
             continue
         config = make_run(spec, index, grid, 0, out).config

@@ -27,6 +27,10 @@ A spec with ``search: {sampler: tpe | gp | random, budget_runs: N, budget_s: S, 
   being measured (its recorded runs are kept, the missing ones run) before it asks for another: no measurement is
   lost, no proposal repeated.
 
+- **guided by the plan** where the spec predicts (``predict: true``) and runs locally, unless ``guided: false``:
+  nothing predicted not to fit runs, one-process configurations first, then whatever the step model predicts to
+  match the leader, the fastest first (:mod:`ignite_ddl.sweep.guide`).
+
 ``search.json`` in the folder says what the report needs: the sampler, the space's size, how many configurations
 were measured and how the search ended (:mod:`ignite_ddl.report.search`).
 """
@@ -44,18 +48,19 @@ from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
-from ignite_ddl.core.sweep_records import RunRecord
+from ignite_ddl.core.sweep_records import PredictedStep, RunRecord
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
+from ignite_ddl.sweep.guide import Guide, config_key, proposal_refusal
 from ignite_ddl.sweep.plan import Run, make_run
 from ignite_ddl.sweep.session import Executor, Session, where_text
+from ignite_ddl.sweep.space import Space
 from ignite_ddl.sweep.spec import (
     MAX_CONFIGURATIONS,
     SearchOptions,
     Spec,
     configurations,
-    excluded,
     search_axes,
     space_size,
 )
@@ -91,43 +96,6 @@ def search_checks(spec: Spec) -> list[dict[str, Any]]:
             f"{MAX_CONFIGURATIONS}"
         )
     return [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-
-
-def _ordinal(values: list[Any]) -> bool:
-    """A list of distinct numbers: proposed by position in sorted order, so the sampler sees their order."""
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    return numbers and len(set(values)) == len(values)
-
-
-class Space:
-    """The spec's grid as Optuna's distributions: a list of numbers an ordinal position, another list a category,
-    a range an int or float distribution."""
-
-    def __init__(self, spec: Spec):
-        self.spec = spec
-        self.lists, self.ranges = search_axes(spec)
-
-    def suggest(self, trial: Any) -> dict[str, Any]:
-        """The configuration ``trial`` proposes, as grid values."""
-        grid: dict[str, Any] = {}
-        for key in self.spec.grid:
-            if key in self.lists:
-                values = self.lists[key]
-                if _ordinal(values):
-                    ranked = sorted(values)
-                    grid[key] = ranked[trial.suggest_int(key, 0, len(values) - 1)]
-                else:
-                    grid[key] = values[trial.suggest_categorical(key, list(range(len(values))))]
-                continue
-            r = self.ranges[key]
-            if r.log and r.step is not None and r.step != 1:
-                # Optuna draws log-scaled values only without a step: drawn on the log scale, snapped to the steps.
-                grid[key] = r.snap(trial.suggest_float(key, r.low, r.high, log=True))
-            elif r.integer:
-                grid[key] = trial.suggest_int(key, int(r.low), int(r.high), step=int(r.step or 1), log=r.log)
-            else:
-                grid[key] = trial.suggest_float(key, r.low, r.high, step=r.step, log=r.log)
-        return grid
 
 
 def _sampler(options: SearchOptions, trials: int) -> Any:
@@ -169,41 +137,32 @@ def _valid_size(spec: Spec, out: Path) -> int | None:
     size = space_size(spec)
     if ranges or size is None or size > MAX_CONFIGURATIONS:
         return size
-    valid = 0
-    for grid in configurations(spec):
-        try:
-            _check_arrangement(make_run(spec, 0, grid, 0, out))
-        except ConfigError:
-            continue
-        valid += 1
-    return valid
-
-
-def _check_arrangement(run: Run) -> None:
-    """What ``ignite-ddl train`` refuses whatever the machine (a batch that does not divide, FSDP with one
-    process): a proposal it refuses is skipped, as a grid sweep refuses it before its first run."""
-    from ignite_ddl.trainer.run import check_arrangement
-
-    check_arrangement(run.config, (run.config.nproc_per_node or 1) * run.config.nnodes)
+    return sum(proposal_refusal(spec, grid, out)[1] is None for grid in configurations(spec))
 
 
 @dataclass
 class Config:
-    """A configuration the search has measured (or is measuring): its index in the report, its grid values."""
+    """A configuration the search has measured (or is measuring): its index in the report, its grid values, what
+    the plan predicted of its step before it ran (guided), and who proposed it."""
 
     index: int
     grid: dict[str, Any]
-
-
-def _config_key(run: Run) -> str:
-    """A configuration's identity across sessions: its runs' key without the repeat."""
-    return run.key.rsplit("-r", 1)[0]
+    predicted: PredictedStep | None = None
+    proposed_by: str = "sampler"
 
 
 class Search:
     """One session of a search on its folder (see the module docstring)."""
 
-    def __init__(self, spec: Spec, out: Path, executor: Executor, resume: bool, progress: Callable[[str], None]):
+    def __init__(
+        self,
+        spec: Spec,
+        out: Path,
+        executor: Executor,
+        resume: bool,
+        progress: Callable[[str], None],
+        guide: Guide | None = None,
+    ):
         options = spec.search_options()
         assert options is not None  # only a spec with search: comes here
         self.spec, self.out, self.options, self.progress = spec, out, options, progress
@@ -212,8 +171,11 @@ class Search:
         budget = options.budget_runs
         trials = budget // self.repeats if budget else 30
         self.study = _open_study(out, spec, options, trials, resume)
-        self.space = Space(spec)
+        self.space = Space(list(spec.grid), *search_axes(spec))
         self.size = _valid_size(spec, out)
+        self.guide = guide
+        if guide is None and options.guided is not False and spec.predict and spec.executor == "local":
+            self.guide = Guide(spec, out, progress)
         self.configs: dict[str, Config] = {}
         earlier = read_json(out / SEARCH_FILE) if resume and (out / SEARCH_FILE).is_file() else {}
         self.trajectory: list[dict[str, Any]] = list(earlier.get("trajectory") or [])  # the earlier sessions' too
@@ -223,7 +185,9 @@ class Search:
         for trial in self.study.get_trials(deepcopy=False):
             attrs = trial.user_attrs
             if "config_key" in attrs:
-                self.configs.setdefault(attrs["config_key"], Config(int(attrs["index"]), dict(attrs["grid"])))
+                found = Config(int(attrs["index"]), dict(attrs["grid"]), attrs.get("predicted"))
+                found.proposed_by = str(attrs.get("proposed_by", "sampler"))
+                self.configs.setdefault(attrs["config_key"], found)
             self.refused += "refused" in attrs
             self.repeated += "repeat_of" in attrs
             self.asked_final |= attrs.get("phase") == "final"
@@ -299,26 +263,29 @@ class Search:
             self.trajectory.append({"runs": self.runs_used(), "best": means[best], "config": best})
 
     def ask(self, phase: str = "search") -> tuple[Any, Config] | None:
-        """Ask the sampler for a configuration: (the trial, the configuration) when it is new, None when it brought
-        nothing new (one refused, or one measured or being measured: answered at once, no run started)."""
+        """Ask the sampler for a configuration (guided: what the guide proposes first, :meth:`Guide.next`): (the
+        trial, the configuration) when it is new, None when it brought nothing new (one refused, predicted not to
+        fit, or one measured or being measured: answered at once, no run started)."""
         from optuna.trial import TrialState
 
-        trial = self.study.ask()
+        trial = self._trial()
+        proposed_by = str(trial.user_attrs.get("proposed_by", "sampler"))
+        scouting = self.guide is not None and proposed_by.startswith("guide: one process")
         grid = self.space.suggest(trial)
-        reason = None
-        try:
-            run = make_run(self.spec, 0, grid, 0, self.out)
-            _check_arrangement(run)
-        except ConfigError as e:
-            reason = str(e)
-        if reason is None and excluded(self.spec, grid):
-            reason = "excluded by the spec"
-        if reason is not None:
+        run, reason = proposal_refusal(self.spec, grid, self.out)
+        guess = self.guide.guess(grid, run) if self.guide is not None and run is not None and not reason else None
+        if guess is not None and guess.unfit and not self.spec.run_unfit:
+            reason = guess.unfit  # planned, never run: the report lists it with its figure and the limit
+        if reason is not None or run is None:
             trial.set_user_attr("refused", reason)
             self.study.tell(trial, state=TrialState.FAIL)
             self.refused += 1
+            if scouting and self.guide is not None:
+                self.guide.scouted(False)
             return None
-        key = _config_key(run)
+        key = config_key(run)
+        if scouting and self.guide is not None:
+            self.guide.scouted(key not in self.configs)
         if key in self.configs:  # measured: answered with what was measured, no run started
             seen = self.configs[key]
             trial.set_user_attr("repeat_of", seen.index)
@@ -329,16 +296,36 @@ class Search:
                 self.study.tell(trial, state=TrialState.FAIL)
             self.repeated += 1
             return None
-        config = Config(len(self.configs), grid)
+        config = Config(len(self.configs), grid, guess.step if guess is not None else None, proposed_by)
         # Written before the first run: a search killed from here on finishes this trial when resumed.
         trial.set_user_attr("grid", grid)
         trial.set_user_attr("index", config.index)
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("phase", phase)  # search, final (the next proposal) or extended (see extend)
+        if config.predicted is not None:
+            trial.set_user_attr("predicted", config.predicted)
         self.configs[key] = config
+        if guess is not None and guess.memory is not None:  # kept in its runs' records, beside what they measure
+            self.session.predictions[config.index] = guess.memory
         count = f"{len(self.configs)}" + (f" of {self.size}" if self.size else "")
-        self.progress(f"search: trial {trial.number}: cfg{config.index:03d} {run.label} (configuration {count})")
+        by = f", {proposed_by}" if self.guide is not None else ""
+        self.progress(f"search: trial {trial.number}: cfg{config.index:03d} {run.label} (configuration {count}{by})")
         return trial, config
+
+    def _trial(self) -> Any:
+        """The study's next trial: the guide's proposal enqueued first where it has one (a proposal enqueued by a
+        session that was killed before asking for it is asked for first)."""
+        from optuna.trial import TrialState
+
+        if self.guide is not None and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            measured = set(self.configs)
+            means = {i: statistics.fmean(v) for i, v in self.means().items() if v}
+            leader = max(means.values()) if means else None
+            found = self.guide.next(measured, leader)
+            if found is not None:
+                values, proposed_by = found
+                self.study.enqueue_trial(self.space.params(values), user_attrs={"proposed_by": proposed_by})
+        return self.study.ask()
 
     def propose(self, phase: str = "search") -> bool:
         """Ask for a configuration and measure it; False when the sampler brought nothing new."""
@@ -348,7 +335,14 @@ class Search:
         trial, config = asked
         self.measure(config, f" trial {trial.number}")
         self.tell(trial, config)
+        self.refit()
         return True
+
+    def refit(self) -> None:
+        """Guided: the step model fitted again to the runs so far, the guide's order with it."""
+        if self.guide is not None:
+            measured = {c.index: (key, c.grid) for key, c in self.configs.items()}
+            self.guide.refit(measured, self.session.records())
 
     def finish_interrupted(self) -> None:
         """Trials a killed search left running: measured to the end (their recorded runs kept) and told; a trial
@@ -503,14 +497,38 @@ class Search:
                 "repeated": self.repeated,
                 "trajectory": self.trajectory,
                 "extended": self.extended,
+                "guided": self.guide is not None,
+                **({"guide": self.guide.state(self.configs, self.means())} if self.guide is not None else {}),
                 **self.state,
             },
         )
+        predicted = {str(c.index): c.predicted for c in self.configs.values() if c.predicted}
+        if self.guide is not None and predicted:  # the report's step-time table: predicted before each ran
+            self.session.meta["step_model"] = {"link": self.guide.link, "configurations": predicted}
         self.session.save()
+
+    def _guided_line(self) -> str:
+        assert self.guide is not None
+        limit = self.spec.memory_limit_mb
+        fit = f"nothing predicted above memory_limit_mb {limit:g} runs" if limit is not None else "no memory limit"
+        first = self.guide.scout
+        order = (
+            f"one process first ({', '.join(f'{k}={v}' for k, v in first.items())}), then the predicted fastest"
+            if first
+            else "no one-process layout in the grid to predict the others from, so no step-time order"
+        )
+        return f"search: guided by the plan's predictions: {fit}; {order}; then the sampler"
 
     def run(self) -> list[RunRecord]:
         with interruptible():  # SIGTERM too stops the run in progress and records it, instead of orphaning it
+            if self.guide is not None:
+                self.progress(self._guided_line())
+                for config in self.configs.values():  # resumed: each measured one's peak, for its next runs
+                    guess = self.guide.guess(config.grid, make_run(self.spec, config.index, config.grid, 0, self.out))
+                    if guess.memory is not None:
+                        self.session.predictions[config.index] = guess.memory
             self.finish_interrupted()
+            self.refit()
             self.save(phase="search")
             executor = self.session.executor
             parallel = self.options.max_parallel > 1 and hasattr(executor, "submit")
@@ -532,7 +550,14 @@ class Search:
 
 
 def run_search(
-    spec: Spec, out: Path, executor: Executor, resume: bool, progress: Callable[[str], None]
+    spec: Spec,
+    out: Path,
+    executor: Executor,
+    resume: bool,
+    progress: Callable[[str], None],
+    guide: Guide | None = None,
 ) -> list[RunRecord]:
-    """Search ``spec``'s grid in the sweep folder ``out`` (see the module docstring); every record of the search."""
-    return Search(spec, out, executor, resume, progress).run()
+    """Search ``spec``'s grid in the sweep folder ``out`` (see the module docstring); every record of the search.
+    ``guide``: the plan's predictions that steer it (default: the spec's, :mod:`ignite_ddl.sweep.guide`, where it
+    is guided)."""
+    return Search(spec, out, executor, resume, progress, guide).run()

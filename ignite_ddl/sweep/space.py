@@ -16,6 +16,9 @@ With ``log`` and ``step`` together (Optuna draws log-scaled integers only with s
 scale and rounded to the nearest step, so ``{low: 16, high: 512, log: true, step: 16}`` favours small batches as
 ``log`` asks and proposes only multiples of 16.
 
+:class:`Space` is the grid as Optuna's distributions: what a trial proposes (``suggest``), and the parameters that
+propose given grid values (``params``: what a guided search enqueues).
+
 Example:
     >>> batch = parse_range("batch_size", {"low": 16, "high": 512, "step": 16}, int)
     >>> batch.size(), batch.snap(100.0)
@@ -34,7 +37,7 @@ from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
 
-__all__ = ["RANGE_KEYS", "Range", "is_range", "parse_range"]
+__all__ = ["RANGE_KEYS", "Range", "Space", "is_range", "parse_range"]
 
 RANGE_KEYS = ("low", "high", "log", "step")
 
@@ -106,3 +109,55 @@ def parse_range(name: str, value: dict[str, Any], kind: type | None) -> Range:
     if kind is int and step is None:
         step = 1
     return Range(name, low, high, log, step, kind is int)
+
+
+def _ordinal(values: list[Any]) -> bool:
+    """A list of distinct numbers: proposed by position in sorted order, so the sampler sees their order."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return numbers and len(set(values)) == len(values)
+
+
+class Space:
+    """A search's grid as Optuna's distributions: a list of numbers an ordinal position, another list a category,
+    a range an int or float distribution (``lists`` and ``ranges``: the axes, :func:`ignite_ddl.sweep.spec.
+    search_axes`; ``order``: the grid's keys)."""
+
+    def __init__(self, order: list[str], lists: dict[str, list[Any]], ranges: dict[str, Range]):
+        self.order, self.lists, self.ranges = order, lists, ranges
+
+    def suggest(self, trial: Any) -> dict[str, Any]:
+        """The configuration ``trial`` proposes, as grid values."""
+        grid: dict[str, Any] = {}
+        for key in self.order:
+            if key in self.lists:
+                values = self.lists[key]
+                if _ordinal(values):
+                    ranked = sorted(values)
+                    grid[key] = ranked[trial.suggest_int(key, 0, len(values) - 1)]
+                else:
+                    grid[key] = values[trial.suggest_categorical(key, list(range(len(values))))]
+                continue
+            r = self.ranges[key]
+            if r.log and r.step is not None and r.step != 1:
+                # Optuna draws log-scaled values only without a step: drawn on the log scale, snapped to the steps.
+                grid[key] = r.snap(trial.suggest_float(key, r.low, r.high, log=True))
+            elif r.integer:
+                grid[key] = trial.suggest_int(key, int(r.low), int(r.high), step=int(r.step or 1), log=r.log)
+            else:
+                grid[key] = trial.suggest_float(key, r.low, r.high, step=r.step, log=r.log)
+        return grid
+
+    def params(self, grid: dict[str, Any]) -> dict[str, Any]:
+        """The parameters under which :meth:`suggest` proposes ``grid`` (some of its axes or all): what Optuna's
+        ``enqueue_trial`` is given to propose it."""
+        params: dict[str, Any] = {}
+        for key, value in grid.items():
+            if key in self.lists:
+                values = self.lists[key]
+                listed = sorted(values) if _ordinal(values) else values
+                # by type and value: True == 1 in Python, and a list may hold both
+                params[key] = next(i for i, v in enumerate(listed) if type(v) is type(value) and v == value)
+            elif key in self.ranges:
+                r = self.ranges[key]
+                params[key] = float(value) if (r.log and r.step not in (None, 1)) or not r.integer else int(value)
+        return params

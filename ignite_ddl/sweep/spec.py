@@ -184,6 +184,13 @@ class SearchOptions(Options):
     max_parallel: int = option(
         1, "configurations measured at once (the slurm executor; a local search runs one)", role=Role.SWEEP, low=1
     )
+    guided: bool | None = option(
+        None,
+        "steer the sampler with the plan's predictions: never run what is predicted not to fit memory_limit_mb, "
+        "one process first, then whatever is predicted to match the leader, the fastest first (default: true "
+        "where the spec predicts and the runs are local; false: the sampler alone)",
+        role=Role.SWEEP,
+    )
 
     def check(self) -> None:
         if self.budget_runs is None and self.budget_s is None:
@@ -360,7 +367,7 @@ class Spec(Options):
     search: dict[str, Any] = option(
         factory=dict,
         help="search the grid instead of running all of it: {sampler: tpe|gp|random, budget_runs, budget_s, seed, "
-        "max_parallel}; grid axes may then be ranges {low, high, log, step}",
+        "max_parallel, guided}; grid axes may then be ranges {low, high, log, step}",
         role=Role.SWEEP,
     )
 
@@ -405,6 +412,10 @@ class Spec(Options):
             options = SearchOptions.from_dict(self.search)
         except ConfigError as e:
             raise ConfigError(f"search: {e}") from None
+        if options.guided and not (self.predict and self.executor == "local"):
+            raise ConfigError(
+                "search guided: true needs the plan's predictions of this machine: predict: true and the local executor"
+            )
         if options.max_parallel > 1 and self.executor != "slurm":
             raise ConfigError("search max_parallel > 1 needs the slurm executor: a local search measures one at a time")
         if options.budget_runs is not None and options.budget_runs < 2 * self.min_repeats:
