@@ -360,3 +360,20 @@ def test_the_trajectory_is_drawn_from_zero():
         assert [t.get_text() for t in ax.texts] == ["cfg004", "cfg010"]
     finally:
         plt.close(fig)
+
+
+def test_the_search_against_grid_table_is_generated_from_its_results():
+    """docs/search.md's table of benchmarks/search_vs_grid.py is benchmarks/search_table.py's rendering of
+    docs/data/search_vs_grid.json, which holds what the issue's schema asks for: a hand edit of either is caught."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "search_table.py"  # the benchmarks folder is no package
+    found = importlib.util.spec_from_file_location("search_table", path)
+    assert found is not None and found.loader is not None
+    table = importlib.util.module_from_spec(found)
+    found.loader.exec_module(table)
+    data = json.loads(table.JSON.read_text())
+    assert {"configurations", "grid_tied_top", "grid_best", "machine", "searches"} <= set(data)
+    fields = {"sampler", "guided", "seed", "runs", "machine_s", "share_of_grid_time", "found_best_or_tied", "regret"}
+    assert data["searches"] and all(fields <= set(search) for search in data["searches"])
+    assert table.current_block(table.DOC.read_text()) == table.block(data), "run: python benchmarks/search_table.py"
