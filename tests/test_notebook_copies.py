@@ -28,7 +28,7 @@ render = _render_module()
 
 
 def test_every_notebook_has_a_copy_and_no_copy_lacks_a_notebook():
-    assert len(NOTEBOOKS) == 16
+    assert len(NOTEBOOKS) == 17
     assert sorted(p.name for p in COPIES.glob("*.ipynb")) == [p.name for p in NOTEBOOKS], f"run {RERENDER}"
 
 
