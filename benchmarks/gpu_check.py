@@ -7,7 +7,7 @@ one NVIDIA H200, docs/gpu/):
 Part 1 (``--part 1``):
 
 1. ``environment`` (15): device, driver, torch, CUDA and cuDNN versions; the achievable bf16 / fp16 / tf32 / fp32
-   matmul rate, measured once (:func:`ignite_ddl.measure.flops.measured_peak`) and kept in
+   matmul rate, measured once (:func:`ignite_ddl.measure.peak.measured_peak`) and kept in
    ``<out>/runs/matmul_peak.json`` (a later run into the same folder reads it back), beside the datasheet peak.
    Both parts run it: each part's summary names its machine.
 2. ``tests`` (120): ``pytest -m gpu`` over the test files that hold GPU tests, in three pytest-xdist workers sharing
@@ -330,7 +330,8 @@ def _peak_for(step: Step, precision: str) -> dict[str, Any]:
     and the datasheet's, for :func:`~ignite_ddl.measure.flops.mfu`."""
     import torch
 
-    from ignite_ddl.measure.flops import datasheet_peak, measured_peak
+    from ignite_ddl.measure.flops import datasheet_peak
+    from ignite_ddl.measure.peak import measured_peak
 
     device = _device()
     size = None if device.type == "cuda" else 256
@@ -357,7 +358,8 @@ def step_environment(step: Step) -> None:
     import torch
 
     from ignite_ddl.core.environment import cpu_cores, cpu_name
-    from ignite_ddl.measure.flops import datasheet_peak, measured_peak
+    from ignite_ddl.measure.flops import datasheet_peak
+    from ignite_ddl.measure.peak import measured_peak
 
     device = _device()
     env: dict[str, Any] = {
@@ -391,7 +393,7 @@ def step_environment(step: Step) -> None:
             precision,
             step.runs / "matmul_peak.json",
             size=None if device.type == "cuda" else 256,
-            seconds=1.0 if device.type == "cuda" else 0.3,
+            seconds=0.5 if device.type == "cuda" else 0.3,  # each estimate; repeated until two agree within 3 %
         )
         sheet = datasheet_peak(env.get("gpu", ""), precision)
         peaks[precision] = {

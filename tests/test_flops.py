@@ -1,4 +1,5 @@
-"""Model FLOPs counted exactly, datasheet peaks found by device name, and a real matmul benchmark on the CPU."""
+"""Model FLOPs counted exactly, datasheet peaks found by device name, a real matmul benchmark on the CPU, and each
+rank judged against its share of the machine's peak."""
 
 from __future__ import annotations
 
@@ -11,23 +12,25 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import run_cli
 from torch import nn
 
+from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.measure.flops import (
     PEAKS,
     FlopCount,
     achieved_flops,
-    attainable_matmul_rate,
     count_flops,
     datasheet_peak,
     format_flops,
     format_mfu,
-    matmul_precision,
-    measured_peak,
     mfu,
+    rank_share,
     utilisation,
     utilisation_record,
 )
+from ignite_ddl.measure.peak import MatmulRate, attainable_matmul_rate, matmul_precision, measured_peak
+from ignite_ddl.report import load
 
 
 def _batch(n: int, shape: tuple[int, ...], classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,7 +173,7 @@ def test_matmul_precision():
 _TF32_SCRIPT = """
 import os, sys, traceback
 import torch
-from ignite_ddl.measure.flops import _cuda_tf32, matmul_precision
+from ignite_ddl.measure.peak import _cuda_tf32, matmul_precision
 
 matmul = torch.backends.cuda.matmul
 
@@ -262,6 +265,9 @@ def test_measured_peak_is_measured_once_and_kept_per_device(tmp_path):
     first, cached = measured_peak(torch.device("cpu"), "fp32", cache, size=128, seconds=0.05)
     assert not cached and first is not None and math.isfinite(first.flops_per_s) and first.flops_per_s > 0
     assert first.repetitions >= 3 and first.size == 128
+    # on all the cores, estimated until two successive estimates agree (or given up on, and said so)
+    assert first.threads == cpu_cores() and first.tries >= 2 and first.stable in (True, False)
+    assert first.stable or first.tries == 8
     again, cached = measured_peak(torch.device("cpu"), "fp32", cache, size=128, seconds=0.05)
     assert cached and again == first
     other, cached = measured_peak(torch.device("cpu"), "bf16", cache, size=64, seconds=0.05)
@@ -307,7 +313,100 @@ def test_utilisation_record_flags_a_rank_above_its_measured_rate():
     count = FlopCount(forward=1e6, backward=2e6)
     fine = utilisation_record(count, "fp32", None, [rate], [0.1 * rate.flops_per_s / count.total])
     assert not fine["above_measured_peak"]
-    assert "% of the fp32 matmul rate measured here" in format_flops(fine)
+    assert "% of the fp32 matmul peak of this machine (each rank against its share; " in format_flops(fine)
     over = utilisation_record(count, "fp32", None, [rate, rate], [1.0, 2 * rate.flops_per_s / count.total])
     assert over["above_measured_peak"]
-    assert "FLAGGED: above the fp32 matmul rate measured here" in format_flops(over)
+    assert "FLAGGED: above the fp32 matmul peak of this machine" in format_flops(over)
+
+
+def test_ranks_are_judged_against_their_share_of_the_machine():
+    """One process of 2 threads and two of 1 thread on 2 cores, at the same total throughput: the same MFU (each
+    1-thread rank against half the machine's peak), and the run's MFU follows its global throughput."""
+    peak = MatmulRate("fp32", 1024, 10, 100e9, "float32", threads=2, tries=2, stable=True)
+    count = FlopCount(forward=1e6, backward=2e6)
+    assert rank_share(torch.device("cpu"), 2, 2, 1) == 1.0 and rank_share(torch.device("cpu"), 1, 2, 2) == 0.5
+    assert rank_share(torch.device("cpu"), 2, 2, 2) == 0.5  # oversubscribed: an even share of the cores each
+    assert rank_share(torch.device("cuda", 0), 1, 2, 2) == 1.0  # a GPU rank has its device
+    one = utilisation_record(count, "fp32", None, [peak], [4000.0], shares=[1.0], samples_per_s=4000.0)
+    two = utilisation_record(
+        count, "fp32", None, [peak, peak], [2000.0, 2000.0], shares=[0.5, 0.5], samples_per_s=4000.0
+    )
+    assert one["utilisation_attainable"] == pytest.approx(two["utilisation_attainable"])
+    assert [r["utilisation_attainable"] for r in two["ranks"]] == pytest.approx([one["utilisation_attainable"]] * 2)
+    assert two["ranks"][0]["attainable_flops_per_s"] == 50e9 and two["machine_peak"]["threads"] == 2
+    faster = utilisation_record(count, "fp32", None, [peak, peak], [2100.0, 2000.0], [0.5, 0.5], 4050.0)
+    assert faster["utilisation_attainable"] / two["utilisation_attainable"] == pytest.approx(4050 / 4000)
+
+
+# An LSTM language model of one's own.
+_LSTM_WORKLOAD = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from ignite_ddl.trainer.workload import Workload
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, vocab, width):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(vocab, width), nn.Linear(width, vocab)
+        self.lstm = nn.LSTM(width, width, batch_first=True)
+
+    def forward(self, tokens):
+        return self.head(self.lstm(self.embed(tokens))[0])
+
+
+def step(model, batch):
+    tokens = batch[0]
+    return F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def make(vocab=32, width=64, seq=16):
+    data = TensorDataset(torch.randint(0, vocab, (512, seq + 1), generator=torch.Generator().manual_seed(0)))
+    return Workload(
+        model=LSTMLM(vocab, width), train=data, val=data, training_step=step, sample_unit="tokens",
+        units_per_sample=seq, accuracy=False,
+    )
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_mfu_and_throughput_rank_a_sweeps_configurations_alike(tmp_path):
+    """An LSTM language model swept over one process of 2 threads, two processes of 1 thread and one process
+    accumulating 2 micro-batches: one matmul peak for the whole sweep
+    (measured by its first run, read back by the others), and each configuration's MFU in the same ratio to the
+    others' as its throughput. Against a rate each run measured for itself, or each rank against the whole
+    machine (the two-process row at half), the ratios differ."""
+    (tmp_path / "lstm_lm.py").write_text(_LSTM_WORKLOAD)
+    out = tmp_path / "sweep"
+    (tmp_path / "spec.yaml").write_text(
+        f"""
+name: mfu
+workload: lstm_lm:make
+base: {{epochs: 1, max_iters: 12, warmup_iters: 2, batch_size: 32, workload_dir: {tmp_path}}}
+grid: {{nproc_per_node: [1, 2], accumulate: [1, 2]}}
+exclude: [{{nproc_per_node: 2, accumulate: 2}}]
+repeats: 1
+output_dir: {out}
+"""
+    )
+    result = run_cli("sweep", str(tmp_path / "spec.yaml"), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    flops = [r["summary"]["flops"] for r in records]
+    assert len(flops) == 3
+    assert len({f["machine_peak"]["flops_per_s"] for f in flops}) == 1  # one reference for the sweep
+    assert sorted(f["machine_peak"]["from_cache"] for f in flops) == [False, True, True]
+    assert (out / "plan" / "matmul_peak.json").is_file()
+    configs = load(out, include_contended=True).configs  # the MFU and the throughput of the same runs
+    mfu = {c.name: c.utilisation_attainable for c in configs}
+    speed = {c.name: c.throughput.value for c in configs}
+    assert sorted(mfu, key=lambda name: mfu[name]) == sorted(speed, key=lambda name: speed[name]), (mfu, speed)
+    first = configs[0].name
+    for name in mfu:
+        assert mfu[name] / mfu[first] == pytest.approx(speed[name] / speed[first], rel=1e-9), (mfu, speed)
+    report = (out / "report.md").read_text()
+    assert "| MFU % |" in report

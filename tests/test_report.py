@@ -343,7 +343,7 @@ def test_communication_figures_reach_the_breakdown_table_notes_and_hparams(tmp_p
     report = write_report(tmp_path).read_text()
     assert "rank 0 waits 8.0 ms per step for rank 1 in the gradient all-reduce" in report
     assert "| config | strategy | overlap % | exposed comm % | busbw GB/s | isolated GB/s |" in report
-    assert "| config | MFLOPs per sample | GFLOP/s per rank | % of matmul rate |" in report
+    assert "| config | MFLOPs per sample | GFLOP/s per rank | MFU % |" in report
     assert "% of datasheet peak" not in report  # no configuration has one: no empty column
     events = EventAccumulator(str(tmp_path / "tb_hparams" / "configs" / "cfg000"))
     events.Reload()

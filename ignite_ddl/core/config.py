@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,6 +37,7 @@ __all__ = [
     "COMPILE_MODES",
     "FSDP_MIXED_PRECISION",
     "FSDP_WRAP",
+    "MATMUL_PEAK_FILE",
     "DATASETS",
     "LAYOUT_OPTIONS",
     "LR_SCHEDULES",
@@ -70,6 +72,7 @@ TRACKERS = ("none", "mlflow")
 DEFAULT_TIMEOUT_S = 300.0
 MAX_TIMEOUT_S = 30 * 86400.0  # a month: longer waits are a typo, and overflow the C timeouts below them
 MAX_PROCESSES = 4096  # per node; more is a typo (each process is a Python interpreter with torch)
+MATMUL_PEAK_FILE = "matmul_peak.json"  # the machine's matmul peak, kept in a run's output folder or a sweep's plan/
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -514,9 +517,18 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     )
     measure_flops: bool = option(
         True,
-        "count the model's FLOPs per sample and measure this machine's matmul rate (a short GEMM benchmark "
-        "before training): achieved FLOP/s and utilisation",
+        "count the model's FLOPs per sample and measure this machine's matmul peak (square matmuls on all its "
+        "cores before training, repeated until two estimates agree, once per machine): achieved FLOP/s and "
+        "utilisation, each rank against its share of the machine",
         role=Role.MEASUREMENT,
+    )
+    matmul_peak_cache: str | None = option(
+        None,
+        "JSON file keeping this machine's matmul peak: read where it holds this machine's, else measured and added "
+        f"(default: {MATMUL_PEAK_FILE} in --output-dir; a sweep gives its runs its own plan/{MATMUL_PEAK_FILE}, so "
+        "all its configurations share one peak)",
+        role=Role.OUTPUT,
+        path=True,
     )
     profiler: str = option(
         "none",
@@ -555,6 +567,11 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
             raise ConfigError(f"workload_args keys are keyword-argument names, got {', '.join(wrong)[:80]}")
         if self.workload is not None and (self.model != "cnn" or self.dataset != "synthetic"):
             raise ConfigError("a --workload brings its own model and data: leave --model and --dataset unset")
+
+    def peak_cache(self) -> str:
+        """Where this run's matmul peak is kept: ``matmul_peak_cache``, else ``matmul_peak.json`` in its output
+        folder."""
+        return self.matmul_peak_cache or os.path.join(self.output_dir, MATMUL_PEAK_FILE)
 
     @property
     def ddp(self) -> DDPOptions:

@@ -38,6 +38,7 @@ __all__ = [
     "GradScalerRecord",
     "GlobalStats",
     "HeldBytes",
+    "MachinePeak",
     "Memory",
     "MemoryMax",
     "NodeContention",
@@ -62,7 +63,7 @@ __all__ = [
     "TraceCommCheck",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: each rank against its share of its machine's matmul peak, measured once
 
 
 @dataclass(frozen=True)
@@ -396,10 +397,38 @@ ProfilerResult = TimerResult | BasicResult | HandlersResult | TorchResult
 
 class FlopsRank(TypedDict):
     rank: Annotated[int, "the rank"]
+    share: Annotated[
+        float,
+        "the share of its machine's matmul peak the rank is judged against: on a CPU its intra-op threads / the "
+        "machine's cores (at most an even share among the ranks on it); on a GPU 1, its device (since schema 3)",
+    ]
     achieved_flops_per_s: Annotated[float | None, "model FLOPs per sample x the rank's measured samples/s"]
-    attainable_flops_per_s: Annotated[float | None, "the matmul rate the rank measured before training"]
+    attainable_flops_per_s: Annotated[
+        float | None,
+        "the rank's reference: its share x its machine's matmul peak (before schema 3: the matmul rate the rank "
+        "measured on its own threads before training)",
+    ]
     utilisation_attainable: Annotated[float | None, "achieved / attainable"]
     utilisation_peak: Annotated[float | None, "achieved / the datasheet peak (null: no datasheet for the device)"]
+
+
+class MachinePeak(TypedDict):
+    flops_per_s: Annotated[
+        float,
+        "the machine's matmul peak: square matmuls on all the cores of a CPU (or on the GPU), estimated until two "
+        "successive estimates agreed within 3 %, the higher of the two",
+    ]
+    precision: Annotated[str, "the precision of the matmuls"]
+    size: Annotated[int, "side of the square matmuls"]
+    threads: Annotated[int | None, "CPU threads the matmuls ran on: the cores the process may use (null on a GPU)"]
+    tries: Annotated[int, "estimates made"]
+    stable: Annotated[
+        bool, "two successive estimates agreed within 3 % (false: none did, and the figure is the highest estimate)"
+    ]
+    from_cache: Annotated[
+        bool,
+        "read back from the cache (`--matmul-peak-cache`: a sweep's runs share one figure), not measured by this run",
+    ]
 
 
 class Flops(TypedDict):
@@ -413,12 +442,19 @@ class Flops(TypedDict):
         dict[str, Any] | None, "the GPU's dense datasheet peak: `family`, `precision`, `flops_per_s`, `source`"
     ]
     matmul_size: Annotated[int | None, "side of the square matmuls of the rate measurement"]
+    machine_peak: Annotated[
+        MachinePeak | None, "rank 0's machine's matmul peak, the utilisation's reference (since schema 3)"
+    ]
     ranks: Annotated[list[FlopsRank], "one record per rank"]
     achieved_flops_per_s: Annotated[float | None, "mean over ranks"]
-    utilisation_attainable: Annotated[float | None, "mean over ranks"]
-    utilisation_peak: Annotated[float | None, "mean over ranks"]
+    utilisation_attainable: Annotated[
+        float | None,
+        "the run's MFU: model FLOPs per sample x its global samples/s over the sum of its ranks' references (before "
+        "schema 3: the mean over ranks of each one's own measured rate)",
+    ]
+    utilisation_peak: Annotated[float | None, "the same against each rank's GPU datasheet peak"]
     above_measured_peak: Annotated[
-        bool, "a rank achieved more than the matmul rate it measured (impossible: flagged, not a figure to read)"
+        bool, "a rank or the run achieved more than its reference (impossible: flagged, not a figure to read)"
     ]
 
 

@@ -15,22 +15,21 @@ product and the backward is slightly less than twice the forward.
 
 *Achieved FLOP/s* is FLOPs per sample x samples per second (:func:`achieved_flops`). Divided by a peak it gives
 the *utilisation* (:func:`utilisation`, the "model FLOPs utilisation" of large-model papers). Keep both sides on
-the same scope: one device's throughput (global throughput / world size) against one device's peak.
+the same scope. A run's reference is the machine's matmul peak (:mod:`.peak`: measured on all its cores, repeated
+until stable, kept once per machine) and each rank is judged against its share of it (:func:`rank_share`: on a CPU
+its threads out of the cores; on a GPU its device): one process of 2 threads and two of 1 thread on 2 cores read
+the same utilisation at the same total throughput, so within one workload MFU orders configurations on the same
+cores as their throughput does.
 
-Two peaks are on offer. :data:`PEAKS` holds the dense figures of NVIDIA's datasheets (the tensor-core figures
+Beside the measured peak, :data:`PEAKS` holds the dense figures of NVIDIA's datasheets (the tensor-core figures
 that datasheets print with an asterisk assume 2:4 structured sparsity, which dense training never uses; the
 dense rate is half of them) and :func:`datasheet_peak` finds the one for a device name and a precision. The peak
-depends on the precision the matmuls run in (:func:`matmul_precision`): an H100 SXM does 67 TFLOP/s in fp32,
-494.7 in tf32 and 989.4 in bf16. :func:`attainable_matmul_rate` measures what this machine really reaches on
-large square matmuls (its clocks, power limit and BLAS library included); it is the honest ceiling where no
-datasheet applies, such as a CPU, and shows how far below the datasheet even an ideal workload stays.
-
-:func:`measured_peak` measures that ceiling once per device name, precision and torch release, with a longer timing,
-and keeps it in a JSON cache file the caller names (``benchmarks/gpu_check.py`` keeps it in its output directory):
-a later call on the same device reads it back instead of measuring again. :func:`mfu` and :func:`format_mfu` put a
-run's achieved FLOP/s beside both peaks, each named: the datasheet's and the one measured here. A run cannot do more
-arithmetic than the machine's own largest matmul does, so a figure above 100 % of the measured peak is flagged
-(``above_measured_peak``), never printed as a plain percentage: the FLOP count or one of the two timings is off.
+depends on the precision the matmuls run in (:func:`~ignite_ddl.measure.peak.matmul_precision`): an H100 SXM does
+67 TFLOP/s in fp32, 494.7 in tf32 and 989.4 in bf16; the measured peak shows how far below the datasheet even an
+ideal workload stays. :func:`mfu` and :func:`format_mfu` put a run's achieved FLOP/s beside both peaks, each
+named. A run cannot do more arithmetic than the machine's own largest matmul does, so a figure above 100 % of the
+measured peak is flagged (``above_measured_peak``), never printed as a plain percentage: the FLOP count or one of
+the two timings is off.
 
 Example:
     >>> import torch
@@ -40,8 +39,8 @@ Example:
     >>> flops = count_flops(model, inputs, targets, nn.CrossEntropyLoss())
     >>> flops.forward, flops.backward  # forward 2*(8*4 + 4*2); backward adds layer 2's input gradient 2*4*2
     (80.0, 96.0)
-    >>> matmul_precision(torch.device("cpu"), "none")
-    'fp32'
+    >>> rank_share(torch.device("cpu"), threads=1, cores=2, ranks_here=2)  # one of two 1-thread ranks on 2 cores
+    0.5
     >>> peak = datasheet_peak("NVIDIA H100 80GB HBM3", "bf16")
     >>> peak.family, peak.flops_per_s
     ('H100 SXM', 989400000000000.0)
@@ -53,46 +52,37 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import json
-import math
 import re
 import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ignite_ddl.core.environment import device_info
-from ignite_ddl.core.schema import Flops, FlopsRank
+from ignite_ddl.core.schema import Flops, FlopsRank, MachinePeak
+from ignite_ddl.measure.peak import PEAK_TOLERANCE, PRECISIONS, MatmulRate
 
 __all__ = [
     "PEAKS",
     "FlopCount",
-    "MatmulRate",
     "Peak",
     "achieved_flops",
-    "attainable_matmul_rate",
     "count_flops",
     "count_step_flops",
     "datasheet_peak",
     "format_flops",
     "format_mfu",
-    "matmul_precision",
-    "measured_peak",
     "mfu",
+    "peak_words",
+    "rank_share",
     "utilisation",
     "utilisation_record",
 ]
-
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 _H100 = "https://www.nvidia.com/en-us/data-center/h100/"
 _H200 = "https://www.nvidia.com/en-us/data-center/h200/"
@@ -132,8 +122,6 @@ _FAMILIES = [
     (re.compile(r"\bT4\b", re.I), "T4"),
 ]
 
-_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 @dataclass(frozen=True)
 class FlopCount:
@@ -159,17 +147,6 @@ class Peak:
     precision: str
     flops_per_s: float  # FLOP/s, not TFLOP/s
     source: str
-
-
-@dataclass(frozen=True)
-class MatmulRate:
-    """The matrix-multiply rate this machine attained: median over ``repetitions`` square matmuls of ``size``."""
-
-    precision: str
-    size: int
-    repetitions: int
-    flops_per_s: float
-    dtype: str
 
 
 def count_flops(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, criterion: nn.Module) -> FlopCount:
@@ -231,107 +208,6 @@ def datasheet_peak(device_name: str, precision: str) -> Peak | None:
     return Peak(family=family, precision=precision, flops_per_s=tflops * 1e12, source=PEAKS[family]["source"])
 
 
-def _cuda_tf32_enabled() -> bool:
-    matmul = torch.backends.cuda.matmul
-    try:
-        return bool(matmul.allow_tf32)
-    except RuntimeError:
-        # torch >= 2.9 refuses to read the legacy flag once it disagrees with the newer per-backend setting
-        # (``fp32_precision``, set directly); the newer one is what the legacy flag reports when they agree
-        return matmul.fp32_precision == "tf32"
-
-
-@contextlib.contextmanager
-def _cuda_tf32(enabled: bool) -> Iterator[None]:
-    """TF32 for CUDA matmuls on (or off) inside the block; both the legacy and the newer setting are restored."""
-    if _cuda_tf32_enabled() == enabled:
-        yield  # touch nothing: rewriting a setting can change what another API reads back
-        return
-    matmul = torch.backends.cuda.matmul
-    new_api = getattr(matmul, "fp32_precision", None)  # torch >= 2.9
-    try:
-        legacy = torch.get_float32_matmul_precision()
-    except RuntimeError:
-        legacy = None  # the two already disagree; changing the newer one makes them agree for the duration
-    if legacy is None:
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-    else:
-        matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        if legacy is not None:
-            torch.set_float32_matmul_precision(legacy)  # "medium" as well as "high": allow_tf32 cannot say which
-        if new_api is not None:
-            matmul.fp32_precision = new_api
-
-
-def matmul_precision(device: torch.device, amp: str) -> str:
-    """The precision a run's matmuls use: the autocast dtype with ``amp`` "bf16"/"fp16"; with "none", "tf32" on
-    CUDA where TF32 is allowed for matmuls (``torch.backends.cuda.matmul.allow_tf32``) and "fp32" otherwise."""
-    if amp in ("bf16", "fp16"):
-        return amp
-    if amp != "none":
-        raise ValueError(f"unknown amp mode {amp!r}: expected none, bf16 or fp16")
-    if torch.device(device).type == "cuda":
-        return "tf32" if _cuda_tf32_enabled() else "fp32"
-    return "fp32"
-
-
-def attainable_matmul_rate(
-    device: torch.device, precision: str, size: int | None = None, seconds: float = 0.25
-) -> MatmulRate | None:
-    """This machine's attainable matrix-multiply rate in ``precision``: the median FLOP/s of square matmuls.
-
-    ``size`` x ``size`` matmuls (default 1024 on CPU, 8192 on CUDA: large enough to keep every core busy) run
-    once to warm up (thread pools, cuBLAS handles and heuristics) and then again until ``seconds`` have passed,
-    at least 3 times; each one counts 2 * size**3 FLOPs. On CUDA the device is synchronised before each clock
-    reading, since kernels run asynchronously, and TF32 is switched on for "tf32" and off for "fp32" for the
-    duration only. "tf32" on CPU is a plain float32 matmul. XLA devices are not supported (None): a matmul there
-    is traced into a graph whose execution the clock cannot isolate.
-    """
-    device = torch.device(device)
-    if precision not in _DTYPES:
-        raise ValueError(f"unknown precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
-    if device.type == "xla":
-        return None
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"attainable_matmul_rate supports cpu and cuda devices, not {device.type}")
-    cuda = device.type == "cuda"
-    n = size or (8192 if cuda else 1024)
-    dtype = _DTYPES[precision]
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    # a private generator: measuring must not move the run's random stream
-    generator = torch.Generator(device=device).manual_seed(0)
-    tf32 = _cuda_tf32(precision == "tf32") if cuda else contextlib.nullcontext()
-    with tf32, torch.no_grad():
-        a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
-        b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
-        out = torch.empty(n, n, device=device, dtype=dtype)
-        torch.mm(a, b, out=out)
-        sync()
-        durations: list[float] = []
-        begin = time.perf_counter()
-        while len(durations) < 3 or time.perf_counter() - begin < seconds:
-            start = time.perf_counter()
-            torch.mm(a, b, out=out)
-            sync()
-            durations.append(time.perf_counter() - start)
-    # the median: one repetition slowed by another process or a clock change does not move it
-    rate = statistics.median(2.0 * n**3 / max(d, 1e-12) for d in durations)
-    return MatmulRate(
-        precision=precision,
-        size=n,
-        repetitions=len(durations),
-        flops_per_s=rate,
-        dtype=str(dtype).removeprefix("torch."),
-    )
-
-
 def achieved_flops(flops_per_sample: float, samples_per_s: float) -> float:
     """Model FLOP/s a run achieved: FLOPs per sample x samples per second."""
     return flops_per_sample * samples_per_s
@@ -349,28 +225,49 @@ def utilisation(flops_per_sample: float, samples_per_s: float, peak_flops_per_s:
     return achieved_flops(flops_per_sample, samples_per_s) / peak_flops_per_s
 
 
+def rank_share(device: torch.device, threads: int, cores: int, ranks_here: int) -> float:
+    """The share of its machine's matmul peak a rank is measured against: on a CPU its intra-op ``threads`` out of
+    the machine's ``cores``, at most an even share of them among the ``ranks_here`` on the machine (ranks with more
+    threads than cores time-slice them); on a GPU its device, whole (1).
+
+    So one process of 2 threads and two of 1 thread on 2 cores are each judged against the whole machine, and read
+    the same utilisation at the same total throughput.
+    """
+    if torch.device(device).type != "cpu":
+        return 1.0
+    return min(threads, cores / max(ranks_here, 1)) / max(cores, 1)
+
+
 def utilisation_record(
     count: FlopCount,
     precision: str,
     peak: Peak | None,
     rates: list[MatmulRate | None],
     rank_samples_per_s: list[float],
+    shares: list[float] | None = None,
+    samples_per_s: float | None = None,
+    from_cache: bool = False,
 ) -> Flops:
     """A run's FLOPs and utilisation as the schema's :class:`~ignite_ddl.core.schema.Flops` (summary.json's
-    ``flops``): per rank, the model FLOP/s it achieved (FLOPs per sample x its own samples per second) against the
-    matmul rate it measured (``rates``, in rank order) and against the datasheet ``peak``; then the means over
-    ranks."""
+    ``flops``). Per rank, the model FLOP/s it achieved (FLOPs per sample x its own samples per second) against its
+    share (``shares``, default 1; :func:`rank_share`) of its machine's matmul peak (``rates``, in rank order:
+    :func:`~.peak.measured_peak`) and against the datasheet ``peak``. For the run, its model FLOP/s at its global
+    throughput (``samples_per_s``) against the sum of its ranks' references, so that within one workload the
+    utilisation orders runs on the same cores as their throughput does (the mean over ranks where the throughput
+    is not known)."""
+    shares = shares if shares is not None else [1.0] * len(rates)
     ranks: list[FlopsRank] = []
-    for rank, (rate, samples_per_s) in enumerate(zip(rates, rank_samples_per_s)):
-        achieved = achieved_flops(count.total, samples_per_s) if samples_per_s == samples_per_s else None  # NaN
-        attainable = rate.flops_per_s if rate is not None else None
+    for rank, (rate, share, rank_rate) in enumerate(zip(rates, shares, rank_samples_per_s)):
+        achieved = achieved_flops(count.total, rank_rate) if rank_rate == rank_rate else None  # NaN: not measured
+        reference = rate.flops_per_s * share if rate is not None else None
         ranks.append(
             {
                 "rank": rank,
+                "share": share,
                 "achieved_flops_per_s": achieved,
-                "attainable_flops_per_s": attainable,
-                "utilisation_attainable": achieved / attainable if achieved is not None and attainable else None,
-                "utilisation_peak": achieved / peak.flops_per_s if achieved is not None and peak is not None else None,
+                "attainable_flops_per_s": reference,
+                "utilisation_attainable": _ratio(achieved, reference),
+                "utilisation_peak": _ratio(achieved, peak.flops_per_s if peak else None),
             }
         )
 
@@ -378,19 +275,42 @@ def utilisation_record(
         values = [v for v in (r[key] for r in ranks) if v is not None]
         return statistics.fmean(values) if values else None
 
+    of_machine, of_datasheet = mean("utilisation_attainable"), mean("utilisation_peak")
+    references = [r["attainable_flops_per_s"] for r in ranks]
+    if samples_per_s is not None and samples_per_s == samples_per_s and ranks:
+        run = achieved_flops(count.total, samples_per_s)
+        known = all(r is not None for r in references)
+        of_machine = _ratio(run, sum(r for r in references if r is not None)) if known else None
+        of_datasheet = _ratio(run, len(ranks) * peak.flops_per_s) if peak is not None else None
     first = next((r for r in rates if r is not None), None)
+    above = [r["utilisation_attainable"] for r in ranks] + [of_machine]
     return {
         "per_sample": count.to_dict(),
         "precision": precision,
         "datasheet_peak": dataclasses.asdict(peak) if peak is not None else None,
         "matmul_size": first.size if first is not None else None,
+        "machine_peak": _machine_peak(first, from_cache) if first is not None else None,
         "ranks": ranks,
         "achieved_flops_per_s": mean("achieved_flops_per_s"),
-        "utilisation_attainable": mean("utilisation_attainable"),
-        "utilisation_peak": mean("utilisation_peak"),
-        "above_measured_peak": any(
-            r["utilisation_attainable"] is not None and r["utilisation_attainable"] > 1.0 for r in ranks
-        ),
+        "utilisation_attainable": of_machine,
+        "utilisation_peak": of_datasheet,
+        "above_measured_peak": any(u is not None and u > 1.0 for u in above),
+    }
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    return value / reference if value is not None and reference else None
+
+
+def _machine_peak(rate: MatmulRate, from_cache: bool) -> MachinePeak:
+    return {
+        "flops_per_s": rate.flops_per_s,
+        "precision": rate.precision,
+        "size": rate.size,
+        "threads": rate.threads,
+        "tries": rate.tries,
+        "stable": rate.stable is not False,
+        "from_cache": from_cache,
     }
 
 
@@ -409,91 +329,34 @@ def format_flops(record: dict[str, Any]) -> str:
             "above_measured_peak": record.get("above_measured_peak", False),  # absent from older summaries
             "datasheet_family": peak["family"] if peak is not None else None,
         },
-        measured_where="measured here",
+        reference=peak_words(record.get("machine_peak")),
     )
     return f"{line}, {described}" if described else line
 
 
-# -- a measured peak, kept per device
-
-
-PEAK_CACHE_VERSION = 1
-MEASURED_PEAK_S = 1.0  # long enough for a stable median on a GPU (hundreds of 8192^3 products) and on a CPU
-
-
-def _device_key(device: torch.device, precision: str, size: int) -> str:
-    """What a measured peak is kept under: device name, precision, matmul size, torch release; on CPU the threads
-    too (the rate scales with them)."""
-    name = str(device_info(device)["name"])
-    threads = f"|threads {torch.get_num_threads()}" if device.type == "cpu" else ""
-    return f"{name}|{precision}|{size}|torch {torch.__version__}{threads}"
-
-
-def _read_peak_cache(path: Path) -> dict[str, Any]:
-    """The cache's entries; an unreadable or foreign file counts as empty (it is measured again and replaced)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != PEAK_CACHE_VERSION:
-        return {}
-    entries = data.get("entries")
-    # an entry that is not a record is dropped (the file is rewritten without it)
-    return {k: v for k, v in entries.items() if isinstance(v, dict)} if isinstance(entries, dict) else {}
-
-
-def _cached_rate(entry: Any, precision: str, size: int) -> MatmulRate | None:
-    """A cache entry as a MatmulRate, or None when it is not a sound one (wrong types, a non-finite rate)."""
-    if not isinstance(entry, dict):
-        return None
-    try:
-        rate = MatmulRate(
-            precision=str(entry["precision"]),
-            size=int(entry["size"]),
-            repetitions=int(entry["repetitions"]),
-            flops_per_s=float(entry["flops_per_s"]),
-            dtype=str(entry["dtype"]),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-    sound = rate.precision == precision and rate.size == size and rate.repetitions >= 3
-    return rate if sound and math.isfinite(rate.flops_per_s) and rate.flops_per_s > 0 else None
-
-
-def measured_peak(
-    device: torch.device,
-    precision: str,
-    cache: str | Path | None = None,
-    size: int | None = None,
-    seconds: float = MEASURED_PEAK_S,
-) -> tuple[MatmulRate | None, bool]:
-    """The device's achievable matmul rate in ``precision`` (:func:`attainable_matmul_rate`, timed for
-    ``seconds``), measured once: ``(rate, from_cache)``.
-
-    ``cache`` is a JSON file (the caller's to place: ``benchmarks/gpu_check.py`` keeps ``matmul_peak.json`` in its
-    output directory). A figure kept there for the same device name, precision, size and torch release (and, on a
-    CPU, thread count) is read back instead of measured; otherwise the rate is measured and added to the file.
-    Nothing in the file is executed or unpickled; an entry that is not a sound figure is measured again.
-    """
-    device = torch.device(device)
-    n = size or (8192 if device.type == "cuda" else 1024)
-    path = Path(cache) if cache is not None else None
-    key = _device_key(device, precision, n) if device.type in ("cpu", "cuda") else ""
-    entries = _read_peak_cache(path) if path is not None else {}
-    cached = _cached_rate(entries.get(key), precision, n) if key else None
-    if cached is not None:
-        return cached, True
-    rate = attainable_matmul_rate(device, precision, size=n, seconds=seconds)
-    if rate is not None and path is not None:
-        entries[key] = dataclasses.asdict(rate) | {"device": str(device_info(device)["name"])}
-        path.write_text(json.dumps({"version": PEAK_CACHE_VERSION, "entries": entries}, indent=2) + "\n")
-    return rate, False
+def peak_words(machine: dict[str, Any] | None) -> str:
+    """What a run's utilisation is against, in words: "matmul peak of this machine (each rank against its share;
+    150.3 GFLOP/s on 2 threads, stable within 3 % after 2 tries, measured now)"."""
+    if not machine:
+        return "matmul rate measured here"  # a summary before schema 3
+    threads = f" on {machine['threads']} threads" if machine.get("threads") else ""
+    how = "read from the cache" if machine.get("from_cache") else "measured now"
+    tries, within = machine.get("tries", 1), f"{100 * PEAK_TOLERANCE:.0f} %"
+    stable = (
+        f"stable within {within} after {tries} tries"
+        if machine.get("stable", True)
+        else f"UNSTABLE: no two successive estimates of {tries} agreed within {within}"
+    )
+    return (
+        f"matmul peak of this machine (each rank against its share; {machine['flops_per_s'] / 1e9:.1f} "
+        f"GFLOP/s{threads}, {stable}, {how})"
+    )
 
 
 def mfu(achieved_flops_per_s: float, precision: str, measured: MatmulRate | None, peak: Peak | None) -> dict[str, Any]:
     """A run's achieved FLOP/s against both peaks, each named: ``of_measured`` (the matmul rate measured on this
-    device, :func:`measured_peak`) and ``of_datasheet`` (:func:`datasheet_peak`; None where no datasheet applies,
-    such as a CPU); ``above_measured_peak`` where the first is over 100 %, which no run can truly reach."""
+    device, :func:`~.peak.measured_peak`) and ``of_datasheet`` (:func:`datasheet_peak`; None where no datasheet
+    applies, such as a CPU); ``above_measured_peak`` where the first is over 100 %, which no run can truly reach."""
     of_measured = achieved_flops_per_s / measured.flops_per_s if measured is not None else None
     return {
         "precision": precision,
@@ -507,13 +370,13 @@ def mfu(achieved_flops_per_s: float, precision: str, measured: MatmulRate | None
     }
 
 
-def format_mfu(record: dict[str, Any], measured_where: str = "measured on this device") -> str:
-    """:func:`mfu`'s figures in words, saying which peak is which; a figure above the measured peak is flagged,
-    never printed plain. Empty where neither peak is known."""
+def format_mfu(record: dict[str, Any], reference: str = "matmul rate measured on this device") -> str:
+    """:func:`mfu`'s figures in words, saying which peak is which (``reference``: what the measured one is); a figure
+    above the measured peak is flagged, never printed plain. Empty where neither peak is known."""
     parts = []
     of_measured = record["of_measured"]
     if of_measured is not None:
-        what = f"the {record['precision']} matmul rate {measured_where}"
+        what = f"the {record['precision']} {reference}"
         if record["above_measured_peak"]:
             parts.append(
                 f"FLAGGED: above {what} ({100 * of_measured:.0f} %, impossible: the FLOP count or a timing is off)"

@@ -16,9 +16,10 @@ __all__ = ["VERSUS", "one_matmul_reference", "speedups", "versus", "versus_text"
 
 
 def one_matmul_reference(configs: list[ConfigResult]) -> None:
-    """Utilisation against one reference per device, the same for every row: the highest matmul rate any run of the
-    sweep measured on that device (each run measures its own, under whatever else ran then: against its own, rows
-    would each have a different yardstick)."""
+    """Runs before schema 3 each measured their own matmul rate, per rank, under whatever else ran then: their
+    utilisation is recomputed against one reference per device, the same for every row, the highest rate any such
+    run of the sweep measured there. Newer runs are judged against their share of their machine's one measured
+    peak already (:func:`~ignite_ddl.measure.flops.utilisation_record`): their figures stand."""
     best: dict[tuple[str | None, str | None], float] = {}
     for config in configs:
         key = (config.environment, config.device_type)
@@ -26,7 +27,7 @@ def one_matmul_reference(configs: list[ConfigResult]) -> None:
             best[key] = max(best.get(key, 0.0), config.matmul_rate)
     for config in configs:
         reference = best.get((config.environment, config.device_type))
-        if reference is not None and config.achieved_flops_per_s is not None:
+        if reference is not None and config.machine_peak is None and config.achieved_flops_per_s is not None:
             config.matmul_reference = reference
             config.utilisation_attainable = config.achieved_flops_per_s / reference
 

@@ -81,7 +81,7 @@ def doubt_flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]
                 Flag(
                     "above-measured-peak",
                     config.name,
-                    f"{100 * config.utilisation_attainable:.0f} % of the matmul rate measured on its device",
+                    f"{100 * config.utilisation_attainable:.0f} % of the matmul peak measured on its machine",
                 )
             )
     return flags

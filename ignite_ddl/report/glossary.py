@@ -105,6 +105,14 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "the bytes a rank holds between steps for parameters, gradients and optimizer state (counted from the "
         "tensors): what sharding divides. The resident peak is larger.",
     ),
+    "MFU": (
+        r"\bMFU\b",
+        "model FLOPs utilisation: the model FLOP/s a run achieved (FLOPs per sample x samples per second) over the "
+        "matmul peak of what it ran on. The peak is the machine's, measured once per machine (square matmuls on all "
+        "its cores, repeated until two successive estimates agree within 3 %) and shared by every run of a sweep; "
+        "each rank is judged against its share of it (on a CPU its threads out of the cores, on a GPU its device), "
+        "so runs of one workload on the same cores rank by MFU as by throughput.",
+    ),
     "Pareto front": (
         r"\bPareto front\b",
         "the configurations no other beats on both speed and peak memory in all (per rank x processes): faster and "

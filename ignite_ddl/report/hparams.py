@@ -73,8 +73,8 @@ METRIC_DESCRIPTIONS = {
     "hparam/comm_overlap": "share of the gradient communication hidden behind backward compute",
     "hparam/exposed_comm_share": "exposed communication / iteration time",
     "hparam/busbw_GBps": "achieved all-reduce bus bandwidth during training, GB/s",
-    "hparam/utilisation_attainable": "achieved FLOP/s per rank / the device's reference matmul rate (the highest "
-    "any run of the sweep measured on it)",
+    "hparam/utilisation_attainable": "MFU: model FLOP/s / the matmul peak of the part of the machine its ranks had "
+    "(each rank its share of the machine's one measured peak)",
     "hparam/utilisation_peak": "achieved FLOP/s per rank / the GPU's datasheet peak",
     "hparam/peak_memory_mib": "the largest rank's peak memory per run (resident, or CUDA reserved), MiB",
     "hparam/held_mib": "parameters, gradients and optimizer state of the largest rank, MiB",

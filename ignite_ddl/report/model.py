@@ -78,8 +78,9 @@ FLAG_MEANINGS = {
     "recompiled": "torch.compile compiled the model again during training (a guard failed: a new input shape, "
     "dtype, ...): each recompilation costs compilation time, which is counted in compile_s and left out of the "
     "throughput, and a run that recompiles often never reaches its compiled speed",
-    "above-measured-peak": "the run's model FLOP/s are above the largest matmul rate measured on its device, which "
-    "no training step can truly reach: the FLOP count (a model whose arithmetic FlopCounterMode miscounts) or one of "
+    "above-measured-peak": "the run's model FLOP/s are above its reference, its ranks' share of its machine's "
+    "measured matmul peak (for runs before schema 3, the largest matmul rate measured on its device), which no "
+    "training step can truly reach: the FLOP count (a model whose arithmetic FlopCounterMode miscounts) or one of "
     "the two timings is off; its utilisation is not a figure to read",
     "unsettled": "a run's step times never settled (MSER-5 finds the calmest stretch in the run's second half): its "
     "throughput is not a steady state; run longer, or look for what keeps changing (caches, the machine)",
@@ -187,7 +188,10 @@ class ConfigResult:
     comm_wait: dict[str, Any] | None = None  # {"rank": waited for, "waiting": rank, "wait_s", "share"}
     flops_per_sample: float | None = None  # model FLOPs, forward + backward
     achieved_flops_per_s: float | None = None  # per rank, mean over ranks and runs
-    utilisation_attainable: float | None = None  # of matmul_reference: one rate per device for every row
+    utilisation_attainable: float | None = None  # MFU: of each rank's share of its machine's peak, mean over runs
+    machine_peak: float | None = None  # its runs' machine's matmul peak (FLOP/s), the reference of their shares
+    machine_peak_stable: bool = True  # every run's peak was stable within 3 %
+    # Runs before schema 3, each of whose ranks measured its own rate: one reference per device for every row.
     matmul_rate: float | None = None  # the highest matmul rate (FLOP/s) its runs' ranks measured
     matmul_reference: float | None = None  # the device's reference: the highest any run of the sweep measured there
     utilisation_peak: float | None = None  # of the GPU's datasheet peak (None where no datasheet applies)

@@ -1,8 +1,8 @@
 """The report's tables of configurations: the decision table first, then one table per topic (timing,
-communication, a faster step, FLOPs, memory), each without the columns no configuration has a figure for. A
-configuration's strategy has one label in every table (:func:`~ignite_ddl.report.model.strategy_label`): the grid's
-``ddp`` that one process ran as ``none`` is ``ddp -> none (one process)`` in the decision table, the communication
-table and the memory table alike."""
+communication, a faster step, FLOPs (:mod:`.utilisation`), memory), each without the columns no configuration has a
+figure for. A configuration's strategy has one label in every table (:func:`~ignite_ddl.report.model.strategy_label`):
+the grid's ``ddp`` that one process ran as ``none`` is ``ddp -> none (one process)`` in the decision table, the
+communication table and the memory table alike."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ignite_ddl.report.flags import superlinear
 from ignite_ddl.report.model import MIB, Analysis, ConfigResult
 from ignite_ddl.report.quality import loss_text
 from ignite_ddl.report.stats import Estimate, positive_range, prediction_range
+from ignite_ddl.report.utilisation import flops_rows, flops_text
 
 __all__ = ["config_tables", "decision_table", "interval_text", "options_text", "rate_text", "ratio_text"]
 
@@ -184,7 +185,7 @@ _OPTIONAL_COLUMNS = (
     "isolated GB/s",
     "units/s",
     "GFLOP/s per rank",
-    "% of matmul rate",
+    "MFU %",
     "% of datasheet peak",
     "workers' own MiB",
     "held MiB",
@@ -210,42 +211,8 @@ def _communication_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
 
 
-def _units_cell(c: ConfigResult) -> str | None:
-    """Global throughput in a workload's own unit (the GPT's tokens), with its interval: samples/s times the units
-    in one sample; None where the unit is the sample itself."""
-    info = c.workload_info or {}
-    unit, per = info.get("sample_unit"), info.get("units_per_sample")
-    if not isinstance(unit, str) or not isinstance(per, int) or (unit == "samples" and per == 1):
-        return None
-    e = c.throughput.scaled(per)
-    if e.value is None:
-        return None
-    return f"{e.value:.0f} {unit}/s" + (f", {interval_text(e)}" if e.has_interval else "")
-
-
 def _flops_table(analysis: Analysis) -> Table:
-    header = ["config", "units/s", "MFLOPs per sample", "GFLOP/s per rank", "% of matmul rate", "% of datasheet peak"]
-    rows = [
-        [
-            c.name,
-            _units_cell(c),
-            c.flops_per_sample / 1e6,
-            None if c.achieved_flops_per_s is None else c.achieved_flops_per_s / 1e9,
-            _measured_share(c.utilisation_attainable),
-            None if c.utilisation_peak is None else 100 * c.utilisation_peak,
-        ]
-        for c in analysis.configs
-        if c.flops_per_sample is not None
-    ]
-    return _drop_empty(header, rows, _OPTIONAL_COLUMNS)
-
-
-def _measured_share(fraction: float | None) -> float | str | None:
-    """A utilisation of the measured matmul rate in percent; above 100 % (no step can do more arithmetic than the
-    device's own largest matmul) flagged in words, never a plain figure."""
-    if fraction is None:
-        return None
-    return 100 * fraction if fraction <= 1.0 else f"flagged: {100 * fraction:.0f}"
+    return _drop_empty(*flops_rows(analysis), _OPTIONAL_COLUMNS)
 
 
 def _memory_limit(analysis: Analysis) -> float | None:
@@ -581,22 +548,6 @@ def _phases_table(analysis: Analysis) -> Table:
     return _drop_empty(header, rows, ("bytes/step MB", "step p50 ms"))
 
 
-def _references(analysis: Analysis) -> str:
-    """The one matmul rate per device that "% of matmul rate" is against, in words."""
-    found = {
-        (c.device_type or "?") + (f" ({c.environment})" if c.environment else ""): c.matmul_reference
-        for c in analysis.configs
-        if c.matmul_reference is not None
-    }
-    if not found:
-        return ""
-    rates = "; ".join(f"{device}: {rate / 1e9:.1f} GFLOP/s" for device, rate in found.items())
-    return (
-        "% of matmul rate is against one reference per device, the same for every row: the highest matmul rate any "
-        f"run of the sweep measured on it ({rates})."
-    )
-
-
 def config_tables(doc: Document, analysis: Analysis) -> None:
     """The decision table, then one table per topic."""
     doc.table(*decision_table(analysis))
@@ -637,19 +588,7 @@ def config_tables(doc: Document, analysis: Analysis) -> None:
             "phase's; the warm-up phase is what every run pays first. Samples/s: global, over the phase's "
             "iterations (a compilation's include its compile time).",
         ),
-        (
-            "FLOPs",
-            flops := _flops_table(analysis),
-            "Model FLOPs (forward + backward) and what each rank achieved"
-            # The units/s column is dropped where no configuration has a unit of its own: no word on it then.
-            + (
-                "; units/s is the global throughput in the workload's own unit (tokens for the GPT workload), with "
-                "its interval. "
-                if "units/s" in flops[0]
-                else ". "
-            )
-            + _references(analysis),
-        ),
+        ("FLOPs", flops := _flops_table(analysis), flops_text(analysis, "units/s" in flops[0])),
         (
             "Step time, predicted",
             _step_model_table(analysis),

@@ -109,7 +109,9 @@ def runtime_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
         "overwrite": True,
     }
     digest = hashlib.sha1(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return TrainConfig.from_dict({**options, "output_dir": str(Path(folder) / "runtime" / digest)})
+    # the sweep's matmul peak, read back rather than measured again by each probe
+    where = {"output_dir": str(Path(folder) / "runtime" / digest), "matmul_peak_cache": config.matmul_peak_cache}
+    return TrainConfig.from_dict({**options, **where})
 
 
 def _key(probe: TrainConfig) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.config import MATMUL_PEAK_FILE, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.options import option_specs
 from ignite_ddl.core.sweep_records import RunRecord
@@ -109,12 +109,16 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+# Where a run's files go, which a sweep sets for each run: not part of what the run is.
+_WHERE = ("output_dir", "matmul_peak_cache")
+
+
 def options_key(options: dict[str, Any]) -> str:
     """A configuration's identity across restarts, from its train options as plain data: a digest of those that
-    differ from their defaults, without its output folder (so that a release adding an option keeps the keys it
-    had)."""
+    differ from their defaults, without where its files go (its output folder, the sweep's matmul peak: a sweep
+    moved elsewhere keeps its keys; and a release adding an option keeps the keys it had)."""
     defaults = {name: spec.default for name, spec in option_specs(TrainConfig).items()}
-    kept = {k: v for k, v in options.items() if k != "output_dir" and v != _plain(defaults.get(k))}
+    kept = {k: v for k, v in options.items() if k not in _WHERE and v != _plain(defaults.get(k))}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -149,8 +153,11 @@ def make_run(
     attempt: int = 0,
     position: int = 0,
 ) -> Run:
+    options = _run_options(spec, grid, run_dir(output_dir, index, repeat, attempt))
+    # One matmul peak for the whole sweep: the first run on a machine measures it, every later one reads it back.
+    options.setdefault("matmul_peak_cache", str(Path(output_dir) / "plan" / MATMUL_PEAK_FILE))
     try:
-        config = TrainConfig.from_dict(_run_options(spec, grid, run_dir(output_dir, index, repeat, attempt)))
+        config = TrainConfig.from_dict(options)
     except ConfigError as e:
         raise ConfigError(f"configuration {shown_grid(grid)}: {e}") from None
     return Run(index, repeat, grid, config, attempt, position)

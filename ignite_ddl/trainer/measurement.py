@@ -4,7 +4,7 @@
 the step recorder (:mod:`ignite_ddl.measure.recorder`), the contention monitor
 (:mod:`ignite_ddl.measure.contention`), the chosen profiler (:mod:`ignite_ddl.measure.profilers`) and, with 2 or
 more ranks, the stall watchdog (:mod:`ignite_ddl.launcher.watchdog`). :class:`FlopsProbe` counts the model's FLOPs
-and measures the matmul rate before training (:mod:`ignite_ddl.measure.flops`). After the run,
+and finds its machine's matmul peak before training (:mod:`ignite_ddl.measure.flops`). After the run,
 :meth:`Measuring.gather` (a collective) returns every rank's figures as plain data for the summary.
 
 Example (one process; the trainer does the same on every rank):
@@ -36,6 +36,7 @@ from torch import nn
 
 from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.core.outputs import writing
 from ignite_ddl.core.schema import CommReference, DDPCrossCheck, Flops, ProfilerResult, StepStats
 from ignite_ddl.launcher.settings import LaunchPlan
@@ -43,18 +44,10 @@ from ignite_ddl.launcher.watchdog import StallWatchdog
 from ignite_ddl.measure.comm import CommTimer, time_allreduce
 from ignite_ddl.measure.contention import ContentionMonitor
 from ignite_ddl.measure.crosscheck import compare, ddp_runtime_stats
-from ignite_ddl.measure.flops import (
-    FlopCount,
-    MatmulRate,
-    Peak,
-    attainable_matmul_rate,
-    count_flops,
-    datasheet_peak,
-    matmul_precision,
-    utilisation_record,
-)
+from ignite_ddl.measure.flops import FlopCount, Peak, count_flops, datasheet_peak, rank_share, utilisation_record
 from ignite_ddl.measure.gather import gather_objects
 from ignite_ddl.measure.memory import MemoryMonitor
+from ignite_ddl.measure.peak import MatmulRate, matmul_precision, measured_peak
 from ignite_ddl.measure.profile_text import format_profile
 from ignite_ddl.measure.profilers import Profiler, TorchProfiler, attach_profiler
 from ignite_ddl.measure.recorder import StepRecorder
@@ -63,18 +56,19 @@ from ignite_ddl.trainer.strategies import unwrap
 
 __all__ = ["FlopsProbe", "GradScaleLog", "Measuring", "attach_measurement"]
 
-MATMUL_PROBE_S = 0.1  # the matmul-rate measurement before training: enough repetitions for a stable median
-
 
 @dataclass(frozen=True)
 class FlopsProbe:
     """What a run measures before training for its utilisation figures (:mod:`ignite_ddl.measure.flops`): the model's
-    FLOPs per sample and the matmul rate this rank attains."""
+    FLOPs per sample, its machine's matmul peak (:func:`~ignite_ddl.measure.peak.measured_peak`) and the share of it
+    this rank is judged against."""
 
     count: FlopCount
     precision: str
     peak: Peak | None
     rate: MatmulRate | None
+    share: float = 1.0
+    from_cache: bool = False
 
     @classmethod
     def measure(
@@ -85,25 +79,43 @@ class FlopsProbe:
         device: torch.device,
         amp: str,
         count: FlopCount | None = None,
+        cache: str | Path | None = None,
     ) -> FlopsProbe | None:
         """Collective. None on XLA, where a step's time is a graph's and a matmul cannot be timed alone. ``count``:
-        the FLOPs per sample already known (a workload's), else counted on ``model`` with image inputs of ``info``."""
+        the FLOPs per sample already known (a workload's), else counted on ``model`` with image inputs of ``info``.
+        ``cache``: the file keeping the machine's peak (read back where it holds this machine's; else measured by
+        the first rank of each machine, on all its cores, while the others wait, and added)."""
         if device.type == "xla":
             return None
         if count is None:
             inputs = torch.randn(2, info.in_channels, info.image_size, info.image_size, generator=torch.Generator())
             count = count_flops(unwrap(model), inputs, torch.zeros(2, dtype=torch.long), criterion)
         precision = matmul_precision(device, amp)
-        idist.barrier()  # every rank measures at once: each gets what it can while the others compute too
-        rate = attainable_matmul_rate(device, precision, seconds=MATMUL_PROBE_S)
+        idist.barrier()  # every rank here before one measures: nothing else of the run computes meanwhile
+        node, first = idist.get_node_rank(), idist.get_local_rank() == 0
+        measured = measured_peak(device, precision, cache) if first else (None, False)
+        found = {n: (rate, cached) for n, local, rate, cached in gather_objects((node, first, *measured)) if local}
+        rate, cached = found.get(node, (None, False))
+        share = rank_share(device, torch.get_num_threads(), cpu_cores(), idist.get_nproc_per_node())
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
-        return cls(count, precision, datasheet_peak(name, precision), rate)
+        return cls(count, precision, datasheet_peak(name, precision), rate, share, cached)
 
     def record(self, steps: StepStats | None, world: int) -> Flops:
-        """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput."""
-        rates = gather_objects(self.rate)
+        """Collective: summary.json's ``flops``, each rank's achieved FLOP/s from its own measured throughput and
+        the run's from its global one (the summary's ``samples_per_s``)."""
+        ranks = gather_objects((self.rate, self.share))
         per_rank = [r["samples_per_s"] for r in steps["ranks"]] if steps is not None else [math.nan] * world
-        return utilisation_record(self.count, self.precision, self.peak, rates, per_rank)
+        measured = steps["global"] if steps is not None and steps["global"]["samples"] > 0 else None
+        return utilisation_record(
+            self.count,
+            self.precision,
+            self.peak,
+            [rate for rate, _ in ranks],
+            per_rank,
+            shares=[share for _, share in ranks],
+            samples_per_s=measured["samples_per_s"] if measured is not None else None,
+            from_cache=self.from_cache,
+        )
 
 
 class GradScaleLog:

@@ -154,7 +154,8 @@ def _training(config: TrainConfig, plan: LaunchPlan | None, setup: Callable[[Tra
         if parts.strategy.info.shards_parameters and parts.flops is None:
             counted = _unplaced_model(config, loaders)
         criterion = cast(nn.Module, parts.criterion)  # counted only for the built-in models, whose loss is a Module
-        probe = FlopsProbe.measure(counted, criterion, loaders.info, parts.device, config.amp, parts.flops)
+        device, cache = parts.device, config.peak_cache()
+        probe = FlopsProbe.measure(counted, criterion, loaders.info, device, config.amp, parts.flops, cache)
     wall = _run(parts.trainer, loaders, config.epochs, handlers.tracker, measuring.watchdog)
     held = parts.strategy.held_bytes(parts.model, parts.optimizer)  # between steps, as the run left them
     figures = measuring.gather(parts.model, parts.comm, probe, out, log, held)
@@ -580,7 +581,7 @@ def train_command(config: TrainConfig) -> int:
     flops = summary.get("flops") or {}
     mfu, mfu_text = flops.get("utilisation_attainable"), ""
     if mfu is not None and units is not None:  # a figure above the measured peak is flagged, never printed plain
-        where = f"the {flops['precision']} matmul rate measured here"
+        where = f"this machine's {flops['precision']} matmul peak"
         flagged = flops.get("above_measured_peak")
         mfu_text = f", MFU FLAGGED: above {where}" if flagged else f", MFU {mfu:.1%} of {where}"
     print(
