@@ -1,5 +1,5 @@
-"""Model FLOPs counted exactly, datasheet peaks found by device name, a real matmul benchmark on the CPU, and each
-rank judged against its share of the machine's peak."""
+"""Model FLOPs counted exactly (an LSTM's by formula, a layer the counter cannot see named), datasheet peaks found by
+device name, a real matmul benchmark on the CPU, and each rank judged against its share of the machine's peak."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from conftest import run_cli
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from ignite_ddl.core.environment import cpu_cores
 from ignite_ddl.measure.flops import (
@@ -21,6 +22,7 @@ from ignite_ddl.measure.flops import (
     FlopCount,
     achieved_flops,
     count_flops,
+    count_step_flops,
     datasheet_peak,
     format_flops,
     format_mfu,
@@ -338,7 +340,61 @@ def test_ranks_are_judged_against_their_share_of_the_machine():
     assert faster["utilisation_attainable"] / two["utilisation_attainable"] == pytest.approx(4050 / 4000)
 
 
-# An LSTM language model of one's own.
+class _LSTMLM(nn.Module):
+    def __init__(self, vocab: int = 50, width: int = 32, layers: int = 2):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(vocab, width), nn.Linear(width, vocab)
+        self.lstm = nn.LSTM(width, width, num_layers=layers)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(self.embed(tokens))[0])
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # switching oneDNN off says this
+def test_an_lstm_is_counted_by_formula_as_the_counter_counts_its_gates():
+    """On a CPU nn.LSTM runs as oneDNN's fused kernel, which FlopCounterMode cannot see: it counted the output layer
+    only. The formula gives what the counter itself counts where the gates run as plain matmuls (oneDNN off)."""
+    model, tokens = _LSTMLM(), torch.randint(0, 50, (12, 3))
+
+    def step(m: nn.Module) -> torch.Tensor:
+        return m(tokens).sum()
+
+    counted = count_step_flops(model, step, 3)
+    with torch.backends.mkldnn.flags(enabled=False):
+        unfused = count_step_flops(model, step, 3)  # the counter sees the gates' matmuls: nothing to add
+    assert unfused.by_formula == () and counted.not_counted == unfused.not_counted == ()
+    assert counted.forward == pytest.approx(unfused.forward, rel=1e-6)
+    assert counted.backward == pytest.approx(unfused.backward, rel=0.05)  # the first step's h0 has no gradient
+    with FlopCounterMode(display=False) as raw:
+        model(tokens)
+    if raw.get_total_flops() < 0.5 * unfused.forward * 3:  # the fused path was taken: counted by formula
+        assert counted.by_formula == ("nn.LSTM",)
+
+
+class _Elementwise(nn.Module):
+    """A product the counter cannot see: a matrix-vector product done elementwise."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[:, None, :] * self.weight).sum(-1)
+
+
+def test_a_layer_the_counter_cannot_see_is_named_and_given_no_mfu():
+    model = nn.Sequential(nn.Embedding(10, 6), nn.Flatten(0, 1), _Elementwise(), nn.Linear(4, 2))
+    tokens = torch.randint(0, 10, (5, 1))
+    count = count_step_flops(model, lambda m: m(tokens).sum(), 5)
+    assert count.not_counted == (f"{__name__}._Elementwise",) and count.by_formula == ()  # the embedding: a lookup
+    rate = MatmulRate("fp32", 64, 3, 1e9, "float32")
+    record = utilisation_record(count, "fp32", None, [rate], [100.0], samples_per_s=100.0)
+    assert record["not_counted"] == [f"{__name__}._Elementwise"] and record["achieved_flops_per_s"] is not None
+    assert record["utilisation_attainable"] is None and record["ranks"][0]["utilisation_attainable"] is None
+    assert format_flops(record).endswith(f"FLOPs not counted: {__name__}._Elementwise, so no utilisation is given")
+
+
+# An LSTM language model of one's own: its FLOPs are the LSTM's (counted by formula) and its output layer's.
 _LSTM_WORKLOAD = """
 import torch
 import torch.nn.functional as F
@@ -376,7 +432,7 @@ def make(vocab=32, width=64, seq=16):
 @pytest.mark.distributed
 def test_mfu_and_throughput_rank_a_sweeps_configurations_alike(tmp_path):
     """An LSTM language model swept over one process of 2 threads, two processes of 1 thread and one process
-    accumulating 2 micro-batches: one matmul peak for the whole sweep
+    accumulating 2 micro-batches: its LSTM counted by formula in every run, one matmul peak for the whole sweep
     (measured by its first run, read back by the others), and each configuration's MFU in the same ratio to the
     others' as its throughput. Against a rate each run measured for itself, or each rank against the whole
     machine (the two-process row at half), the ratios differ."""
@@ -397,7 +453,7 @@ output_dir: {out}
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     flops = [r["summary"]["flops"] for r in records]
-    assert len(flops) == 3
+    assert len(flops) == 3 and all(f["by_formula"] == ["nn.LSTM"] and not f["not_counted"] for f in flops)
     assert len({f["machine_peak"]["flops_per_s"] for f in flops}) == 1  # one reference for the sweep
     assert sorted(f["machine_peak"]["from_cache"] for f in flops) == [False, True, True]
     assert (out / "plan" / "matmul_peak.json").is_file()
@@ -409,4 +465,4 @@ output_dir: {out}
     for name in mfu:
         assert mfu[name] / mfu[first] == pytest.approx(speed[name] / speed[first], rel=1e-9), (mfu, speed)
     report = (out / "report.md").read_text()
-    assert "| MFU % |" in report
+    assert "| MFU % |" in report and "FLOPs of nn.LSTM (which the FLOP counter cannot see)" in report

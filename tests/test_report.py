@@ -789,6 +789,20 @@ def test_a_utilisation_above_the_measured_matmul_rate_is_flagged_not_printed(tmp
     assert "flagged: 130" in report and "| 130 |" not in report
 
 
+def test_flops_not_counted_are_named_not_given_a_low_mfu(tmp_path):
+    """A layer the FLOP counter could not see: the FLOPs table names it where the MFU would be, and the configuration
+    is flagged; a run's utilisation of null is not read as a figure."""
+    flops = {"per_sample": {"total": 3e7}, "achieved_flops_per_s": 2.5e8, "utilisation_attainable": None}
+    flops |= {"utilisation_peak": None, "not_counted": ["my_model.FusedCell"], "by_formula": []}
+    records = [record(0, r, v, summary={"flops": flops}) for r, v in enumerate([150, 152])]
+    for r in records:
+        append_record(tmp_path / "results.jsonl", r)
+    flags = [(f.kind, f.config, f.detail) for f in analyze(records).flags]
+    assert ("flops-not-counted", "cfg000", "FLOPs not counted: my_model.FusedCell (no MFU given)") in flags
+    report = write_report(tmp_path).read_text()
+    assert "| FLOPs not counted: my_model.FusedCell |" in report
+
+
 class _Inner(TypedDict):
     rate: Annotated[float | None, "a rate", Shown("rate/s", scale=2.0)]
     hidden: Annotated[float, "not shown"]

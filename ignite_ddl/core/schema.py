@@ -408,7 +408,7 @@ class FlopsRank(TypedDict):
         "the rank's reference: its share x its machine's matmul peak (before schema 3: the matmul rate the rank "
         "measured on its own threads before training)",
     ]
-    utilisation_attainable: Annotated[float | None, "achieved / attainable"]
+    utilisation_attainable: Annotated[float | None, "achieved / attainable (null where FLOPs were not counted)"]
     utilisation_peak: Annotated[float | None, "achieved / the datasheet peak (null: no datasheet for the device)"]
 
 
@@ -435,7 +435,17 @@ class Flops(TypedDict):
     per_sample: Annotated[
         dict[str, float],
         "model FLOPs per sample (`forward`, `backward`, `total`), counted with FlopCounterMode: matmuls and "
-        "convolutions only",
+        "convolutions only (recurrent layers by formula: `by_formula`)",
+    ]
+    by_formula: Annotated[
+        list[str],
+        "layers the FLOP counter cannot see, counted by formula: recurrent layers (`nn.LSTM`, `nn.GRU`, `nn.RNN`) at "
+        "2 FLOPs per multiply-add of their gates, backward twice the forward (since schema 3)",
+    ]
+    not_counted: Annotated[
+        list[str],
+        "layers holding a weight matrix whose FLOPs nothing counted: the utilisation is withheld (null), not given "
+        "low (since schema 3)",
     ]
     precision: Annotated[str, "the precision the matmuls run in: `fp32`, `tf32`, `bf16` or `fp16`"]
     datasheet_peak: Annotated[

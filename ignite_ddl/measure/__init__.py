@@ -1,9 +1,10 @@
 """What a rank measures while it trains, each piece usable on an engine of one's own: per-step timings
-(:mod:`.recorder`), gradient communication per bucket (:mod:`.comm`), model FLOPs and utilisation (:mod:`.flops`),
-the machine's matmul peak (:mod:`.peak`), the bytes a rank holds (:mod:`.memory`), what other processes used
-meanwhile (:mod:`.contention`), Ignite's and PyTorch's profilers attached the right way (:mod:`.profilers`), the
-profiler's trace read back as a second clock for the communication timing (:mod:`.traces`), device-synchronised
-clocks (:mod:`.clock`) and gathering any object from every rank (:mod:`.gather`).
+(:mod:`.recorder`), gradient communication per bucket (:mod:`.comm`), model FLOPs and utilisation (:mod:`.flops`;
+layers the FLOP counter cannot see, :mod:`.uncounted`), the machine's matmul peak (:mod:`.peak`), the bytes a rank
+holds (:mod:`.memory`), what other processes used meanwhile (:mod:`.contention`), Ignite's and PyTorch's profilers
+attached the right way (:mod:`.profilers`), the profiler's trace read back as a second clock for the communication
+timing (:mod:`.traces`), device-synchronised clocks (:mod:`.clock`) and gathering any object from every rank
+(:mod:`.gather`).
 
 Example:
     >>> from ignite_ddl.measure import StepRecorder

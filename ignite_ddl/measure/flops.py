@@ -13,6 +13,11 @@ once for the gradient of the layer's input, so a training step is close to 3x th
 equal: the first layer's input is the data, which needs no gradient, so that layer's backward skips the second
 product and the backward is slightly less than twice the forward.
 
+Layers the counter cannot see (recurrent layers, which run as one fused kernel; a layer of one's own doing its
+products some other way) are counted by formula or named (:mod:`.uncounted`): ``FlopCount.by_formula`` and
+``FlopCount.not_counted``. A run whose count misses something it cannot name gives no utilisation at all rather
+than a low one.
+
 *Achieved FLOP/s* is FLOPs per sample x samples per second (:func:`achieved_flops`). Divided by a peak it gives
 the *utilisation* (:func:`utilisation`, the "model FLOPs utilisation" of large-model papers). Keep both sides on
 the same scope. A run's reference is the machine's matmul peak (:mod:`.peak`: measured on all its cores, repeated
@@ -66,6 +71,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ignite_ddl.core.schema import Flops, FlopsRank, MachinePeak
 from ignite_ddl.measure.peak import PEAK_TOLERANCE, PRECISIONS, MatmulRate
+from ignite_ddl.measure.uncounted import watching
 
 __all__ = [
     "PEAKS",
@@ -125,10 +131,14 @@ _FAMILIES = [
 
 @dataclass(frozen=True)
 class FlopCount:
-    """Model FLOPs of one training step, per sample: forward (model and loss) and backward."""
+    """Model FLOPs of one training step, per sample: forward (model and loss) and backward; the module types the
+    counter cannot see, counted by formula (``by_formula``) or not counted at all (``not_counted``: see
+    :mod:`.uncounted`)."""
 
     forward: float
     backward: float
+    by_formula: tuple[str, ...] = ()
+    not_counted: tuple[str, ...] = ()
 
     @property
     def total(self) -> float:
@@ -171,22 +181,29 @@ def count_step_flops(model: nn.Module, step: Callable[[nn.Module], torch.Tensor]
     :func:`count_flops` counts, for a step of any shape (a workload's own ``training_step``).
 
     As there, the step runs on a CPU copy of ``model`` in train mode, leaving the model, its gradients and the
-    global random number generator as they were; the step's batch must be on the CPU.
+    global random number generator as they were; the step's batch must be on the CPU. Recurrent layers, which the
+    counter cannot see, are counted by formula, and a layer holding a weight matrix that counted nothing is named
+    in ``not_counted`` (:mod:`.uncounted`).
     """
     if samples < 1:
         raise ValueError("count_step_flops needs a non-empty batch")
     replica = copy.deepcopy(model).cpu().train()
     replica.zero_grad(set_to_none=True)  # gradients the original carried are not needed by the copy
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False) as counter, watching(replica, counter) as watch:
             loss = step(replica)
-        forward = counter.get_total_flops()
-        backward = 0
+        forward = counter.get_total_flops() + watch.forward  # what the counter cannot see, counted by formula
+        backward = 0.0
         if loss.requires_grad:  # a fully frozen model has no backward to count
             with FlopCounterMode(display=False) as counter:
                 loss.backward()
-            backward = counter.get_total_flops()
-    return FlopCount(forward=forward / samples, backward=backward / samples)
+            backward = counter.get_total_flops() + watch.backward
+    return FlopCount(
+        forward=forward / samples,
+        backward=backward / samples,
+        by_formula=tuple(sorted(watch.by_formula)),
+        not_counted=tuple(sorted(watch.not_counted)),
+    )
 
 
 def datasheet_peak(device_name: str, precision: str) -> Peak | None:
@@ -254,8 +271,10 @@ def utilisation_record(
     :func:`~.peak.measured_peak`) and against the datasheet ``peak``. For the run, its model FLOP/s at its global
     throughput (``samples_per_s``) against the sum of its ranks' references, so that within one workload the
     utilisation orders runs on the same cores as their throughput does (the mean over ranks where the throughput
-    is not known)."""
+    is not known). Where ``count`` names modules whose FLOPs were not counted, no utilisation is given: it would
+    read low for no reason the figure could say."""
     shares = shares if shares is not None else [1.0] * len(rates)
+    counted = not count.not_counted
     ranks: list[FlopsRank] = []
     for rank, (rate, share, rank_rate) in enumerate(zip(rates, shares, rank_samples_per_s)):
         achieved = achieved_flops(count.total, rank_rate) if rank_rate == rank_rate else None  # NaN: not measured
@@ -266,8 +285,8 @@ def utilisation_record(
                 "share": share,
                 "achieved_flops_per_s": achieved,
                 "attainable_flops_per_s": reference,
-                "utilisation_attainable": _ratio(achieved, reference),
-                "utilisation_peak": _ratio(achieved, peak.flops_per_s if peak else None),
+                "utilisation_attainable": _ratio(achieved, reference) if counted else None,
+                "utilisation_peak": _ratio(achieved, peak.flops_per_s if peak else None) if counted else None,
             }
         )
 
@@ -277,7 +296,7 @@ def utilisation_record(
 
     of_machine, of_datasheet = mean("utilisation_attainable"), mean("utilisation_peak")
     references = [r["attainable_flops_per_s"] for r in ranks]
-    if samples_per_s is not None and samples_per_s == samples_per_s and ranks:
+    if counted and samples_per_s is not None and samples_per_s == samples_per_s and ranks:
         run = achieved_flops(count.total, samples_per_s)
         known = all(r is not None for r in references)
         of_machine = _ratio(run, sum(r for r in references if r is not None)) if known else None
@@ -286,6 +305,8 @@ def utilisation_record(
     above = [r["utilisation_attainable"] for r in ranks] + [of_machine]
     return {
         "per_sample": count.to_dict(),
+        "by_formula": list(count.by_formula),
+        "not_counted": list(count.not_counted),
         "precision": precision,
         "datasheet_peak": dataclasses.asdict(peak) if peak is not None else None,
         "matmul_size": first.size if first is not None else None,
@@ -320,6 +341,10 @@ def format_flops(record: dict[str, Any]) -> str:
         f"model FLOPs: {record['per_sample']['total'] / 1e6:.1f} M per sample (forward + backward); achieved "
         f"{record['achieved_flops_per_s'] / 1e9:.1f} GFLOP/s per rank"
     )
+    if record.get("by_formula"):
+        line += f" (counted by formula: {', '.join(record['by_formula'])})"
+    if record.get("not_counted"):
+        return f"{line}; FLOPs not counted: {', '.join(record['not_counted'])}, so no utilisation is given"
     peak = record["datasheet_peak"]
     described = format_mfu(
         {

@@ -1,5 +1,5 @@
 """Every reason to doubt a number, as flags: contended, diverged, superlinear, high variation, oversubscribed, few
-iterations, recompiled, unsettled, above the measured peak, out of memory, does not fit."""
+iterations, recompiled, unsettled, above the measured peak, FLOPs not counted, out of memory, does not fit."""
 
 from __future__ import annotations
 
@@ -84,6 +84,9 @@ def doubt_flags(configs: list[ConfigResult], meta: dict[str, Any]) -> list[Flag]
                     f"{100 * config.utilisation_attainable:.0f} % of the matmul peak measured on its machine",
                 )
             )
+        if config.flops_not_counted:
+            said = ", ".join(config.flops_not_counted)
+            flags.append(Flag("flops-not-counted", config.name, f"FLOPs not counted: {said} (no MFU given)"))
     return flags
 
 

@@ -111,7 +111,8 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "matmul peak of what it ran on. The peak is the machine's, measured once per machine (square matmuls on all "
         "its cores, repeated until two successive estimates agree within 3 %) and shared by every run of a sweep; "
         "each rank is judged against its share of it (on a CPU its threads out of the cores, on a GPU its device), "
-        "so runs of one workload on the same cores rank by MFU as by throughput.",
+        "so runs of one workload on the same cores rank by MFU as by throughput. Layers the FLOP counter cannot see "
+        "are counted by formula (recurrent layers) or named, with no MFU given.",
     ),
     "Pareto front": (
         r"\bPareto front\b",

@@ -82,6 +82,9 @@ FLAG_MEANINGS = {
     "measured matmul peak (for runs before schema 3, the largest matmul rate measured on its device), which no "
     "training step can truly reach: the FLOP count (a model whose arithmetic FlopCounterMode miscounts) or one of "
     "the two timings is off; its utilisation is not a figure to read",
+    "flops-not-counted": "a layer of the model holds a weight matrix, yet the FLOP counter counted nothing for it (a "
+    "fused kernel or an extension's op it has no formula for): its FLOPs are unknown, so no MFU is given rather "
+    "than a low one; a workload can give its own count (Workload.flops)",
     "unsettled": "a run's step times never settled (MSER-5 finds the calmest stretch in the run's second half): its "
     "throughput is not a steady state; run longer, or look for what keeps changing (caches, the machine)",
     "mixed-environments": "the runs were not all made alike (torch / Ignite / CUDA versions, CPU or GPU model, CPU "
@@ -191,6 +194,8 @@ class ConfigResult:
     utilisation_attainable: float | None = None  # MFU: of each rank's share of its machine's peak, mean over runs
     machine_peak: float | None = None  # its runs' machine's matmul peak (FLOP/s), the reference of their shares
     machine_peak_stable: bool = True  # every run's peak was stable within 3 %
+    flops_by_formula: list[str] = field(default_factory=list)  # module types counted by formula (recurrent layers)
+    flops_not_counted: list[str] = field(default_factory=list)  # module types whose FLOPs nothing counted: no MFU
     # Runs before schema 3, each of whose ranks measured its own rate: one reference per device for every row.
     matmul_rate: float | None = None  # the highest matmul rate (FLOP/s) its runs' ranks measured
     matmul_reference: float | None = None  # the device's reference: the highest any run of the sweep measured there

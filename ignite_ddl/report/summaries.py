@@ -47,6 +47,7 @@ class Figures:
         self.flops = {key: Mean() for key in ("total", *FLOPS_FIGURES)}
         self.matmul_rates: list[float] = []  # the matmul rate each rank of each run measured (before schema 3)
         self.machine_peaks: list[tuple[float, bool]] = []  # (peak, stable) of each run's machine (schema 3)
+        self.uncounted: dict[str, set[str]] = {"by_formula": set(), "not_counted": set()}  # module types
         self.compile_s: list[float] = []
         self.recompilations = 0
         self.reasons: list[str] = []
@@ -109,6 +110,9 @@ class Figures:
             self.machine_peaks.append((peak, machine.get("stable") is not False))
         else:  # an older run measured its own rate per rank: the report judges it against one reference
             self.matmul_rates += [r for r in rates if r is not None and r > 0]
+        for key, found in self.uncounted.items():
+            names = flops.get(key)
+            found.update(str(n)[:80] for n in (names if isinstance(names, list) else [])[:8])
 
     def _add_step_extras(self, steps: StepStats, where: Any) -> None:
         """Compilation, bytes on the wire, steady state and the DDP cross-check of one run's steps."""
@@ -208,6 +212,8 @@ class Figures:
         self.compile_s += other.compile_s
         self.matmul_rates += other.matmul_rates
         self.machine_peaks += other.machine_peaks
+        for key, found in self.uncounted.items():
+            found.update(other.uncounted[key])
         self.recompilations = max(self.recompilations, other.recompilations)
         self.reasons = self.reasons or other.reasons
         self.unsettled += other.unsettled
@@ -283,6 +289,8 @@ class Figures:
         if self.machine_peaks:
             config.machine_peak = max(peak for peak, _ in self.machine_peaks)
             config.machine_peak_stable = all(stable for _, stable in self.machine_peaks)
+        config.flops_by_formula = sorted(self.uncounted["by_formula"])
+        config.flops_not_counted = sorted(self.uncounted["not_counted"])
         config.compile_s = mean_interval(self.compile_s) if self.compile_s else None
         config.recompilations, config.recompile_reasons = self.recompilations, self.reasons
         config.comm_bytes_per_step, config.unsettled_runs = self.comm_bytes.value, self.unsettled

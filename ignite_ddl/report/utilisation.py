@@ -1,6 +1,7 @@
 """The report's FLOPs table and what its MFU is against: model FLOPs per sample, what each rank achieved, and the
 model FLOPs utilisation (MFU) of each configuration, each rank against its share of its machine's matmul peak
-(:func:`~ignite_ddl.measure.flops.utilisation_record`)."""
+(:func:`~ignite_ddl.measure.flops.utilisation_record`); where FLOPs were not counted, which layers, never a low
+figure."""
 
 from __future__ import annotations
 
@@ -58,7 +59,9 @@ def flops_rows(analysis: Analysis) -> tuple[list[str], list[list[Any]]]:
 
 def _measured_share(c: ConfigResult) -> float | str | None:
     """A configuration's MFU in percent; above 100 % (no step can do more arithmetic than the machine's own largest
-    matmul) flagged in words, never a plain figure."""
+    matmul) flagged in words, never a plain figure; where FLOPs were not counted, which, never a low figure."""
+    if c.flops_not_counted:
+        return "FLOPs not counted: " + ", ".join(c.flops_not_counted)
     fraction = c.utilisation_attainable
     if fraction is None:
         return None
@@ -67,7 +70,7 @@ def _measured_share(c: ConfigResult) -> float | str | None:
 
 def _references(analysis: Analysis) -> str:
     """What "MFU %" is against, in words: each rank's share of its machine's measured matmul peak (named, with how
-    it was measured) and the configurations that left cores unused; for runs before
+    it was measured), the configurations that left cores unused, what was counted by formula; for runs before
     schema 3, the one matmul rate per device they are against."""
     said = []
     peaks = {_where(c): c for c in analysis.configs if c.machine_peak is not None}
@@ -91,6 +94,9 @@ def _references(analysis: Analysis) -> str:
             "; ".join(f"{c.name} used {_cores_used(c)} of {c.cpu_cores} cores" for c in partial)
             + ": MFU is against the cores used (it says how well they were used; throughput, how fast)."
         )
+    formula = sorted({name for c in analysis.configs for name in c.flops_by_formula})
+    if formula:
+        said.append(f"FLOPs of {', '.join(formula)} (which the FLOP counter cannot see) are counted by formula.")
     old = {_where(c): c.matmul_reference for c in analysis.configs if c.matmul_reference is not None}
     if old:
         rates = "; ".join(f"{device}: {rate / 1e9:.1f} GFLOP/s" for device, rate in old.items())

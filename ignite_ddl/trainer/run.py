@@ -580,7 +580,9 @@ def train_command(config: TrainConfig) -> int:
         rate = f"{units['units_per_s']:.0f} {units['sample_unit']}/s"
     flops = summary.get("flops") or {}
     mfu, mfu_text = flops.get("utilisation_attainable"), ""
-    if mfu is not None and units is not None:  # a figure above the measured peak is flagged, never printed plain
+    if flops.get("not_counted") and units is not None:  # no MFU at all rather than a low one
+        mfu_text = f", FLOPs not counted: {', '.join(flops['not_counted'])} (no MFU)"
+    elif mfu is not None and units is not None:  # a figure above the measured peak is flagged, never printed plain
         where = f"this machine's {flops['precision']} matmul peak"
         flagged = flops.get("above_measured_peak")
         mfu_text = f", MFU FLAGGED: above {where}" if flagged else f", MFU {mfu:.1%} of {where}"
