@@ -277,9 +277,8 @@ OWN = textwrap.dedent(
 
     def make(clip=0.1, bad=None):
         model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-        optimizer = {"raises": lambda m: 1 / 0, "empty": lambda m: [], "adam": lambda m: torch.optim.Adam(m.parameters())}.get(
-            bad, groups
-        )
+        adam = lambda m: torch.optim.Adam(m.parameters())
+        optimizer = {"raises": lambda m: 1 / 0, "empty": lambda m: [], "adam": adam}.get(bad, groups)
         return Workload(model=model, train=_data(128), val=_data(16), training_step=step, optimizer=optimizer,
                         clip_grad_norm=clip, make_process_function=own_step if bad == "own" else None)
     """

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -87,6 +89,35 @@ BAD = textwrap.dedent(
         )
     """
 )
+
+
+CHECK_THEN_FORK = """
+import os, torch
+from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.trainer.workload import check_workload
+
+check_workload(TrainConfig(workload="gpt", workload_args={"train_sequences": 16}, batch_size=8), 1)
+x = torch.ones(3, requires_grad=True)
+(2 * x).sum().backward()  # a run in this process
+pid = os.fork()  # then ranks forked, as the launcher forks them
+if pid == 0:
+    try:
+        (2 * torch.ones(3, requires_grad=True)).sum().backward()
+        print("forked rank: backward ok", flush=True)
+    except RuntimeError as e:
+        print("forked rank:", e, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_check_on_fake_tensors_leaves_this_process_able_to_fork_ranks():
+    """The pre-check runs a workload's step on fake tensors; a forward on fake tensors followed by any backward in
+    the same process leaves torch refusing autograd in every child forked from it after. The check runs in a
+    forked child of its own, so ranks forked after a check and a run here still train."""
+    result = subprocess.run([sys.executable, "-c", CHECK_THEN_FORK], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "forked rank: backward ok" in result.stdout, result.stdout
 
 
 def test_each_bad_workload_is_refused_in_one_line_with_status_2(tmp_path, capsys):

@@ -214,7 +214,8 @@ def unfit_reason(planned: Planned, limit_mb: float | None) -> str | None:
     if limit_mb is None or planned.prediction.fits(limit_mb * MIB) is not False:
         return None
     if peak is None:  # the runtime not measured: what was traced is already over the limit
-        return f"predicted not to fit: over {_gib(sum(planned.prediction.parts.values()))} > {_gib(limit_mb * MIB)}"
+        traced = _gib(sum(planned.prediction.parts.values()))
+        return f"predicted not to fit: at least {traced} without the runtime > {_gib(limit_mb * MIB)}"
     return f"predicted not to fit: {_gib(peak)} > {_gib(limit_mb * MIB)}"
 
 

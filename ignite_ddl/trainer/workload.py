@@ -41,6 +41,7 @@ import contextlib
 import copy
 import importlib
 import importlib.util
+import multiprocessing as mp
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
@@ -53,6 +54,7 @@ from ignite.engine import Engine
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
+from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import BUILT_IN, TrainConfig, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.measure.flops import FlopCount, count_step_flops
@@ -350,8 +352,21 @@ def _check_loaded(config: TrainConfig, world_size: int, loaded: Loaded, meta: bo
 def _check_step(path: str, workload: Workload, train: Dataset, meta: bool) -> None:
     """Run the workload's step once, forward only, on two samples: it must return a scalar loss to differentiate.
     On a copy of the model, so that the run starts from the weights the function made; with ``meta``, on fake
-    tensors (:mod:`ignite_ddl.trainer.abstract`)."""
+    tensors (:mod:`ignite_ddl.trainer.abstract`), in a forked child where it can fork: a forward on fake tensors
+    that builds a graph leaves this process, once it runs any backward after, unable to run backward in a child
+    forked from it ("Unable to handle autograd's threading in combination with fork-based multiprocessing"): a
+    notebook or a test suite that checked, trained here, then launched forked ranks saw them fail."""
     batch = default_collate([train[i] for i in range(min(2, _length(path, "train", train)))])
+    if not meta or sys.platform != "linux" or mp.current_process().daemon:
+        _step_check(path, workload, batch, meta)
+        return
+    try:
+        call_apart(_step_check, path, workload, batch, meta, start_method="fork")
+    except ChildFailed as e:
+        raise {"ConfigError": ConfigError}.get(e.name, NotOnMeta)(e.text) from None  # else: checked for real
+
+
+def _step_check(path: str, workload: Workload, batch: Any, meta: bool) -> None:
     model = copy.deepcopy(workload.model).train()
     fake: Any = contextlib.nullcontext()
     if meta:
