@@ -19,6 +19,7 @@ from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import write_json
 from ignite_ddl.core.options import add_to_parser, option_flag, option_specs
+from ignite_ddl.core.text import fit_line, output_width
 from ignite_ddl.labs import Lab, claims_hold, lab_index, load_lab
 from ignite_ddl.predict.projection.model import LINKS, ProjectOptions
 from ignite_ddl.sweep.spec import SlurmOptions, Spec
@@ -231,23 +232,23 @@ def _sweep(args: argparse.Namespace) -> int:
     # (train --output-dir <sweep folder>) would mix its files with the report's.
     with contextlib.ExitStack() as held:
         try:
-            records = sweep(parsed, resume=args.resume, load_since=load, hold=held)
+            records = sweep(parsed, resume=args.resume, load_since=load, hold=held, progress=_say)
             records = [r for r in records if r["status"] != "interrupted"]  # re-run since
         except MachineBusy:
             # The runs recorded before the stop are kept and reported: the report leads with why the sweep stopped.
             if args.report and read_results(sweep_dir(parsed) / "results.jsonl"):
-                print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
+                _say(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
             raise
         # A configuration refused before the first run was said then, and is in the report: not a failed run.
         runs = [r for r in records if launched(r)]
         failed = [r for r in runs if r["status"] != "completed"]
         refused = len(records) - len(runs)
         also = f"; {refused} configuration(s) refused, not run (see the report)" if refused else ""
-        print(f"{PROG}: sweep done: {len(runs) - len(failed)} of {len(runs)} runs completed{also}")
+        _say(f"{PROG}: sweep done: {len(runs) - len(failed)} of {len(runs)} runs completed{also}")
         if args.report and not runs:  # every configuration was predicted not to fit: nothing ran to report
-            print(f"{PROG}: no report: no run was launched (the plan is in {sweep_dir(parsed) / 'plan'})")
+            _say(f"{PROG}: no report: no run was launched (the plan is in {sweep_dir(parsed) / 'plan'})")
         elif args.report:
-            print(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
+            _say(f"{PROG}: report: {write_report(sweep_dir(parsed))}")
             _print_verdicts(sweep_dir(parsed))
     return 1 if failed else 0
 
@@ -312,9 +313,9 @@ def _plan(args: argparse.Namespace) -> int:
     # What a run would refuse, found here too: those configurations are said, the others planned.
     refused = refused_configurations(spec, files=spec.executor == "local", output_dir=out)
     skip = {r.index for r in refused}
-    planned = plan_memory(spec, out, measure=args.measure, progress=lambda line: print(f"{PROG}: {line}"), refused=skip)
-    print(format_plan(planned, spec.memory_limit_mb, refused))
-    print(f"{PROG}: plan: {write_plan(planned, out, spec.memory_limit_mb)}")
+    planned = plan_memory(spec, out, measure=args.measure, progress=lambda line: _say(f"{PROG}: {line}"), refused=skip)
+    print(format_plan(planned, spec.memory_limit_mb, refused, width=output_width()))
+    _say(f"{PROG}: plan: {write_plan(planned, out, spec.memory_limit_mb)}")
     return 0
 
 
@@ -360,6 +361,11 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    """A line of a sweep's or a plan's output, wrapped to the terminal it is read in (whole in a file or a pipe)."""
+    print(fit_line(line, output_width()))
+
+
 def _print_verdicts(results_dir: Any) -> None:
     """The report's verdict lines, as written beside it in verdict.txt."""
     from pathlib import Path
@@ -367,7 +373,7 @@ def _print_verdicts(results_dir: Any) -> None:
     path = Path(results_dir) / "verdict.txt"
     if path.is_file():
         for line in path.read_text().splitlines():
-            print(f"{PROG}: {line}")
+            _say(f"{PROG}: {line}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,10 +12,16 @@ Example:
 from __future__ import annotations
 
 import math
+import shutil
+import sys
+import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["all_reduce_wait", "format_bytes", "format_table", "kib", "milliseconds"]
+__all__ = ["all_reduce_wait", "fit_line", "format_bytes", "format_table", "kib", "milliseconds", "output_width"]
+
+# The narrowest width text is fitted to: below it a wrapped line would hold a word or two.
+MIN_WIDTH = 40
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -23,6 +29,29 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+
+
+def output_width(stream: TextIO | None = None) -> int | None:
+    """The columns a terminal shows ``stream`` (standard output by default) in: its width, or ``COLUMNS`` where the
+    environment sets it (as for argparse's help), at least 40. None where the output goes to a file or a pipe, so
+    that a log keeps each line whole."""
+    stream = stream or sys.stdout
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        return None
+    return max(MIN_WIDTH, shutil.get_terminal_size().columns)
+
+
+def fit_line(line: str, width: int | None, indent: str = "    ") -> str:
+    """``line`` wrapped at ``width`` columns between words, each further line indented by ``indent`` (as it is
+    without a width, or when it fits). A word longer than the width (a path) stays whole, for copying.
+
+    >>> print(fit_line("cfg001 batch_size=2048: predicted not to fit: 9.69 GiB > 1.95 GiB: not launched", 50))
+    cfg001 batch_size=2048: predicted not to fit: 9.69
+        GiB > 1.95 GiB: not launched
+    """
+    if width is None or len(line) <= width:
+        return line
+    return textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def milliseconds(seconds: Any, decimals: int = 2) -> str:

@@ -33,7 +33,7 @@ from ignite_ddl.core.environment import host, versions
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.strategies import resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPlan, RunRecord, StepModel
-from ignite_ddl.core.text import format_table
+from ignite_ddl.core.text import fit_line, format_table
 from ignite_ddl.sweep.plan import Refused, Run, make_run
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
 
@@ -223,16 +223,21 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / MIB:.0f} MiB"
 
 
-def format_plan(planned: list[Planned], limit_mb: float | None, refused: Sequence[Refused] = ()) -> str:
+def format_plan(
+    planned: list[Planned], limit_mb: float | None, refused: Sequence[Refused] = (), width: int | None = None
+) -> str:
     """The plan as a table: each configuration's parts, its predicted peak per rank and whether it fits (a
     configuration ``refused`` before the sweep: "refused"); then what could not be predicted, and why each refused
-    one is."""
+    one is.
+
+    Within ``width`` columns (None: no limit) where the whole table is wider: the answer first (config, peak, fits),
+    then as many parts as fit, each configuration's grid in a list below the table, every line wrapped."""
     from ignite_ddl.predict.memory import PARTS
 
     def mib(value: int | None) -> str:
         return "-" if not value else f"{value / MIB:.1f}"
 
-    rows: list[list[str]] = []
+    rows: list[list[str]] = []  # config, grid, parts..., peak, fits
     notes = []
     refusals = {r.index: r for r in refused}
     shown: list[Planned | Refused] = [*planned, *refused]
@@ -256,11 +261,30 @@ def format_plan(planned: list[Planned], limit_mb: float | None, refused: Sequenc
         notes.append(f"cfg{index:03d}: refused: {found.reason}: a sweep records it as refused and runs the others")
     limit = f"memory_limit_mb {limit_mb:g}" if limit_mb is not None else "no memory_limit_mb"
     head = ["config", "grid", *PARTS, "peak", "fits"]
-    lines = [
-        f"predicted peak memory per rank, MiB ({limit}); parts at the traced peak of one step",
-        format_table(head, rows),
-    ]
-    return "\n".join(lines + notes)
+    lines = [f"predicted peak memory per rank, MiB ({limit}); parts at the traced peak of one step"]
+    table = format_table(head, rows)
+    if width is None or max(map(len, table.splitlines())) <= width:
+        lines += table.splitlines()
+    else:
+        lines += _narrow_plan(head, rows, width)
+    return "\n".join(fit_line(line, width) for line in lines + notes)
+
+
+def _narrow_plan(head: list[str], rows: list[list[str]], width: int) -> list[str]:
+    """The plan's table within ``width`` columns: config, peak and fits, then the parts while they fit (those left
+    out said), then each configuration's grid."""
+    order = [0, len(head) - 2, len(head) - 1, *range(2, len(head) - 2)]  # config, peak, fits, the parts
+    while True:
+        table = format_table([head[i] for i in order], [[row[i] for i in order] for row in rows])
+        if max(map(len, table.splitlines())) <= width or len(order) == 3:
+            break
+        order.pop()
+    lines = table.splitlines()
+    left_out = [head[i] for i in range(2, len(head) - 2) if i not in order]
+    if left_out:
+        lines.append(f"not shown in {width} columns: {', '.join(left_out)} (plan/plan.json has every part)")
+    labels = max(len(row[0]) for row in rows)
+    return lines + [f"{row[0]:<{labels}}  {row[1]}" for row in rows]
 
 
 def plan_record(planned: list[Planned], limit_mb: float | None) -> MemoryPlan:
