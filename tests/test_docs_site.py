@@ -1,6 +1,7 @@
 """The documentation site's sources: every package has its API reference page, every navigation entry a page,
-README becomes the home page with its links resolved, and the docstrings' doctests and Sphinx roles render as code.
-(CI builds the site itself with ``mkdocs build --strict``.)"""
+README becomes the home page with its links resolved, the glossary page is the reports' glossary and pages link a
+term where they first use it, and the docstrings' doctests and Sphinx roles render as code. (CI builds the site
+itself with ``mkdocs build --strict``; ``tests/test_docs_browser.py`` builds it and reads it in Chromium.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import yaml
 
 import ignite_ddl
+from ignite_ddl.report.glossary import GLOSSARY, anchor
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -49,7 +51,7 @@ def test_every_package_has_an_api_page():
 def test_every_navigation_entry_is_a_page():
     """Pages outside the navigation still build (reached by their links); an entry without its page, or a page listed
     twice, fails."""
-    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} | {"index.md"}
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} | {"index.md", "glossary.md"}  # generated
     nav = _nav_pages(_config()["nav"])
     missing, twice = set(nav) - pages, {page for page in nav if nav.count(page) > 1}
     assert {"index.md", "results.md", "api/core.md"} <= pages and not missing, f"nav entries without a page: {missing}"
@@ -77,3 +79,36 @@ def test_docstrings_render_as_markdown():
         "See `ignite_ddl.train` and `.options`.\n\nExample:\n    ```pycon\n    >>> x = {'a': [1]}\n"
         "    >>> x['a'][0]\n    1\n    ```\n\nDone."
     )
+
+
+def test_the_glossary_page_is_the_reports_glossary():
+    """One source: every term the reports define, with its meaning and the anchor pages link to; among them the
+    words a reader of these pages meets before their meaning."""
+    page = _load("hooks").glossary_page()
+    for term, (_, meaning) in GLOSSARY.items():
+        assert f'- <a id="{anchor(term)}"></a>**{term}**: {meaning}\n' in page
+    jargon = {"separated", "statistically tied", "equivalent", "contended", "learns worse", "settled", "MFU", "TPE"}
+    assert jargon | {"regret", "held", "own time", "HTA", "twin", "quiet"} <= set(GLOSSARY)
+
+
+def test_a_page_links_each_term_where_its_prose_first_uses_it():
+    page = "\n".join(
+        [
+            "# Runs that learn worse",  # a heading: never linked
+            "```bash",
+            "ignite-ddl sweep spec.yaml  # learns worse, contended",  # code: never
+            "```",
+            "<!-- learns worse -->",
+            "A run `contended` in code, **learns worse** in bold, [contended](x.md) in a link.",
+            "Then a contended run, which learns worse; contended again.",
+            "| cfg001 | learns worse | contended |",
+        ]
+    )
+    linked = _load("hooks").link_terms(page, "gpu/README.md").split("\n")
+    assert linked[:6] == page.split("\n")[:6]
+    assert linked[6] == (
+        "Then a [contended](../glossary.md#glossary-contended) run, which "
+        "[learns worse](../glossary.md#glossary-learns-worse); contended again."
+    )
+    assert linked[7] == page.split("\n")[7]  # each term once a page
+    assert "](glossary.md#glossary-held)" in _load("hooks").link_terms("Bytes held per rank.", "plan.md")

@@ -1,5 +1,6 @@
 """The report's glossary: every term of art the report uses, explained once at its end, and linked from where the
-report first uses it (its first paragraph or list item that does).
+report first uses it (its first paragraph or list item that does). The documentation site's glossary page is made
+from the same table, and its pages link each term where they first use it (``docs/hooks.py``).
 
 Example:
     >>> from ignite_ddl.report.document import Document
@@ -16,9 +17,10 @@ import re
 
 from ignite_ddl.report.document import Document
 
-__all__ = ["GLOSSARY", "add_glossary"]
+__all__ = ["GLOSSARY", "add_glossary", "anchor", "link_first"]
 
-# term -> (how the report writes it, a regular expression; what it means). In the order the glossary lists them.
+# term -> (how the report and the docs write it, a regular expression; what it means). In the order the glossary
+# lists them.
 GLOSSARY: dict[str, tuple[str, str]] = {
     "workload": (
         r"\bworkloads?\b",
@@ -43,8 +45,14 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "never settled, a run with no iteration measured after warm-up, or a counted run measured under contention. "
         "It is listed, never best nor recommended.",
     ),
+    "separated": (
+        r"\bseparated\b",
+        "a configuration named fastest: its confidence interval lies above every other judged configuration's of its "
+        "workload, and a one-sided Welch test against each agrees at the Bonferroni-corrected threshold. Adaptive "
+        "repeats stop once a best is separated.",
+    ),
     "statistically tied": (
-        r"\b[Ss]tatistically tied\b",
+        r"\b[Ss]tatistically tied\b|\btied set\b",
         "configurations whose confidence intervals overlap the fastest one's (or that a corrected test does not "
         "show slower): these runs cannot tell them apart. More repeats may.",
     ),
@@ -76,9 +84,19 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "error of the kept mean is smallest (White 1997). A run whose best cut is in its second half never settled "
         "(unsettled).",
     ),
+    "settled": (
+        r"\b(?:un)?settled\b",
+        "a run's step times settled when MSER-5 finds the end of their warm-up in the run's first half; a run "
+        "whose times never did is unsettled, and a configuration most of whose runs are unsettled is not judged.",
+    ),
     "contended": (
         r"\bcontended\b|\bcontention\b",
         "other processes used the CPUs (or GPUs) while a run measured, so its timings include waiting for them.",
+    ),
+    "quiet": (
+        r"\bquiet\b",
+        "a machine on which no other work ran while it measured: no run contended (other processes under the "
+        "contention threshold, 10 % of the CPUs by default).",
     ),
     "own time": (
         r"\b[Oo]wn time\b",
@@ -114,6 +132,27 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "so runs of one workload on the same cores rank by MFU as by throughput. Layers the FLOP counter cannot see "
         "are counted by formula (recurrent layers) or named, with no MFU given.",
     ),
+    "twin": (
+        r"\btwins?\b",
+        "the same configuration with one thing changed back: its one-process twin runs it in one process (the "
+        "step-time model predicts several processes from it); its plain twin runs it without compiling or a "
+        "communication hook (what the report measures a faster step against).",
+    ),
+    "TPE": (
+        r"\bTPE\b",
+        "tree-structured Parzen estimator: Optuna's default sampler, which proposes the next configuration from "
+        "densities of the good and the poor ones measured so far.",
+    ),
+    "regret": (
+        r"\bregret\b",
+        "how much slower a search's pick (the best it names, else its leader) ran than the grid's best, both as the "
+        "grid's own runs measured them.",
+    ),
+    "HTA": (
+        r"\bHTA\b",
+        "Holistic Trace Analysis, Meta's library that reads PyTorch profiler traces; the suite checks its own "
+        "figures of time and communication against what HTA reads from the same trace.",
+    ),
     "Pareto front": (
         r"\bPareto front\b",
         "the configurations no other beats on both speed and peak memory in all (per rank x processes): faster and "
@@ -123,18 +162,24 @@ GLOSSARY: dict[str, tuple[str, str]] = {
 }
 
 
-def _anchor(term: str) -> str:
+def anchor(term: str) -> str:
+    """The glossary entry's anchor: ``glossary-learns-worse`` for "learns worse"."""
     return "glossary-" + re.sub(r"[^a-z0-9]+", "-", term.lower()).strip("-")
 
 
-def _link_first(text: str, pattern: re.Pattern[str], anchor: str) -> str | None:
-    """``text`` with the first match of ``pattern`` outside code spans, bold headlines and existing links made a
-    link, or None (a verdict's headline stays as the verdict states it)."""
-    parts = re.split(r"(`[^`]*`|\*\*.+?\*\*|\[[^\]]*\]\(#[^)]*\))", text)
-    for i in range(0, len(parts), 2):  # the even parts are outside code spans, bold and links
+# What a link must not go inside: code spans, bold (a verdict's headline stays as the verdict states it), links and
+# images with their targets, raw HTML tags.
+_KEEP = re.compile(r"(`[^`]*`|\*\*.+?\*\*|!?\[[^\]]*\]\([^)]*\)|<[^>]+>)")
+
+
+def link_first(text: str, pattern: re.Pattern[str], target: str) -> str | None:
+    """``text`` (Markdown) with the first match of ``pattern`` outside code spans, bold, links and HTML tags made a
+    link to ``target``, or None where there is none."""
+    parts = _KEEP.split(text)
+    for i in range(0, len(parts), 2):  # the even parts are outside what must be kept
         found = pattern.search(parts[i])
         if found:
-            linked = f"[{found.group(0)}](#{anchor})"
+            linked = f"[{found.group(0)}]({target})"
             parts[i] = parts[i][: found.start()] + linked + parts[i][found.end() :]
             return "".join(parts)
     return None
@@ -145,16 +190,17 @@ def add_glossary(doc: Document) -> None:
     glossary of the terms it uses."""
     used = []
     for term, (pattern, meaning) in GLOSSARY.items():
-        compiled, anchor = re.compile(pattern), _anchor(term)
+        compiled, entry = re.compile(pattern), anchor(term)
+        target = f"#{entry}"
         for number, (kind, value) in enumerate(doc.blocks):
             if kind == "paragraph":
-                linked = _link_first(value, compiled, anchor)
+                linked = link_first(value, compiled, target)
                 if linked is not None:
                     doc.blocks[number] = (kind, linked)
                     break
             elif kind == "bullets":
                 found = next(
-                    ((i, linked) for i, item in enumerate(value) if (linked := _link_first(item, compiled, anchor))),
+                    ((i, linked) for i, item in enumerate(value) if (linked := link_first(item, compiled, target))),
                     None,
                 )
                 if found is not None:
@@ -164,7 +210,7 @@ def add_glossary(doc: Document) -> None:
                     break
         else:
             continue
-        used.append((anchor, term, meaning))
+        used.append((entry, term, meaning))
     if used:
         doc.heading("Glossary")
         doc.definitions(used)
