@@ -112,3 +112,16 @@ def test_a_page_links_each_term_where_its_prose_first_uses_it():
     )
     assert linked[7] == page.split("\n")[7]  # each term once a page
     assert "](glossary.md#glossary-held)" in _load("hooks").link_terms("Bytes held per rank.", "plan.md")
+
+
+def test_the_plan_page_opens_with_its_limits():
+    """A reader asking "will it fit?" meets what the plan predicts, and what it does not, before anything else."""
+    page = (DOCS / "plan.md").read_text()
+    first = page.split("\n## ")[1]
+    assert first.startswith("What it predicts, and how well\n")
+    table = [line for line in first.splitlines() if line.startswith("| ")][1:]  # below the header
+    rows = ["the built-in models", "the built-in GPT", "a workload of your own", "FSDP on CPU", "a CUDA rank"]
+    assert len(table) == len(rows) and all(line.startswith(f"| {row}") for row, line in zip(rows, table)), table
+    # each says, for memory and step time, whether its goal is met, or that it is not predicted or never ran
+    said = ("goal met", "goal not met", "not predicted", "never run", "not yet measured")
+    assert all(sum(word in cell.lower() for word in said) for line in table for cell in line.split(" | ")[1:])
