@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,10 +23,12 @@ import pytest
 import yaml
 from conftest import QUICK, check_ok, load_summary, run, run_cli
 
-from ignite_ddl.cli import main
+from ignite_ddl.cli import build_parser, main
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.options import option_specs
 from ignite_ddl.core.results import read_results
+from ignite_ddl.launcher.settings import plan_launch
 from ignite_ddl.sweep import expand, load_spec
 from ignite_ddl.sweep.slurm import (
     JobState,
@@ -115,6 +118,40 @@ def test_a_job_slurm_says_can_never_run_is_told_apart():
     for reason in ("Resources", "Priority", "QOSGrpNodeLimit", "AssocGrpCpuLimit", "ReqNodeNotAvail", None):
         assert not JobState("PENDING", reason).never_runs and not never_runs(reason)
     assert not JobState("RUNNING", "PartitionNodeLimit").never_runs
+
+
+def _batch_script(script: Path, environ: dict[str, str], *args: str) -> tuple[dict[str, str], list[str]]:
+    """A batch script's ``#SBATCH --key=value`` options and its srun line's command, its variables expanded as the
+    job's shell would expand them from ``environ`` and ``"$@"`` as the script's ``args``."""
+    text = script.read_text()
+    options = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", text, re.M))
+    line = next(line for line in text.replace("\\\n", " ").splitlines() if line.startswith("srun "))
+    line = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: environ.get(m.group(1), m.group(2)), line)
+    words = [re.sub(r"\$(\w+)", lambda m: environ[m.group(1)], word) for word in shlex.split(line)]
+    return options, [expanded for word in words[1:] for expanded in (args if word == "$@" else [word])]
+
+
+def test_the_gpu_batch_script_starts_one_nccl_rank_per_gpu():
+    """experiments/slurm/train-gpus.sbatch, which no GPU cluster has run yet: valid bash, one task per GPU with every
+    GPU of its node visible, and an srun line the launcher accepts as one rank of a 2-node nccl job, or refuses in
+    one line where SLURM binds a single GPU to each task (Ignite gives local rank r the GPU cuda:r)."""
+    script = REPO / "experiments/slurm/train-gpus.sbatch"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    options, command = _batch_script(script, {"SLURM_JOB_ID": "4242"}, "--strategy", "fsdp")
+    assert options["ntasks-per-node"] == options["gpus-per-node"] == "8" and "gpus-per-task" not in options
+    assert command[:4] == ["python", "-m", "ignite_ddl", "train"] and "--nproc-per-node" not in command
+    args = build_parser(command="train").parse_args(command[3:])
+    config = TrainConfig(**{name: getattr(args, name) for name in option_specs(TrainConfig)})
+    assert (config.backend, config.output_dir, config.strategy) == ("nccl", "runs/gpus-4242", "fsdp")
+    # rank 11 of a job of 2 nodes x 8 tasks, as srun starts it: node 1's local rank 3
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "11", "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}
+    slurm |= {"SLURM_NODEID": "1", "SLURM_LOCALID": "3"}
+    plan = plan_launch(config, cuda_devices=8, environ=slurm)
+    assert (plan.mode, plan.launcher, plan.backend, plan.world_size, plan.nnodes, plan.node_rank) == (
+        "env", "slurm", "nccl", 16, 2, 1
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="nccl runs one process per GPU: 8 processes asked for, 1 GPU"):
+        plan_launch(config, cuda_devices=1, environ=slurm)
 
 
 def test_no_slurm_client_is_a_refusal(tmp_path):
