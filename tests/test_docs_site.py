@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import pkgutil
+import posixpath
 import re
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def test_every_package_has_an_api_page():
 def test_every_navigation_entry_is_a_page():
     """Pages outside the navigation still build (reached by their links); an entry without its page, or a page listed
     twice, fails."""
-    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} | {"index.md", "glossary.md"}  # generated
+    generated = {"index.md", "glossary.md", *_load("hooks").experiment_readmes()}
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} | generated
     nav = _nav_pages(_config()["nav"])
     missing, twice = set(nav) - pages, {page for page in nav if nav.count(page) > 1}
     assert {"index.md", "results.md", "api/core.md"} <= pages and not missing, f"nav entries without a page: {missing}"
@@ -61,12 +63,39 @@ def test_every_navigation_entry_is_a_page():
 def test_readme_links_resolve_on_the_site():
     hooks = _load("hooks")
     text = hooks.readme_for_site(
-        "[Sweeps](docs/sweeps.md) ![shot](docs/img/a.png) [experiments/](experiments/README.md) [web](https://x.y/z)"
+        "[Sweeps](docs/sweeps.md#the-report) ![shot](docs/img/a.png) [experiments/](experiments/README.md) "
+        "[its spec](experiments/quickstart/spec.yaml) [web](https://x.y/z)"
     )
-    assert text == "[Sweeps](sweeps.md) ![shot](img/a.png) experiments/ (`experiments/README.md`) [web](https://x.y/z)"
+    assert text == (
+        "[Sweeps](sweeps.md#the-report) ![shot](img/a.png) [experiments/](experiments/README.md) "
+        "its spec (`experiments/quickstart/spec.yaml`) [web](https://x.y/z)"
+    )
     site = hooks.readme_for_site((ROOT / "README.md").read_text())
     for target in re.findall(r"\]\((?!https?://)([^)#\s]+)\)", site):
-        assert (DOCS / target).is_file(), f"README links to {target}, which is no page of the site"
+        assert (DOCS / target).is_file() or (ROOT / target).is_file(), f"README links to {target}: no page of the site"
+
+
+def test_the_experiments_readmes_are_pages_whose_links_resolve():
+    """Pages that defer to an experiment's README reach it on the site; its own links (a sibling's folder, the
+    docs' images and pages) reach their pages too."""
+    hooks = _load("hooks")
+    readmes = hooks.experiment_readmes()
+    assert "experiments/README.md" in readmes and "experiments/transformer/README.md" in readmes
+    assert hooks.links_for_site("[search](../faster_step/)", "experiments/search/README.md") == (
+        "[search](../faster_step/README.md)"
+    )
+    assert hooks.links_for_site("[plan](../../docs/plan.md#fsdp-on-cpu)", "experiments/x/README.md") == (
+        "[plan](../../plan.md#fsdp-on-cpu)"
+    )
+    assert hooks.links_for_site("[s](../experiments/search/README.md)", "docs/search.md") == (
+        "[s](experiments/search/README.md)"
+    )
+    for readme in readmes:
+        page = hooks.links_for_site((ROOT / readme).read_text(), readme)
+        here = Path(readme).parent
+        for target in re.findall(r"\]\((?!https?://)([^)#\s]+)\)", page):
+            site = posixpath.normpath((here / target).as_posix())
+            assert (DOCS / site).is_file() or (ROOT / site).is_file(), f"{readme} links to {target}: no page"
 
 
 def test_docstrings_render_as_markdown():
