@@ -98,6 +98,12 @@ def test_the_experiments_readmes_are_pages_whose_links_resolve():
             assert (DOCS / site).is_file() or (ROOT / site).is_file(), f"{readme} links to {target}: no page"
 
 
+def test_the_api_index_names_the_entry_points():
+    index = (DOCS / "api" / "index.md").read_text()
+    for name in ("train", "TrainConfig", "launch", "LaunchSettings", "load", "write_report", "sweep", "Workload"):
+        assert f"[`{name}`][ignite_ddl." in index, name
+
+
 def test_docstrings_render_as_markdown():
     markdown = _load("griffe_markdown")
     text = (
