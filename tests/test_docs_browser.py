@@ -3,7 +3,7 @@ headless Chromium at a laptop's 1366x768, where no code block and no table may n
 would hide the columns a reader came for) and no page may scroll sideways.
 
 The boxes are the browser's own layout (``scrollWidth`` against ``clientWidth``), so a line too long fails here as it
-would on screen. One browser session visits every page. Skips, saying why, without MkDocs or a browser (CI has both:
+would on screen. One browser visits every page. Skips, saying why, without MkDocs or a browser (CI has both:
 ``.ci/run`` installs the docs extra and Chromium, and sets ``IGNITE_DDL_BROWSER_REQUIRED=1``).
 """
 
