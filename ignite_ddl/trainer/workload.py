@@ -11,8 +11,10 @@ forked rank inherits the parent's ``sys.path``; a spawned rank, a sweep's run an
 folders through the config). Importing a module runs it: the run's ``config.json`` and ``summary.json`` name the
 module and the file that ran, and so does the report.
 
-**Checked before any process starts.** :func:`check_workload` calls the function once in the launching process and
-refuses, in one line (exit 2), a path that does not import, a name the module lacks or that is not callable, a
+**Checked before any process starts.** :func:`check_workload` calls the function once in the launching process
+(with the meta device as the default device, its step run on fake tensors in a forked child: the model is not
+allocated; a function or step that reads tensors' values, or brings its own process function, is checked built for
+real) and refuses, in one line (exit 2), a path that does not import, a name the module lacks or that is not callable, a
 function that raises (its own message, with the workload's name), a return value that is not a :class:`Workload` or
 holds a field of the wrong type, a model without parameters, a training set smaller than one global batch or a
 validation set smaller than the world size, a ``training_step`` that returns no loss (it is run once, forward
