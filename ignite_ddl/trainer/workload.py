@@ -240,6 +240,11 @@ def load_workload(config: TrainConfig, meta: bool = False) -> Loaded:
             )
         try:
             module = importlib.import_module(module_name)
+        except SystemExit as e:  # a script's unguarded main() calling sys.exit
+            raise ConfigError(
+                f"workload {path}: importing {module_name} called sys.exit({e.code!r}) (guard a script's own code "
+                "with `if __name__ == '__main__':`)"
+            ) from None
         except Exception as e:  # the module's own code failed: its error, in one line
             raise ConfigError(f"workload {path}: importing {module_name} failed: {_one_line(e)}") from None
     file = getattr(module, "__file__", None)
@@ -251,7 +256,7 @@ def load_workload(config: TrainConfig, meta: bool = False) -> Loaded:
     try:
         with on_meta() if meta else contextlib.nullcontext():
             workload = make(**config.workload_args)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         if meta:
             raise NotOnMeta(f"workload {path}: its function cannot build on the meta device: {_one_line(e)}") from None
         raise ConfigError(f"workload {path} raised {_one_line(e)}") from None
@@ -284,7 +289,13 @@ def _check_fields(path: str, workload: Any) -> None:
             raise ConfigError(f"workload {path}: field '{name}' must be callable, got {type(value).__name__}")
     if workload.datasets is None and (workload.train is None or workload.val is None):
         raise ConfigError(f"workload {path}: give both 'train' and 'val' datasets, or 'datasets' to build them")
-    if not all(isinstance(b, nn.Module) for b in workload.blocks):
+    blocks: Any = workload.blocks  # a list, a tuple or an nn.ModuleList: held, counted and walked more than once
+    if not isinstance(blocks, (Sequence, nn.ModuleList)) or isinstance(blocks, str):
+        kind = type(blocks).__name__
+        raise ConfigError(
+            f"workload {path}: field 'blocks' must be a list of torch.nn.Modules of the model, got {kind}"
+        )
+    if not all(isinstance(b, nn.Module) for b in blocks):
         raise ConfigError(f"workload {path}: field 'blocks' must hold torch.nn.Modules of the model")
     inside = {id(m) for m in workload.model.modules() if m is not workload.model}
     if not all(id(b) in inside for b in workload.blocks):
@@ -294,10 +305,12 @@ def _check_fields(path: str, workload: Any) -> None:
 
 
 def _length(path: str, name: str, dataset: Dataset) -> int:
-    try:
+    if not hasattr(type(dataset), "__len__"):
+        raise ConfigError(f"workload {path}: the {name} dataset has no length (a map-style Dataset)")
+    try:  # len() itself refuses a negative or huge __len__, and the user's __len__ may raise anything
         return len(cast(Sized, dataset))
-    except TypeError:
-        raise ConfigError(f"workload {path}: the {name} dataset has no length (a map-style Dataset)") from None
+    except Exception as e:
+        raise ConfigError(f"workload {path}: the {name} dataset's len() raised {_one_line(e)}") from None
 
 
 def check_workload(config: TrainConfig, world_size: int) -> Loaded:
@@ -351,6 +364,17 @@ def _check_loaded(config: TrainConfig, world_size: int, loaded: Loaded, meta: bo
     return loaded
 
 
+def _two_samples(path: str, train: Dataset, meta: bool = False) -> Any:
+    """The first two samples of the training set, collated as the loader will: a batch to run the step on."""
+    count = min(2, _length(path, "train", train))
+    try:
+        return default_collate([train[i] for i in range(count)])
+    except Exception as e:  # the dataset's own __getitem__, or samples the default collate cannot batch
+        if meta:  # perhaps only the meta device's limits: read again built for real
+            raise NotOnMeta(f"workload {path}: its train dataset cannot be read on the meta device") from None
+        raise ConfigError(f"workload {path}: reading two samples of the train dataset raised {_one_line(e)}") from None
+
+
 def _check_step(path: str, workload: Workload, train: Dataset, meta: bool) -> None:
     """Run the workload's step once, forward only, on two samples: it must return a scalar loss to differentiate.
     On a copy of the model, so that the run starts from the weights the function made; with ``meta``, on fake
@@ -358,7 +382,7 @@ def _check_step(path: str, workload: Workload, train: Dataset, meta: bool) -> No
     that builds a graph leaves this process, once it runs any backward after, unable to run backward in a child
     forked from it ("Unable to handle autograd's threading in combination with fork-based multiprocessing"): a
     notebook or a test suite that checked, trained here, then launched forked ranks saw them fail."""
-    batch = default_collate([train[i] for i in range(min(2, _length(path, "train", train)))])
+    batch = _two_samples(path, train, meta)
     if not meta or sys.platform != "linux" or mp.current_process().daemon:
         _step_check(path, workload, batch, meta)
         return
@@ -417,7 +441,7 @@ def _check_process_function(config: TrainConfig, path: str, workload: Workload, 
             f"workload {path}: --amp {config.amp} wraps the suite's own step in autocast; its process_function runs "
             "its own step (autocast inside it, or give a training_step instead)"
         )
-    batch = default_collate([train[i] for i in range(min(2, _length(path, "train", train)))])
+    batch = _two_samples(path, train)
     model = copy.deepcopy(workload.model).train()
     with torch.random.fork_rng(devices=[]):
         try:

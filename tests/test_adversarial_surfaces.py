@@ -1,0 +1,74 @@
+"""The adversarial findings of issue #48 on the surfaces added last: a workload of one's own that misbehaves as it is
+imported or read, workload arguments the records cannot hold, the search's journal damaged, a search's time budget,
+and user text in the report's plots. Each is tested at its mechanism, in one process where the claim allows."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from test_adversarial import one_line
+
+WORKLOADS = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+    from torch.utils.data import Dataset, TensorDataset
+    from ignite_ddl.trainer.workload import Workload
+
+    def _data(n):
+        return TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,)))
+
+    class NegativeLength(Dataset):
+        def __len__(self):
+            return -1
+
+        def __getitem__(self, i):
+            return torch.zeros(4), 0
+
+    class Keyed(Dataset):  # items by key, not by position: [0] raises KeyError
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, key):
+            return {"a": (torch.zeros(4), 0)}[key]
+
+    def make(**arguments):
+        return Workload(model=nn.Linear(4, 2), train=_data(64), val=_data(16))
+
+    def negative_length():
+        return Workload(model=nn.Linear(4, 2), train=NegativeLength(), val=_data(16))
+
+    def keyed():
+        return Workload(model=nn.Linear(4, 2), train=Keyed(), val=_data(16))
+
+    def blocks_as_int():
+        return Workload(model=nn.Linear(4, 2), train=_data(64), val=_data(16), blocks=5)
+    """
+)
+TRAIN = ["train", "--batch-size=16", "--epochs=1", "--max-iters=8", "--no-progress"]
+
+
+@pytest.fixture
+def workloads(tmp_path):
+    """A folder holding the workloads above (``adv_workloads``) and a script that exits as it is imported."""
+    (tmp_path / "adv_workloads.py").write_text(WORKLOADS)
+    (tmp_path / "adv_exits.py").write_text("import sys\n\nsys.exit(7)  # a script's unguarded main()\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("adv_exits:make", "importing adv_exits called sys.exit(7)"),  # row 1: was exit 7, nothing said
+        ("adv_workloads:negative_length", "the train dataset's len() raised ValueError"),  # row 2: was a traceback
+        ("adv_workloads:keyed", "reading two samples of the train dataset raised KeyError: 0"),  # row 3
+        ("adv_workloads:blocks_as_int", "field 'blocks' must be a list of torch.nn.Modules of the model, got int"),
+    ],
+)
+def test_a_workload_that_misbehaves_before_training_is_refused_in_one_line(workloads, capsys, path, said):
+    """Checked in the launching process: exit 2, one line naming the workload and what is wrong, nothing written."""
+    out = workloads / "out"
+    line = one_line(capsys, [*TRAIN, f"--workload={path}", f"--workload-dir={workloads}", f"--output-dir={out}"])
+    assert f"workload {path}" in line and said in line, line
+    assert not out.exists()
