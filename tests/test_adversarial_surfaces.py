@@ -7,7 +7,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
 from test_adversarial import one_line
+
+from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.sweep.spec import parse_spec
 
 WORKLOADS = textwrap.dedent(
     """
@@ -71,4 +75,44 @@ def test_a_workload_that_misbehaves_before_training_is_refused_in_one_line(workl
     out = workloads / "out"
     line = one_line(capsys, [*TRAIN, f"--workload={path}", f"--workload-dir={workloads}", f"--output-dir={out}"])
     assert f"workload {path}" in line and said in line, line
+    assert not out.exists()
+
+
+def test_a_workload_argument_json_cannot_hold_is_refused_before_the_run(workloads, capsys):
+    """Row 5: YAML reads 2024-01-01 as a date; the run used to start, fail writing config.json (exit 1) and leave
+    logs/ and tb/ behind. Refused in one line before anything; quoted, it is text and runs."""
+    out = workloads / "out"
+    argv = [*TRAIN, "--workload=adv_workloads:make", f"--workload-dir={workloads}", f"--output-dir={out}"]
+    line = one_line(capsys, [*argv, "--workload-args=when=2024-01-01"])
+    assert "workload argument when: datetime.date(2024, 1, 1) is of type date" in line and "quoted" in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "base: {workload_args.when: 2024-01-01}\ngrid: {lr: [0.1, 0.2]}",
+        "grid: {workload_args.when: [2024-01-01, later]}",  # one configuration's value: its record could not hold it
+        "grid: {workload_args.when: [now, later]}\nexclude: [{workload_args.when: 2024-01-01}]",
+        "base: {workload_args.when: 2024-01-01}\ngrid: {lr: {low: 0.01, high: 0.1}}\nsearch: {budget_runs: 4}",
+    ],
+)
+def test_a_spec_value_json_cannot_hold_is_refused_with_the_spec(spec):
+    """Row 6: sweep.json holds the spec and each record its configuration; a date there used to end the sweep in a
+    traceback from the first save. Refused as the spec is read, naming where."""
+    data = {"workload": "adv_workloads:make", **yaml.safe_load(spec)}
+    with pytest.raises(ConfigError, match=r"spec (base|grid|exclude).*datetime\.date\(2024, 1, 1\) is of type date"):
+        parse_spec(data)
+
+
+def test_a_sweep_with_a_date_in_its_base_leaves_nothing(workloads, capsys):
+    """Row 6 through the command line: exit 2, one line, no output folder."""
+    spec = workloads / "spec.yaml"
+    out = workloads / "sweep"
+    spec.write_text(
+        "workload: adv_workloads:make\nbase: {epochs: 1, max_iters: 4, batch_size: 16, workload_args.when: 2024-01-01}"
+        f"\ngrid: {{lr: [0.1, 0.2]}}\nrepeats: 1\noutput_dir: {out}\n"
+    )
+    line = one_line(capsys, ["sweep", str(spec)])
+    assert "spec base workload_args.when" in line, line
     assert not out.exists()

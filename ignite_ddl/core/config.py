@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.jsonfiles import not_json
 from ignite_ddl.core.options import Options, Role, names_with_role, option, option_flag, option_specs
 from ignite_ddl.core.strategies import STRATEGY_CHOICES, strategy_help
 
@@ -565,6 +566,10 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
         wrong = [repr(k) for k in keys if not (isinstance(k, str) and k.isidentifier())]
         if wrong:
             raise ConfigError(f"workload_args keys are keyword-argument names, got {', '.join(wrong)[:80]}")
+        for key, value in self.workload_args.items():  # a run records its arguments (config.json, summary.json)
+            problem = not_json(value)
+            if problem is not None:
+                raise ConfigError(f"workload argument {key}: {problem}; give it as a quoted string")
         if self.workload is not None and (self.model != "cnn" or self.dataset != "synthetic"):
             raise ConfigError("a --workload brings its own model and data: leave --model and --dataset unset")
 

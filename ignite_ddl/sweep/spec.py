@@ -52,6 +52,7 @@ import yaml
 
 from ignite_ddl.core.config import MAX_TIMEOUT_S, WORKLOAD_OPTIONS, TrainConfig
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.jsonfiles import not_json
 from ignite_ddl.core.options import Options, Role, option, option_flag, option_specs
 from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.report.model import QUALITY_MARGIN, QUALITY_MARGIN_LOSS
@@ -387,6 +388,7 @@ class Spec(Options):
                 raise ConfigError(f"grid option {key}: a range is searched, not enumerated (add search:)")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"grid option {key} needs a non-empty list of values, got {values!r:.80}")
+        self._check_recordable()
         if not self.search:
             self._check_size()
         if "output_dir" in self.base or "output_dir" in self.grid:
@@ -405,6 +407,15 @@ class Spec(Options):
             raise ConfigError(f"min_repeats ({self.min_repeats}) is above max_repeats ({self.max_repeats})")
         if self.search:
             self._check_search()
+
+    def _check_recordable(self) -> None:
+        """Refuse a value the sweep's records cannot hold (sweep.json holds the spec, each record its configuration):
+        YAML reads ``2024-01-01`` as a date, which JSON cannot write; an option's own type check refuses it where the
+        option is declared, but a workload's argument and an exclusion take any value."""
+        places = [*((f"base {k}", v) for k, v in self.base.items()), *((f"grid {k}", v) for k, v in self.grid.items())]
+        for where, value in [*places, ("exclude", self.exclude)]:
+            if (problem := not_json(value)) is not None:
+                raise ConfigError(f"spec {where}: {problem} (a sweep records it); give it as a quoted string")
 
     def _check_search(self) -> None:
         """A search's own checks: its options, its ranges, a space of more than one configuration."""
