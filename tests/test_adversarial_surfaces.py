@@ -8,9 +8,12 @@ import textwrap
 
 import pytest
 import yaml
+from simulated import Simulated
 from test_adversarial import one_line
 
 from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.sweep.search import run_search
 from ignite_ddl.sweep.spec import parse_spec
 
 WORKLOADS = textwrap.dedent(
@@ -116,3 +119,22 @@ def test_a_sweep_with_a_date_in_its_base_leaves_nothing(workloads, capsys):
     line = one_line(capsys, ["sweep", str(spec)])
     assert "spec base workload_args.when" in line, line
     assert not out.exists()
+
+
+def test_a_search_starts_no_repeat_that_would_end_past_its_time_budget(tmp_path):
+    """Row 10: budget_s 0.5 and min_repeats 2, each run taking 0.4 s. The first run starts (no run time is known
+    before it); the second would end past 0.5 s at the median so far, so it never starts (both used to run: a
+    trial's repeats started without the budget's check)."""
+    spec = parse_spec(
+        {
+            "name": "sim",
+            "grid": {"batch_size": [16, 32, 64]},
+            "search": {"sampler": "random", "budget_s": 0.5, "seed": 0},
+            "min_repeats": 2,
+            "rerun_contended": 0,
+        }
+    )
+    executor = Simulated(lambda grid: 100.0, 0.02, run_s=0.4, sleep=True)
+    run_search(spec, tmp_path, executor, False, lambda line: None)
+    assert executor.started == [(0, 0)]
+    assert read_json(tmp_path / "search.json")["search_ended"].startswith("budget")

@@ -21,7 +21,8 @@ A spec with ``search: {sampler: tpe | gp | random, budget_runs: N, budget_s: S, 
   runs each would not settle them), the rest of the budget measures new configurations one at a time, the
   contenders weighed again after each;
 - **the budget is never exceeded**: no run starts that would take the search past ``budget_runs`` runs (re-runs and
-  failures count), and none whose typical wall time would end it past ``budget_s``;
+  failures count), and none whose typical wall time (the median run so far) would end it past ``budget_s``; the
+  search's first run starts alone, since no run time is known before it;
 - **resumable**: the study lives in the output folder (``search.journal``, Optuna's append-only
   ``JournalFileBackend``), next to ``results.jsonl``. ``--resume`` after a SIGKILL finishes the trial that was
   being measured (its recorded runs are kept, the missing ones run) before it asks for another: no measurement is
@@ -235,13 +236,20 @@ class Search:
     # -- one trial ------------------------------------------------------------------------------------------------
 
     def measure(self, config: Config, what: str) -> None:
-        """Every repeat of ``config`` not yet recorded (min_repeats of them), then its contended runs again."""
-        done = self.session.done()
+        """Every repeat of ``config`` not yet recorded (min_repeats of them) that the budget has room for, then its
+        contended runs again. Before any run of the search has ended no run time is known: one run starts alone,
+        and its time judges whether the others would end within ``budget_s``."""
         runs = [make_run(self.spec, config.index, config.grid, r, self.out) for r in range(self.repeats)]
+        repeats = f"{self.repeats}, then adaptive"
+        done = self.session.done()
         todo = [run for run in runs if run.key not in done]
+        if todo and self.run_s() is None and self.options.budget_s is not None and self.room(1):
+            self.session.execute(todo[:1], what, repeats)
+            todo = todo[1:]
+        todo = todo[: self.room(len(todo))]
         if todo:
-            self.session.execute(todo, what, f"{self.repeats}, then adaptive")
-        self.session.rerun_contended(f"{self.repeats}, then adaptive", self.room)
+            self.session.execute(todo, what, repeats)
+        self.session.rerun_contended(repeats, self.room)
 
     def tell(self, trial: Any, config: Config) -> None:
         """Tell the sampler ``config``'s mean throughput (a configuration with no usable run: failed)."""
