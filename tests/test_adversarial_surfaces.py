@@ -4,7 +4,10 @@ and user text in the report's plots. Each is tested at its mechanism, in one pro
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,6 +16,7 @@ from test_adversarial import one_line
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.results import read_results
 from ignite_ddl.sweep.search import run_search
 from ignite_ddl.sweep.spec import parse_spec
 
@@ -138,3 +142,79 @@ def test_a_search_starts_no_repeat_that_would_end_past_its_time_budget(tmp_path)
     run_search(spec, tmp_path, executor, False, lambda line: None)
     assert executor.started == [(0, 0)]
     assert read_json(tmp_path / "search.json")["search_ended"].startswith("budget")
+
+
+def _small_search(budget_runs: int) -> Any:
+    grid = {"batch_size": [16, 32, 64, 128], "threads": [1, 2]}
+    search = {"sampler": "tpe", "budget_runs": budget_runs, "seed": 0}
+    return parse_spec({"name": "sim", "grid": grid, "search": search, "min_repeats": 2, "rerun_contended": 0})
+
+
+def _search(out: Path, budget_runs: int, resume: bool, seed: int = 0) -> list[str]:
+    said: list[str] = []
+    executor = Simulated(lambda grid: 100.0 + grid["batch_size"], 0.02, seed=seed)
+    run_search(_small_search(budget_runs), out, executor, resume, said.append)
+    return said
+
+
+def _one_index_per_configuration(out: Path) -> None:
+    """No configuration measured under two indices, no index holding two configurations."""
+    pairs = {(r["index"], json.dumps(r["grid"], sort_keys=True)) for r in read_results(out / "results.jsonl")}
+    assert len({index for index, _ in pairs}) == len({grid for _, grid in pairs}) == len(pairs), sorted(pairs)
+
+
+@pytest.mark.parametrize("damaged", ["create_trial", "user_attr"])
+def test_a_garbled_line_of_the_search_journal_is_set_aside_and_the_search_goes_on(tmp_path, damaged):
+    """Row 11: one line in the middle of search.journal garbled, then --resume twice. Optuna's reader raised
+    JSONDecodeError (exit 1); now the line is moved to search.journal.rejected with a warning, the search goes on,
+    and every other line still reaches its own trial (a lost trial creation, which numbers every later trial, is
+    stood in for)."""
+    out = tmp_path / "search"
+    _search(out, 8, resume=False)
+    journal = out / "search.journal"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    codes = [json.loads(line)["op_code"] for line in lines]
+    creations = [n for n, code in enumerate(codes) if code == 4]  # Optuna's CREATE_TRIAL
+    at = creations[1] if damaged == "create_trial" else creations[1] + codes[creations[1] :].index(8)
+    trials_before = _trials(journal)
+    lines[at] = lines[at][:12] + b"\x00garbled" + lines[at][30:]
+    journal.write_bytes(b"".join(lines))
+
+    said = _search(out, 12, resume=True, seed=1)
+    warning = [line for line in said if line.startswith("warning:")]
+    assert len(warning) == 1 and f"line {at + 1}, not JSON" in warning[0], said
+    assert (out / "search.journal.rejected").read_bytes() == lines[at]
+    after = {number: trial for number, trial in _trials(journal).items() if number in trials_before}
+    changed = [n for n in trials_before if after[n] != trials_before[n]]
+    assert changed == ([] if damaged == "create_trial" else [1]), changed  # only what the lost line held
+    assert not [line for line in _search(out, 16, resume=True, seed=2) if line.startswith("warning:")]
+    _one_index_per_configuration(out)
+
+
+def test_a_journal_line_cut_short_is_set_aside_before_anything_is_appended_to_it(tmp_path):
+    """Row 12: the journal's last line cut short (a killed write). Optuna's reader skips it, so the first resume
+    used to append its first line onto it, and the second resume failed on the joined line. Now it is set aside
+    at the first resume, the journal ends whole, and both resumes go on."""
+    out = tmp_path / "search"
+    _search(out, 8, resume=False)
+    journal = out / "search.journal"
+    whole = journal.read_bytes()
+    last = whole.splitlines(keepends=True)[-1]
+    partial = last[: len(last) // 2]
+    journal.write_bytes(whole[: len(whole) - len(last)] + partial)
+    said = _search(out, 12, resume=True, seed=1)
+    assert any("incomplete last line (a write cut short)" in line for line in said), said
+    assert (out / "search.journal.rejected").read_bytes() == partial + b"\n"
+    assert journal.read_bytes().endswith(b"\n")
+    assert not [line for line in _search(out, 16, resume=True, seed=2) if line.startswith("warning:")]
+    _one_index_per_configuration(out)
+
+
+def _trials(journal: Path) -> dict[int, tuple]:
+    """Each trial of the study in ``journal``: its state, parameters, attributes and value, by number."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="sim", storage=JournalStorage(JournalFileBackend(str(journal))))
+    return {t.number: (t.state, t.params, t.user_attrs, t.value) for t in study.get_trials()}

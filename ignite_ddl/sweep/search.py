@@ -26,7 +26,8 @@ A spec with ``search: {sampler: tpe | gp | random, budget_runs: N, budget_s: S, 
 - **resumable**: the study lives in the output folder (``search.journal``, Optuna's append-only
   ``JournalFileBackend``), next to ``results.jsonl``. ``--resume`` after a SIGKILL finishes the trial that was
   being measured (its recorded runs are kept, the missing ones run) before it asks for another: no measurement is
-  lost, no proposal repeated.
+  lost, no proposal repeated. A journal line Optuna cannot read is set aside first (:mod:`ignite_ddl.sweep.journal`),
+  and the configurations measured are read from ``results.jsonl`` as well as from the study.
 
 - **guided by the plan** where the spec predicts (``predict: true``) and runs locally, unless ``guided: false``:
   nothing predicted not to fit runs, one-process configurations first, then whatever the step model predicts to
@@ -49,11 +50,13 @@ from typing import Any
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json, write_json
+from ignite_ddl.core.results import rejected_path
 from ignite_ddl.core.sweep_records import PredictedStep, RunRecord
 from ignite_ddl.launcher.signals import interruptible
 from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.guide import Guide, config_key, proposal_refusal
+from ignite_ddl.sweep.journal import repair_journal
 from ignite_ddl.sweep.plan import Run, make_run
 from ignite_ddl.sweep.session import Executor, Session, where_text
 from ignite_ddl.sweep.space import Space
@@ -112,7 +115,9 @@ def _sampler(options: SearchOptions, trials: int) -> Any:
     return optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=startup, multivariate=True)
 
 
-def _open_study(out: Path, spec: Spec, options: SearchOptions, trials: int, resume: bool) -> Any:
+def _open_study(
+    out: Path, spec: Spec, options: SearchOptions, trials: int, resume: bool, progress: Callable[[str], None]
+) -> Any:
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -120,6 +125,13 @@ def _open_study(out: Path, spec: Spec, options: SearchOptions, trials: int, resu
     path = out / STUDY_FILE
     if path.exists() and not resume:
         raise ConfigError(f"{path} exists: pass --resume to continue that search, or choose another --output-dir")
+    rejected = repair_journal(path, spec.name)  # what Optuna's reader would stop at, set aside
+    if rejected:
+        progress(
+            f"warning: {len(rejected)} unreadable line(s) of {path} moved to {rejected_path(path)} (first: line "
+            f"{rejected[0].line}, {rejected[0].reason}); the search goes on without them (every run is kept in "
+            "results.jsonl)"
+        )
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the search says what it does in its own lines
     storage = JournalStorage(JournalFileBackend(str(path)))
     return optuna.create_study(
@@ -171,7 +183,7 @@ class Search:
         self.session = Session(spec, out, executor, resume, progress)
         budget = options.budget_runs
         trials = budget // self.repeats if budget else 30
-        self.study = _open_study(out, spec, options, trials, resume)
+        self.study = _open_study(out, spec, options, trials, resume, progress)
         self.space = Space(list(spec.grid), *search_axes(spec))
         self.size = _valid_size(spec, out)
         self.guide = guide
@@ -183,9 +195,12 @@ class Search:
         self.refused = self.repeated = 0
         self.asked_final = False  # the sampler's next proposal was measured (by an earlier session too)
         self.extended = 0  # configurations measured after final rounds out of reach (see extend)
+        for record in self.session.records():  # what was measured, whatever the study file lost (journal.py)
+            key = record["key"].rsplit("-r", 1)[0]  # a run's key less its repeat: guide.config_key
+            self.configs.setdefault(key, Config(record["index"], dict(record["grid"])))
         for trial in self.study.get_trials(deepcopy=False):
             attrs = trial.user_attrs
-            if "config_key" in attrs:
+            if {"config_key", "index", "grid"} <= set(attrs):
                 found = Config(int(attrs["index"]), dict(attrs["grid"]), attrs.get("predicted"))
                 found.proposed_by = str(attrs.get("proposed_by", "sampler"))
                 self.configs.setdefault(attrs["config_key"], found)
@@ -304,7 +319,8 @@ class Search:
                 self.study.tell(trial, state=TrialState.FAIL)
             self.repeated += 1
             return None
-        config = Config(len(self.configs), grid, guess.step if guess is not None else None, proposed_by)
+        index = max((c.index for c in self.configs.values()), default=-1) + 1  # past every index recorded
+        config = Config(index, grid, guess.step if guess is not None else None, proposed_by)
         # Written before the first run: a search killed from here on finishes this trial when resumed.
         trial.set_user_attr("grid", grid)
         trial.set_user_attr("index", config.index)
@@ -354,15 +370,15 @@ class Search:
 
     def finish_interrupted(self) -> None:
         """Trials a killed search left running: measured to the end (their recorded runs kept) and told; a trial
-        killed before its proposal was complete is told failed (it started no run)."""
+        killed before its proposal was complete is told failed (it started no run), as is one whose configuration
+        the study file lost (its runs, if any, are the configuration's in ``results.jsonl``)."""
         from optuna.trial import Trial, TrialState
 
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            attrs = frozen.user_attrs
-            if "config_key" not in attrs:
+            config = self.configs.get(frozen.user_attrs.get("config_key", ""))
+            if config is None:  # no run started, or what it proposed was lost with a damaged line (journal.py)
                 self.study.tell(frozen.number, state=TrialState.FAIL)
                 continue
-            config = self.configs[attrs["config_key"]]
             self.progress(f"search: resuming trial {frozen.number}: cfg{config.index:03d}")
             self.measure(config, f" trial {frozen.number}")
             self.tell(Trial(self.study, frozen._trial_id), config)
