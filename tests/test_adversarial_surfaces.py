@@ -16,7 +16,7 @@ from test_adversarial import one_line
 
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
-from ignite_ddl.core.results import read_results
+from ignite_ddl.core.results import append_record, read_results
 from ignite_ddl.sweep.search import run_search
 from ignite_ddl.sweep.spec import parse_spec
 
@@ -218,3 +218,29 @@ def _trials(journal: Path) -> dict[int, tuple]:
 
     study = optuna.load_study(study_name="sim", storage=JournalStorage(JournalFileBackend(str(journal))))
     return {t.number: (t.state, t.params, t.user_attrs, t.value) for t in study.get_trials()}
+
+
+@pytest.mark.slow
+def test_a_grid_value_that_reads_as_mathtext_is_shown_as_written(tmp_path):
+    """Row 13: a workload argument "$\\foo{$" (any text a user may give) in the grid. Matplotlib read it as
+    mathtext and `ignite-ddl report` ended in its ParseFatalException with no report written; now every plot shows
+    it as written, and report.md and report.html are written."""
+    from test_report import record
+
+    from ignite_ddl.report import write_report
+
+    evil = "$\\foo{$"
+    for index, (procs, batch) in enumerate([(1, 32), (2, 64)]):
+        for repeat in range(2):
+            append_record(
+                tmp_path / "results.jsonl",
+                record(
+                    index, repeat, 100.0 + 5 * index + repeat, procs=procs, batch=batch,
+                    config={"workload": "own:make", "workload_args": {"tag": evil}},
+                    grid={"workload_args.tag": evil}, summary={"confusion_matrix": [[5, 1], [2, 4]]},
+                ),
+            )  # fmt: skip
+    write_report(tmp_path)
+    assert evil.replace("\\", "\\\\") in (tmp_path / "report.md").read_text()  # as Markdown escapes a backslash
+    assert evil in (tmp_path / "report.html").read_text()
+    assert (tmp_path / "confusion.png").is_file() and (tmp_path / "throughput.png").is_file()

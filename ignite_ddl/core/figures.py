@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 
 from ignite_ddl.core.outputs import write_bytes
 
-__all__ = ["pyplot", "save_figure"]
+__all__ = ["plain_text", "pyplot", "save_figure"]
 
 
 def pyplot() -> Any:
@@ -36,6 +37,16 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plain_text() -> contextlib.AbstractContextManager[Any]:
+    """Inside it, every text matplotlib creates is shown as written: a pair of ``$`` is not read as mathtext. A
+    grid value is the user's text (``$\\foo{$`` ended a report in matplotlib's ParseFatalException); tick labels
+    made inside it are plain too, so a figure drawn in it must not rely on a formatter's mathtext (a log axis's
+    powers: label its ticks)."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False})
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 110, close: bool = True) -> None:

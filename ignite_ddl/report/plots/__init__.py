@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ignite_ddl.core.figures import pyplot, save_figure
+from ignite_ddl.core.figures import plain_text, pyplot, save_figure
 from ignite_ddl.report.model import Analysis
 from ignite_ddl.report.plots.confusion import confusion_heatmap, confusion_plot
 from ignite_ddl.report.plots.layout import TITLE_FONT, mark_contended
@@ -48,9 +48,10 @@ PLOTS = {
 def make_plots(analysis: Analysis, out: Path) -> list[tuple[str, str]]:
     """Write the plots that apply into ``out``; (file name, description) of each one written."""
     made = []
-    for name, fig in figures(analysis).items():
-        save_figure(fig, out / name)
-        made.append((name, PLOTS[name]))
+    with plain_text():  # saved as drawn: a tick label made as the figure is saved is plain as well
+        for name, fig in figures(analysis).items():
+            save_figure(fig, out / name)
+            made.append((name, PLOTS[name]))
     return made
 
 
@@ -58,18 +59,20 @@ def figures(analysis: Analysis) -> dict[str, Any]:
     """The plots that apply to this sweep, as open matplotlib figures (close them when done)."""
     plt = pyplot()
     made = {}
-    for name, draw in (
-        ("throughput.png", throughput_plot),
-        ("throughput_vs_processes.png", scaling_plot),
-        ("throughput_vs_batch.png", batch_plot),
-        ("step_breakdown.png", breakdown_plot),
-        ("rank_step_times.png", ranks_plot),
-        ("confusion.png", confusion_plot),
-        ("throughput_vs_memory.png", memory_plot),
-        ("speed_vs_quality.png", speed_quality_plot),
-    ):
-        fig = draw(analysis, plt)
-        if fig is not None:
+    with plain_text():  # grid values and workload names are the user's text, never mathtext
+        for name, draw in (
+            ("throughput.png", throughput_plot),
+            ("throughput_vs_processes.png", scaling_plot),
+            ("throughput_vs_batch.png", batch_plot),
+            ("step_breakdown.png", breakdown_plot),
+            ("rank_step_times.png", ranks_plot),
+            ("confusion.png", confusion_plot),
+            ("throughput_vs_memory.png", memory_plot),
+            ("speed_vs_quality.png", speed_quality_plot),
+        ):
+            fig = draw(analysis, plt)
+            if fig is None:
+                continue
             if analysis.omitted:  # a view of a large sweep (Analysis.shown): the figure says it is not all of it
                 title = fig._suptitle.get_text() if fig._suptitle is not None else ""
                 shown = f"{len(analysis.configs)} of {len(analysis.configs) + analysis.omitted} configurations shown"
