@@ -4,13 +4,22 @@ and user text in the report's plots. Each is tested at its mechanism, in one pro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import processes_marked, run_cli, start_marked, wait_gone
 from simulated import Simulated
 from test_adversarial import one_line
 
@@ -244,3 +253,52 @@ def test_a_grid_value_that_reads_as_mathtext_is_shown_as_written(tmp_path):
     assert evil.replace("\\", "\\\\") in (tmp_path / "report.md").read_text()  # as Markdown escapes a backslash
     assert evil in (tmp_path / "report.html").read_text()
     assert (tmp_path / "confusion.png").is_file() and (tmp_path / "throughput.png").is_file()
+
+
+@pytest.mark.slow
+def test_a_resumed_sweep_removes_the_temporary_folders_a_kill_left(tmp_path, monkeypatch):
+    """Also found: a sweep killed outright (SIGKILL) left its scratch folder (ignite-ddl-*) and its multiprocessing
+    folder (pymp-*) in $TMPDIR for good. Its session names them in sweep.json; --resume removes them, and the
+    resumed sweep leaves nothing of its own."""
+    scratch = Path(tempfile.mkdtemp(prefix="t"))  # short: a worker's socket path in it must stay under 107 bytes
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    out = tmp_path / "sweep"
+    sizes = ("--set", "model=toy", "--set", "train_size=256", "--set", "val_size=64", "--set", "epochs=1")
+    args = ["sweep", "--grid", "seed=1", *sizes, "--repeats=1", "--no-report", "--output-dir", str(out)]
+    marker = f"sweep-scratch-{os.getpid()}"
+    proc = start_marked([sys.executable, "-m", "ignite_ddl", *args], marker)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "sweep.json").is_file() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # written as the session starts, before its first run
+        proc.kill()  # the sweep alone (a run would stop by itself, seeing the sweep gone)
+        proc.communicate(timeout=60)
+        assert wait_gone(marker, seconds=60) == []
+        assert sorted(p.name.split("-")[0] for p in scratch.iterdir()) == ["ignite", "pymp"]  # what the kill left
+        result = run_cli(*args, "--resume", timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "removed 2 temporary folder(s) a killed session left" in result.stdout, result.stdout
+        assert list(scratch.iterdir()) == []
+    finally:
+        for pid in processes_marked(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_only_a_dead_sessions_own_temporary_folders_are_removed(tmp_path, monkeypatch):
+    """sweep.json is the user's to edit: a folder named there is removed only if it lies in the temporary folder,
+    is named as a scratch or multiprocessing folder, is no link, and its process is gone."""
+    from ignite_ddl.launcher.scratch import remove_left_behind
+
+    monkeypatch.setenv("IGNITE_DDL_TMPDIR_OUTSIDE", str(tmp_path))
+    kept = [tmp_path / "results", tmp_path / "pymp-abc" / "inner", tmp_path / "sub" / "pymp-x"]
+    for folder in [*kept, tmp_path / "ignite-ddl-1", tmp_path / "elsewhere"]:
+        folder.mkdir(parents=True)
+    (tmp_path / "pymp-link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    named = [str(p) for p in [*kept, tmp_path / "pymp-link", tmp_path / "ignite-ddl-1"]]
+    named += [f"{tmp_path}/sub/../ignite-ddl-1", "relative/pymp-1", 7]
+    assert remove_left_behind(named, os.getpid()) == []  # this process: alive
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert remove_left_behind(named, int(dead.stdout)) == [str(tmp_path / "ignite-ddl-1")]
+    assert all(p.is_dir() for p in kept) and (tmp_path / "elsewhere").is_dir() and (tmp_path / "pymp-link").is_symlink()

@@ -123,6 +123,14 @@ class SweepSession(TypedDict):
         ]
     ]
     adaptive: NotRequired[Annotated[SweepAdaptive, "adaptive repeats (repeats: auto): where the comparison stands"]]
+    pid: NotRequired[Annotated[int, "the process that ran it"]]
+    scratch: NotRequired[
+        Annotated[
+            list[str],
+            "its temporary folders (its scratch folder, its own multiprocessing folder): removed as it ends; where a "
+            "kill left them, the next `--resume` removes them",
+        ]
+    ]
 
 
 class StepLink(TypedDict):

@@ -15,6 +15,10 @@ run took 112 s to compile and its repeat 38 s, and their mean was neither figure
 This process's own multiprocessing folder is created first, in the usual place: it lives until this process
 exits, and its exit handler removes it there.
 
+A process killed outright (SIGKILL) removes neither. A command that can be resumed records what
+:func:`left_if_killed` names (a sweep, in its ``sweep.json``), and its next session removes what is still there
+with :func:`remove_left_behind`, once the process that made them is gone.
+
 Example:
     >>> import os, tempfile
     >>> with scratch_folder() as folder:
@@ -36,14 +40,17 @@ import contextlib
 import multiprocessing.util as mp_util
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
-__all__ = ["scratch_folder"]
+__all__ = ["left_if_killed", "remove_left_behind", "scratch_folder"]
 
 _MARK = "IGNITE_DDL_SCRATCH"  # the scratch folder $TMPDIR points to, while one does
 _OUTSIDE = "IGNITE_DDL_TMPDIR_OUTSIDE"  # the temporary folder the outermost scratch folder was made in
 _VARIABLES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", _MARK, _OUTSIDE)
+_PREFIX = "ignite-ddl-"
 
 
 def _multiprocessing_folder_in(folder: str) -> None:
@@ -74,7 +81,7 @@ def _own_inductor_cache(folder: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def scratch_folder(prefix: str = "ignite-ddl-") -> Iterator[str]:
+def scratch_folder(prefix: str = _PREFIX) -> Iterator[str]:
     """A private temporary folder for everything started inside the ``with`` block; see the module docstring.
     Inside another one (a command's, around its runs') it is that one: a folder nested in a folder would make the
     sockets of DataLoader workers (pymp-*/listener-*) pass the 107 characters an AF_UNIX path may have."""
@@ -102,3 +109,46 @@ def scratch_folder(prefix: str = "ignite-ddl-") -> Iterator[str]:
             else:
                 os.environ[name] = value
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def left_if_killed() -> list[str]:
+    """The temporary folders a kill of this process would leave behind: the scratch folder it works in and its own
+    multiprocessing folder beside it; none outside a scratch folder (a notebook's folders are its own to keep)."""
+    folder = os.environ.get(_MARK)
+    if not folder or folder != os.environ.get("TMPDIR") or not os.path.basename(folder).startswith(_PREFIX):
+        return []
+    return [folder, mp_util.get_temp_dir()]
+
+
+def remove_left_behind(folders: Iterable[object], pid: object) -> list[str]:
+    """Remove what :func:`left_if_killed` named in process ``pid`` and is still there, once that process is gone;
+    the folders removed. The names come from a file a user can edit: only a folder of this user, no link, named as
+    this module names them, in the temporary folder this process's own scratch folder was made in is removed."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid() or _alive(pid):
+        return []
+    outside = Path(os.environ.get(_OUTSIDE) or tempfile.gettempdir()).resolve()
+    removed = []
+    for folder in folders:
+        if not isinstance(folder, str) or not os.path.isabs(folder) or ".." in Path(folder).parts:
+            continue
+        path = Path(folder)
+        if path.parent.resolve() != outside or not path.name.startswith((_PREFIX, "pymp-")):
+            continue
+        try:
+            found = path.lstat()
+        except OSError:  # gone: the process ended well, or a session before this one removed it
+            continue
+        if stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: not the process that made these folders
+        return True
+    return True  # still running, or its number given to another process since: either way, left alone

@@ -7,6 +7,7 @@ sweep (:mod:`~ignite_ddl.sweep.runner`) and a search (:mod:`~ignite_ddl.sweep.se
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
 from ignite_ddl.core.sweep_records import MemoryPrediction, RunRecord, SweepMeta, SweepSession
+from ignite_ddl.launcher.scratch import left_if_killed, remove_left_behind
 from ignite_ddl.sweep.busy import BusyStreak
 from ignite_ddl.sweep.plan import Progress, Recorded, Refused, Run, Where, contended_reruns, launched
 from ignite_ddl.sweep.records import describe_outcome, refused_record
@@ -60,10 +62,16 @@ class Session:
         self.meta_path = out / "sweep.json"
         earlier = read_json(self.meta_path).get("sessions", []) if self.meta_path.exists() else []
         self.earlier: list[SweepSession] = earlier
+        for before in earlier:  # the temporary folders of a session killed outright (SIGKILL), still there
+            removed = remove_left_behind(before.get("scratch", []), before.get("pid"))
+            if removed:
+                progress(f"removed {len(removed)} temporary folder(s) a killed session left: {', '.join(removed)}")
         self.session: SweepSession = {
             "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "wall_s": 0.0,
             "runs": 0,
+            "pid": os.getpid(),
+            "scratch": left_if_killed(),
         }
         self.meta: SweepMeta = {
             "spec": spec.to_dict(),
