@@ -140,6 +140,8 @@ def test_notebook_runs_and_checks_its_claim(
     with beside_a_burner(monkeypatch):
         nb = execute(path, tmp_path, python3_kernel)  # a failing assert in the self-check cell fails here
     assert "self-check passed" in stream_text(nb)
+    # Everything it writes is under runs/, which git ignores: run from a clone, it leaves notebooks/ as it was.
+    assert {p.name for p in tmp_path.iterdir()} - {"jupyter"} <= {"runs"}, sorted(p.name for p in tmp_path.iterdir())
     if runs_sweeps(path):
         assert "the machine is busy" in stream_text(nb)  # it said so, and measured anyway
 
