@@ -302,3 +302,23 @@ def test_only_a_dead_sessions_own_temporary_folders_are_removed(tmp_path, monkey
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     assert remove_left_behind(named, int(dead.stdout)) == [str(tmp_path / "ignite-ddl-1")]
     assert all(p.is_dir() for p in kept) and (tmp_path / "elsewhere").is_dir() and (tmp_path / "pymp-link").is_symlink()
+
+
+@pytest.mark.parametrize("command", [["train", "--max-iters=2"], ["sweep", "--grid=seed=1"]])
+def test_a_torchvision_built_for_another_torch_is_named_in_one_line(tmp_path, command):
+    """Also found: a torchvision whose compiled operators are another torch's fails as it is imported (`operator
+    torchvision::nms does not exist`), and the command ended in that traceback. A package that fails so, first on
+    the path, stands in for such a build: one line names both versions and the pip command that fixes it, exit 2,
+    nothing written."""
+    mismatched = tmp_path / "site" / "torchvision"
+    mismatched.mkdir(parents=True)
+    (mismatched / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    root = Path(__file__).parents[1]
+    out = tmp_path / "out"
+    result = run_cli(*command, f"--output-dir={out}", env={"PYTHONPATH": f"{mismatched.parent}{os.pathsep}{root}"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert line.startswith("ignite-ddl: error: torchvision ") and "does not work with torch" in line, line
+    assert "operator torchvision::nms does not exist" in line and "pip install 'torch==" in line, line
+    assert not out.exists()

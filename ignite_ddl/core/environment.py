@@ -1,4 +1,7 @@
-"""Facts about the machine and software a run used, recorded beside every result."""
+"""Facts about the machine and software a run used, recorded beside every result; and torchvision, imported here
+for the whole package: a torchvision built for another torch fails as it is imported (``operator torchvision::nms
+does not exist``), and is refused in one line that names both versions and the fix (:func:`torchvision_mismatch`).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +14,37 @@ import sys
 
 import ignite
 import torch
-import torchvision
 
-__all__ = ["cpu_cores", "cpu_name", "device_info", "host", "versions"]
+from ignite_ddl.core.errors import ConfigError
+
+__all__ = ["cpu_cores", "cpu_name", "device_info", "host", "torchvision", "torchvision_mismatch", "versions"]
+
+
+def torchvision_mismatch(error: BaseException) -> str:
+    """The one line that says torchvision does not work with this torch, and how to install one that does: pip
+    picks the torchvision whose wheel requires this torch, from the index this torch's build came from.
+
+    Example:
+        >>> "pip install 'torch==" in torchvision_mismatch(RuntimeError("operator torchvision::nms does not exist"))
+        True
+    """
+    try:
+        found = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        found = "(not installed)"
+    release, _, build = torch.__version__.partition("+")  # 2.15.0+cpu: the CPU build, from PyTorch's cpu index
+    index = f" --index-url https://download.pytorch.org/whl/{build}" if build else ""
+    why = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (
+        f"torchvision {found} does not work with torch {torch.__version__} ({why[:120]}): install the torchvision "
+        f"built for this torch: pip install 'torch=={release}' torchvision{index}"
+    )
+
+
+try:
+    import torchvision
+except (ImportError, OSError, RuntimeError) as e:  # its compiled operators are another torch's
+    raise ConfigError(torchvision_mismatch(e)) from None
 
 
 def cpu_cores() -> int:

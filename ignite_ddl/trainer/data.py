@@ -27,10 +27,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
-from torchvision import datasets
-from torchvision import transforms as T
 
 from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.environment import torchvision  # checked there: one built for another torch is refused
 from ignite_ddl.core.errors import ConfigError, DatasetError
 
 __all__ = [
@@ -46,6 +45,8 @@ __all__ = [
     "read_cifar_batch",
     "synthetic_images",
 ]
+
+datasets, T = torchvision.datasets, torchvision.transforms
 
 DATASETS = ("synthetic", "digits", "mnist", "cifar10")
 # Files torchvision reads after extraction; their absence means the dataset must be downloaded first.
@@ -153,7 +154,7 @@ def _torchvision(name: str, root: str, download: bool) -> tuple[Dataset, Dataset
     )
 
 
-class CIFAR10(datasets.CIFAR10):
+class CIFAR10(torchvision.datasets.CIFAR10):
     """torchvision's CIFAR10, reading its batch files with :func:`read_cifar_batch` instead of ``pickle.load``.
 
     torchvision unpickles each batch file after checking its md5; a file that is not the published one would then

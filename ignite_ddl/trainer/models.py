@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torchvision import models as tv_models
 
+from ignite_ddl.core.environment import torchvision  # checked there: one built for another torch is refused
 from ignite_ddl.core.errors import ConfigError
 
 __all__ = [
@@ -26,6 +26,8 @@ __all__ = [
     "mlp",
     "small_cnn",
 ]
+
+tv_models = torchvision.models
 
 OWN_MODELS = ("toy", "mlp", "wide_mlp", "cnn", "resnet18")
 WIDE = (2048, 2048, 2048)  # wide_mlp: 14.7 M parameters on 3x32x32 inputs, nearly all of its memory in weights
