@@ -23,9 +23,12 @@ from conftest import processes_marked, run_cli, start_marked, wait_gone
 from simulated import Simulated
 from test_adversarial import one_line
 
-from ignite_ddl.core.errors import ConfigError
+from ignite_ddl.core.errors import ConfigError, MachineBusy
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import append_record, read_results
+from ignite_ddl.sweep.busy import wait_until_quiet
+from ignite_ddl.sweep.plan import expand
+from ignite_ddl.sweep.runner import _sweep
 from ignite_ddl.sweep.search import run_search
 from ignite_ddl.sweep.spec import parse_spec
 
@@ -322,3 +325,40 @@ def test_a_torchvision_built_for_another_torch_is_named_in_one_line(tmp_path, co
     assert line.startswith("ignite-ddl: error: torchvision ") and "does not work with torch" in line, line
     assert "operator torchvision::nms does not exist" in line and "pip install 'torch==" in line, line
     assert not out.exists()
+
+
+def test_every_busy_machine_message_names_what_finishes_the_sweep():
+    """Also found: on a busy machine the first refusal named --on-busy run, which then stopped after 3 contended
+    runs in a row; no message named --busy-stop-after 0, which a user needs to finish the sweep there."""
+    finish = "--on-busy run --busy-stop-after 0"
+    now = [0.0]
+
+    def pause(seconds: float) -> None:
+        now[0] += seconds
+
+    with pytest.raises(MachineBusy, match=finish):  # waited, and it stayed busy
+        wait_until_quiet(0.1, "wait", 3.0, lambda _: None, probe=lambda: 0.6, pause=pause, clock=lambda: now[0])
+    with pytest.raises(MachineBusy, match=finish):
+        wait_until_quiet(0.1, "stop", 60.0, lambda _: None, probe=lambda: 0.6)
+    said: list[str] = []
+    wait_until_quiet(0.1, "run", 60.0, said.append, probe=lambda: 0.6, stop_after=3)
+    assert said[0].endswith("flagged contended, and 3 contended runs in a row stop the sweep (never with "
+                            "--busy-stop-after 0)"), said  # fmt: skip
+
+
+def test_a_sweep_stopped_by_contention_names_how_to_finish_it(tmp_path):
+    """The stop after busy_stop_after contended runs in a row names the resume that finishes the sweep."""
+
+    class Busy(Simulated):
+        def draw(self, run: Any) -> dict[str, Any]:
+            record = super().draw(run)
+            record["contended"], record["summary"]["contention"] = True, {"foreign_cpu_share": 0.6}
+            return record
+
+    spec = parse_spec({"name": "busy", "grid": {"seed": [1, 2]}, "repeats": 2, "busy_stop_after": 2})
+    with pytest.raises(MachineBusy) as stopped:
+        _sweep(spec, tmp_path, list(expand(spec, tmp_path)), Busy([100.0, 100.0], 0.02), False, lambda line: None)
+    assert str(stopped.value).endswith(
+        "in every one of the last 2 runs; 2 run(s) not started; to finish anyway: --resume --on-busy run "
+        "--busy-stop-after 0"
+    ), stopped.value

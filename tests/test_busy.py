@@ -129,9 +129,10 @@ def test_a_sweep_on_a_busy_machine_stops_promptly_and_says_why(tmp_path):
     assert result.returncode == 3, result.stderr
     assert "the machine is busy: other processes use" in result.stdout
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith(
-        "ignite-ddl: error: cannot compare on this machine: other processes used"
-    ) and error.endswith("of the CPUs in every one of the last 2 runs; 7 run(s) not started"), result.stderr
+    assert (
+        error.startswith("ignite-ddl: error: cannot compare on this machine: other processes used")
+        and "of the CPUs in every one of the last 2 runs; 7 run(s) not started; to finish anyway" in error
+    ), result.stderr
     records = read_results(tmp_path / "results.jsonl")
     assert len(records) == 2 and all(r["contended"] for r in records)  # 2 of 9, and no re-run of them
     session = read_json(tmp_path / "sweep.json")["sessions"][-1]
@@ -202,7 +203,9 @@ def test_on_busy_stop_refuses_at_once_and_starts_nothing(tmp_path):
         "sweep", "--grid", "model=mlp", *TINY, "--on-busy", "stop", "--output-dir", str(tmp_path), timeout=120
     )
     assert result.returncode == 3
-    assert result.stderr.strip().endswith("; not starting (--on-busy stop)")
+    assert result.stderr.strip().endswith(
+        "; not starting (--on-busy stop); to measure anyway: --on-busy run --busy-stop-after 0"
+    ), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "results.jsonl").exists()
 
 

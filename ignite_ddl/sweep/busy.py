@@ -26,9 +26,20 @@ from collections.abc import Callable
 from ignite_ddl.core.errors import MachineBusy
 from ignite_ddl.measure.contention import ForeignLoad
 
-__all__ = ["BUSY_POLICIES", "PROBE_S", "BusyStreak", "first_probe_from", "machine_share", "wait_until_quiet"]
+__all__ = [
+    "BUSY_POLICIES",
+    "FINISH_ANYWAY",
+    "PROBE_S",
+    "BusyStreak",
+    "first_probe_from",
+    "machine_share",
+    "wait_until_quiet",
+]
 
 BUSY_POLICIES = ("wait", "run", "stop")
+# What finishes a sweep on a machine that stays busy: every run measured and flagged, none stopping the sweep. Each
+# busy-machine message names it (--on-busy run alone still stops after busy_stop_after contended runs in a row).
+FINISH_ANYWAY = "--on-busy run --busy-stop-after 0"
 PROBE_S = 2.0  # one probe of the machine: long enough to average a scheduler's time slices, short enough to wait on
 
 
@@ -66,8 +77,10 @@ def wait_until_quiet(
     probe: Callable[[], float | None] = machine_share,
     pause: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    stop_after: int = 0,
 ) -> float | None:
-    """Probe the machine before a sweep; return the share other processes use once it may start.
+    """Probe the machine before a sweep; return the share other processes use once it may start (``stop_after``:
+    the contended runs in a row that will stop it, which running anyway says).
 
     Raises :class:`MachineBusy` when ``policy`` is ``stop`` and the machine is busy, or ``wait`` and it stayed
     busy for ``wait_s`` seconds.
@@ -80,10 +93,15 @@ def wait_until_quiet(
         f"(a run counts as contended above {threshold:.0%})"
     )
     if policy == "run":
-        progress(f"{busy}; running anyway (--on-busy run): its runs will be flagged contended")
+        stops = (
+            f", and {stop_after} contended runs in a row stop the sweep (never with --busy-stop-after 0)"
+            if stop_after
+            else ""
+        )
+        progress(f"{busy}; running anyway (--on-busy run): its runs will be flagged contended{stops}")
         return share
     if policy == "stop":
-        raise MachineBusy(f"{busy}; not starting ({_named('stop')})")
+        raise MachineBusy(f"{busy}; not starting ({_named('stop')}); to measure anyway: {FINISH_ANYWAY}")
     progress(f"{busy}; waiting up to {wait_s:.0f} s for it to quieten (--wait-quiet)")
     seen, deadline = [share], clock() + wait_s
     while clock() < deadline:
@@ -95,8 +113,8 @@ def wait_until_quiet(
         seen.append(share)
     raise MachineBusy(
         f"cannot compare on this machine now: other processes used {_range(seen)} of its CPUs for {wait_s:.0f} s "
-        f"({_named('wait')}); try later, wait longer (--wait-quiet), or measure anyway (--on-busy run: runs are "
-        "flagged contended)"
+        f"({_named('wait')}); try later, wait longer (--wait-quiet), or measure anyway ({FINISH_ANYWAY}: every run "
+        "is flagged contended, and none stops the sweep)"
     )
 
 

@@ -100,7 +100,10 @@ def sweep(
         (hold if hold is not None else own).enter_context(lock(out, "sweep"))
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
             probe = first_probe_from(load_since) if load_since is not None else machine_share
-            wait_until_quiet(spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe)
+            wait_until_quiet(
+                spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe,
+                stop_after=spec.busy_stop_after,
+            )  # fmt: skip
         if spec.search:
             return run_search(spec, out, executor, resume, progress)
         for found in refused:

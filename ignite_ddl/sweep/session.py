@@ -19,7 +19,7 @@ from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.results import append_record, read_results, rejected_path, repair_results
 from ignite_ddl.core.sweep_records import MemoryPrediction, RunRecord, SweepMeta, SweepSession
 from ignite_ddl.launcher.scratch import left_if_killed, remove_left_behind
-from ignite_ddl.sweep.busy import BusyStreak
+from ignite_ddl.sweep.busy import FINISH_ANYWAY, BusyStreak
 from ignite_ddl.sweep.plan import Progress, Recorded, Refused, Run, Where, contended_reruns, launched
 from ignite_ddl.sweep.records import describe_outcome, refused_record
 from ignite_ddl.sweep.spec import Spec
@@ -139,7 +139,9 @@ class Session:
             if reason:
                 self.session["stopped"] = {"reason": reason, "runs_left": runs_left}
                 self.save()
-                raise MachineBusy(f"{reason}; {runs_left} run(s) not started")
+                raise MachineBusy(
+                    f"{reason}; {runs_left} run(s) not started; to finish anyway: --resume {FINISH_ANYWAY}"
+                )
 
     def rerun_contended(self, repeats: str, room: Callable[[int], int] | None = None) -> None:
         """Re-run the runs whose attempts were all contended, up to ``rerun_contended`` times; ``room(n)``: how many
