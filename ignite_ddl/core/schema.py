@@ -500,7 +500,19 @@ class CudaMemory(TypedDict):
 
 class RankMemory(TypedDict):
     rank: Annotated[int, "the rank"]
-    peak_rss_bytes: Annotated[int, "peak resident memory of the rank's process (VmHWM)"]
+    peak_rss_bytes: Annotated[
+        int,
+        "peak resident memory of the rank's process (VmHWM) less its resident file pages (`file_rss_bytes`), which "
+        "depend on how it started, not on what it trains",
+    ]
+    file_rss_bytes: NotRequired[
+        Annotated[
+            int,
+            "its resident pages mapped from files at the end (RssFile: shared libraries' code and data, shared with "
+            "every process that maps them): a fresh process counts those its imports touched, a forked one only "
+            "those it ran; left out of `peak_rss_bytes` (absent in records written before it was)",
+        ]
+    ]
     workers: Annotated[int, "its live child processes at the end (DataLoader workers)"]
     workers_peak_rss_bytes: Annotated[
         int, "sum of the workers' peak resident memory (forked workers count the pages they share with the rank)"
@@ -520,7 +532,9 @@ class MemoryMax(TypedDict):
 
 
 class Memory(TypedDict):
-    source: Annotated[str, "where host memory was read: `/proc (VmHWM)`, or getrusage (whole run) without /proc"]
+    source: Annotated[
+        str, "where host memory was read: `/proc (VmHWM less RssFile)`, or getrusage (whole run) without /proc"
+    ]
     window: Annotated[str, "`after warm-up` (peaks reset when warm-up ended) or `whole run`"]
     limit_bytes: Annotated[int | None, "the memory a rank may use: RAM, cgroup memory.max, RLIMIT_AS / DATA"]
     ranks: Annotated[list[RankMemory], "per rank"]

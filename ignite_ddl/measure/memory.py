@@ -2,12 +2,17 @@
 shard of a sharded tensor, the whole tensor otherwise, counted alike for every strategy), its peak resident memory
 and that of its DataLoader workers, and on CUDA the allocator's peaks, retries and out-of-memory count.
 
-**Host memory** is read from ``/proc``: a process's peak resident set (``VmHWM``) and current one (``VmRSS``,
-``statm``). ``/proc`` rather than ``resource.getrusage``: ``ru_maxrss`` cannot be reset, so it would carry the
-start-up's peak (imports, the FLOPs count on a model copy) into the measured window, and it counts a worker only
-once it has been waited for; ``/proc/<pid>/clear_refs`` resets ``VmHWM`` per process, so the peaks here are those of
-the measured window (after warm-up), the rank's and each worker's apart. Without ``/proc`` (not Linux) the rank's
-figure falls back to ``ru_maxrss`` (whole-run peak) and workers are not counted; the record says which.
+**Host memory** is read from ``/proc``: a process's peak resident set (``VmHWM``) less its resident pages mapped from
+files (``RssFile``: the shared libraries' code and read-only data, shared with every process that maps them), and
+its current resident set (``statm``). Those file pages say how the process started, not what it trains with: a
+fresh interpreter touches some 300 MiB of torch's while importing it (``ignite-ddl train``, ``start: fresh``), a run
+forked from a sweep's fork server, which imported torch, only the pages it executes (a nanoGPT-sized GPT peaked at
+1600 MiB under ``train`` and 1356 MiB in a sweep; without them, 1268 and 1309 MiB: docs/memory.md). ``/proc``
+rather than ``resource.getrusage``: ``ru_maxrss`` cannot be reset, so it would carry the start-up's peak (imports,
+the FLOPs count on a model copy) into the measured window, and it counts a worker only once it has been waited for;
+``/proc/<pid>/clear_refs`` resets ``VmHWM`` per process, so the peaks here are those of the measured window (after
+warm-up), the rank's and each worker's apart. Without ``/proc`` (not Linux) the rank's figure falls back to
+``ru_maxrss`` (whole-run peak, file pages included) and workers are not counted; the record says which.
 
 **CUDA memory** (never run here: no GPU was available) comes from ``torch.cuda.max_memory_allocated`` /
 ``max_memory_reserved`` and ``torch.cuda.memory_stats`` (``num_alloc_retries``, ``num_ooms``), its peaks reset
@@ -24,7 +29,7 @@ Example:
     >>> net(torch.ones(1, 4)).sum().backward(); opt.step()
     >>> held_bytes(net, opt)  # Adam keeps two moments per parameter (and a step counter per tensor)
     {'params': 40, 'grads': 40, 'optimizer': 88}
-    >>> peak_rss_bytes() >= current_rss_bytes() > 0
+    >>> peak_rss_bytes() >= current_rss_bytes() - file_rss_bytes() > 0  # the file pages are left out of both
     True
 """
 
@@ -52,6 +57,7 @@ from ignite_ddl.core.text import format_bytes
 __all__ = [
     "HELD_PARTS",
     "MemoryMonitor",
+    "file_rss_bytes",
     "format_memory",
     "held_bytes",
     "local_bytes",
@@ -92,14 +98,22 @@ def _status_kb(pid: int | str, key: str) -> int | None:
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int:
-    """Peak resident memory of a process since it started or since :func:`reset_peak` (``VmHWM``); without
-    /proc, this process's ``ru_maxrss`` (since it started)."""
+    """Peak resident memory of a process since it started or since :func:`reset_peak` (``VmHWM``), less its
+    resident file pages now (:func:`file_rss_bytes`: see the module docstring); without /proc, this process's
+    ``ru_maxrss`` (since it started, file pages included)."""
     kb = _status_kb(pid, "VmHWM")
     if kb is not None:
-        return kb * 1024
+        return max(0, kb * 1024 - file_rss_bytes(pid))
     if pid != "self":
         return 0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def file_rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident pages mapped from files (``RssFile``): shared libraries' code and data, read from the
+    page cache and shared with every process that maps them; 0 without /proc."""
+    kb = _status_kb(pid, "RssFile")
+    return kb * 1024 if kb is not None else 0
 
 
 def _reset_peak(pid: int | str = "self") -> bool:
@@ -203,6 +217,7 @@ class MemoryMonitor:
         record: RankMemory = {
             "rank": self.rank,
             "peak_rss_bytes": peak_rss_bytes(),
+            "file_rss_bytes": file_rss_bytes(),
             "workers": len(workers),
             "workers_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers),
             "workers_private_bytes": sum(_private_bytes(pid) for pid in workers),
@@ -228,7 +243,7 @@ class MemoryMonitor:
 
         ranks: list[RankMemory] = gather_objects(self.part(held))
         return {
-            "source": "/proc (VmHWM)" if self.proc else "getrusage (ru_maxrss, whole run)",
+            "source": "/proc (VmHWM less RssFile)" if self.proc else "getrusage (ru_maxrss, whole run)",
             "window": "after warm-up" if all(r["reset_after_warmup"] for r in ranks) else "whole run",
             "limit_bytes": self.limit,
             "ranks": ranks,

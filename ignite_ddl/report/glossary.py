@@ -115,8 +115,9 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     ),
     "resident": (
         r"\bresident\b",
-        "resident memory (RSS): the pages of a process in RAM, its peak read from /proc (VmHWM); on CPU it holds "
-        "the model, the runtime's own libraries and buffers, and any temporary copies.",
+        "resident memory (RSS): the pages of a process in RAM, its peak read from /proc (VmHWM) less the shared "
+        "libraries' pages mapped from files (RssFile, which depend on how the process started); on CPU it holds "
+        "the model, the runtime's own buffers, and any temporary copies.",
     ),
     "held": (
         r"\bheld\b",
