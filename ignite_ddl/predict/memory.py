@@ -34,12 +34,13 @@ only after warm-up: releasing them once then does not last). That is not predict
 (``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
 the suite leaves glibc's default.
 
-**What is traced**: the built-in models, and every workload — the built-in GPT and the user's — built by calling its
-function with the meta device as the default one (:mod:`ignite_ddl.trainer.abstract`): its model and the data it
-makes without naming a device have shapes but no storage, so nothing of the model is allocated; its datasets count
-the bytes they hold; the micro-batch is shaped as their first sample; the step is the workload's own (``loss`` or
-``training_step``), its blocks its FSDP units and checkpointed blocks. A function that reads a value of a tensor it
-made without naming a device cannot build so: its line says ``cannot predict`` and why.
+**What is traced**: the built-in models (torchvision's and timm's by name too), built on the meta device, and every
+workload — the built-in GPT and the user's — built by calling its function with the meta device as the default one
+(:mod:`ignite_ddl.trainer.abstract`): its model and the data it makes without naming a device have shapes but no
+storage, so nothing of the model is allocated; its datasets count the bytes they hold; the micro-batch is shaped as
+their first sample; the step is the workload's own (``loss`` or ``training_step``), its blocks its FSDP units and
+checkpointed blocks. A function that reads a value of a tensor it made without naming a device cannot build so: its line
+says ``cannot predict`` and why.
 
 **What is not predicted** is said in ``unpredicted`` instead of being guessed: ``--compile`` (Inductor's compiler and
 its generated code live in the rank's memory, and the compiled graph's buffer reuse is not the eager trace's), a DDP
@@ -229,7 +230,12 @@ def _job(config: TrainConfig) -> _Job:
         return x, torch.zeros(n, dtype=torch.long)
 
     def build() -> nn.Module:
-        return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        # On meta, outside the trace's fake mode, as a workload's model: a constructor may compute on tensors it
+        # makes on the CPU by name (timm's drop-path rates), which the fake mode would make values it cannot read.
+        with unset_fake_temporarily(), on_meta():
+            return build_model(config.model, info.in_channels, info.image_size, info.num_classes)
 
     return _Job(build, criterion_step(nn.CrossEntropyLoss()), batch, lambda model: [], held)
 
@@ -348,8 +354,8 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
     if per_rank < config.accumulate:
         raise ConfigError(f"a rank's batch of {per_rank} cannot be split into {config.accumulate} micro-batches")
     sharded = strategy.info.shards_parameters  # traced sharded, on a fake process group
-    # Non-fake inputs are allowed: a workload's model arrives on the meta device and becomes fake here.
-    fake = FakeTensorMode(allow_non_fake_inputs=config.workload is not None)
+    # Non-fake inputs are allowed: the model arrives on the meta device and becomes fake here.
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
     with _fake_group(world) if sharded else contextlib.nullcontext() as mesh, fake:
         model: nn.Module = job.build()
         if any(p.device.type == "meta" for p in model.parameters()):
