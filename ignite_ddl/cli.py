@@ -132,8 +132,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action=_WorkloadArgs,
         default={},
         metavar="KEY=VALUE",
-        help="a keyword argument of --workload's function, typed as YAML would, e.g. --workload-args d_model=128 "
-        "(repeatable)",
+        help="keyword arguments of --workload's function, typed as YAML would, e.g. --workload-args "
+        "n_layer=2,d_model=128 (repeatable)",
     )
     train.set_defaults(handler=_train)
 
@@ -320,15 +320,18 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 class _WorkloadArgs(argparse.Action):
-    """``--workload-args KEY=VALUE`` (repeatable): one more keyword argument of the workload's function, in a new
-    mapping (the default one is shared and never changed)."""
+    """``--workload-args KEY=VALUE`` (repeatable; ``K1=V1,K2=V2`` gives several): more keyword arguments of the
+    workload's function, in a new mapping (the default one is shared and never changed). A comma starts a new
+    argument only where ``NAME=`` follows it, so a value may hold commas (``sizes=[1,2]``)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        import re
+
         try:
-            key, value = _pair(str(values), many=False, keep_dashes=True)
+            pairs = [_pair(item, many=False, keep_dashes=True) for item in re.split(r",(?=\w+=)", str(values))]
         except ConfigError as e:
             raise argparse.ArgumentError(self, str(e)) from None
-        setattr(namespace, self.dest, {**getattr(namespace, self.dest), key: value})
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest), **dict(pairs)})
 
 
 def _pair(item: str, many: bool, keep_dashes: bool = False) -> tuple[str, Any]:

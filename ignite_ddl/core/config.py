@@ -287,17 +287,30 @@ def changed_flags(options: Options, group: type[Options], names: tuple[str, ...]
 
 # Built-in workloads by short name: what --workload gpt stands for.
 BUILT_IN = {"gpt": "ignite_ddl.trainer.gpt:make"}
+# Built-in families of workloads by prefix: --workload hf:gpt2 calls the family's function with the name after the
+# prefix as its first argument (a module of one's own named like a prefix is reached as package.module:function).
+FAMILIES = {"hf": "ignite_ddl.trainer.hub:make"}
+
+
+def family_member(path: str) -> str | None:
+    """The name after a family's prefix (``hf:gpt2``: ``gpt2``), None for any other workload path."""
+    prefix, sep, name = path.strip().partition(":")
+    return name.strip() if sep and prefix in FAMILIES else None
 
 
 def resolve(path: str) -> tuple[str, str]:
-    """``(module, function)`` of a workload path: ``package.module:function`` or a built-in name. Checked with the
-    other options, so a malformed path is refused before anything is imported or started."""
-    text = BUILT_IN.get(path.strip(), path.strip())
+    """``(module, function)`` of a workload path: ``package.module:function``, a built-in name or a family's
+    ``prefix:name``. Checked with the other options, so a malformed path is refused before anything is imported or
+    started."""
+    member, prefix = family_member(path), path.strip().partition(":")[0]
+    if member == "":
+        raise ConfigError(f"workload '{path}' names no model: {prefix}:NAME (e.g. hf:gpt2)")
+    text = FAMILIES[prefix] if member is not None else BUILT_IN.get(path.strip(), path.strip())
     module, sep, function = text.partition(":")
     if not sep or not all(part.isidentifier() for part in module.split(".")) or not function.isidentifier():
         raise ConfigError(
             f"workload '{path}' is not module:function (e.g. my_project.bench:make) nor a built-in workload "
-            f"({', '.join(BUILT_IN)})"
+            f"({', '.join([*BUILT_IN, *(f'{prefix}:NAME' for prefix in FAMILIES)])})"
         )
     return module, function
 
@@ -312,7 +325,7 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     model: str = option(
         "cnn",
         "toy | mlp | wide_mlp (14.7 M parameters: where memory goes to weights) | cnn | resnet18 | any torchvision "
-        "classification model name",
+        "classification model name | timm:NAME (any timm model, e.g. timm:resnet10t; random weights)",
         role=Role.WORKLOAD,
     )
     dataset: str = option("synthetic", "the data", role=Role.WORKLOAD, choices=DATASETS)
@@ -333,7 +346,8 @@ class TrainConfig(LaunchOptions, DDPOptions, FSDPOptions, ZeroOptions):
     workload: str | None = option(
         None,
         "your own training instead of --model / --dataset: 'package.module:function' returning a Workload "
-        "(ignite_ddl.trainer.workload), or a built-in one: gpt (a small GPT on a synthetic token stream)",
+        "(ignite_ddl.trainer.workload), or a built-in one: gpt (a small GPT on a synthetic token stream) | hf:TYPE (a "
+        "Hugging Face causal LM of that model type, e.g. hf:gpt2, built from its config: random weights, no download)",
         role=Role.WORKLOAD,
         metavar="MODULE:FUNCTION",
     )

@@ -44,7 +44,17 @@ from torch.utils.data import TensorDataset
 from ignite_ddl.measure.flops import FlopCount
 from ignite_ddl.trainer.workload import Workload
 
-__all__ = ["GPT", "Block", "gpt_flops", "lm_loss", "make", "matmul_parameters", "stream_entropy", "token_stream"]
+__all__ = [
+    "GPT",
+    "Block",
+    "gpt_flops",
+    "lm_loss",
+    "make",
+    "matmul_parameters",
+    "stream_entropy",
+    "token_sequences",
+    "token_stream",
+]
 
 SUCCESSORS = 4
 PROBABILITIES = (0.5, 0.25, 0.15, 0.1)  # of each token's successors, in order
@@ -132,7 +142,9 @@ def token_stream(length: int, vocab: int, seed: int, split: int = 0) -> torch.Te
     return torch.tensor(tokens, dtype=torch.long, device=cpu)
 
 
-def _sequences(count: int, seq_len: int, vocab: int, seed: int, split: int) -> TensorDataset:
+def token_sequences(count: int, seq_len: int, vocab: int, seed: int, split: int) -> TensorDataset:
+    """``count`` sequences of the stream (:func:`token_stream`): ``seq_len`` input tokens each and the same shifted
+    by one as targets."""
     windows = token_stream(count * (seq_len + 1), vocab, seed, split).view(count, seq_len + 1)
     return TensorDataset(windows[:, :-1].contiguous(), windows[:, 1:].contiguous())
 
@@ -169,8 +181,8 @@ def make(
     model = GPT(n_layer, d_model, n_head, seq_len, vocab)
     return Workload(
         model=model,
-        train=_sequences(train_sequences, seq_len, vocab, seed, split=0),
-        val=_sequences(val_sequences, seq_len, vocab, seed, split=1),
+        train=token_sequences(train_sequences, seq_len, vocab, seed, split=0),
+        val=token_sequences(val_sequences, seq_len, vocab, seed, split=1),
         loss=lm_loss,
         sample_unit="tokens",
         units_per_sample=seq_len,

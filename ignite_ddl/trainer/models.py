@@ -1,5 +1,9 @@
-"""Models by name: the PyTorch DDP tutorial's ToyModel, an MLP, a small CNN, a CIFAR-sized ResNet-18, and any
-torchvision classification model.
+"""Models by name: the PyTorch DDP tutorial's ToyModel, an MLP, a small CNN, a CIFAR-sized ResNet-18, any
+torchvision classification model, and any timm model as ``timm:NAME`` (the optional extra ``timm``).
+
+A timm model is made with random weights (``pretrained=False``: nothing is downloaded) for the data's channels and
+classes (``in_chans``, ``num_classes``), and for its image size where its architecture fixes one (a ViT's
+``img_size``; a convolutional network takes any size).
 
 Example:
     >>> import torch
@@ -10,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,6 +36,7 @@ __all__ = [
 tv_models = torchvision.models
 
 OWN_MODELS = ("toy", "mlp", "wide_mlp", "cnn", "resnet18")
+TIMM = "timm:"  # --model timm:NAME
 WIDE = (2048, 2048, 2048)  # wide_mlp: 14.7 M parameters on 3x32x32 inputs, nearly all of its memory in weights
 
 
@@ -92,11 +99,38 @@ def _torchvision_models() -> list[str]:
 
 
 def check_model(name: str) -> None:
-    if name not in OWN_MODELS and name not in _torchvision_models():
+    if name.startswith(TIMM):
+        _check_timm(name)
+    elif name not in OWN_MODELS and name not in _torchvision_models():
         raise ConfigError(
-            f"unknown model '{name}' (choose from: {', '.join(OWN_MODELS)}, or a torchvision classification model "
-            "such as resnet50)"
+            f"unknown model '{name}' (choose from: {', '.join(OWN_MODELS)}, a torchvision classification model "
+            "such as resnet50, or timm:NAME)"
         )
+
+
+def _check_timm(name: str) -> None:
+    try:
+        import timm
+    except ImportError:
+        raise ConfigError(f"--model {name} needs timm: pip install 'ignite-ddl[timm]'") from None
+    model = name.removeprefix(TIMM)
+    if not timm.is_model(model):
+        close = difflib.get_close_matches(model, timm.list_models(), n=3)
+        hint = f"close: {', '.join(close)}; " if close else ""
+        raise ConfigError(
+            f"unknown timm model '{model}' ({hint}list them with: python -c \"import timm; "
+            "print(timm.list_models('*vit*'))\")"
+        )
+
+
+def _timm_model(name: str, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
+    import timm
+
+    model = name.removeprefix(TIMM)
+    default = timm.models.get_pretrained_cfg(model)
+    size: dict[str, Any] = {"img_size": image_size} if default is not None and default.fixed_input_size else {}
+    built: nn.Module = timm.create_model(model, pretrained=False, num_classes=num_classes, in_chans=in_channels, **size)
+    return built
 
 
 def build_model(name: str, in_channels: int, image_size: int, num_classes: int) -> nn.Module:
@@ -112,6 +146,8 @@ def build_model(name: str, in_channels: int, image_size: int, num_classes: int) 
         return small_cnn(in_channels, num_classes)
     if name == "resnet18":
         return _resnet18_small(in_channels, num_classes)
+    if name.startswith(TIMM):
+        return _timm_model(name, in_channels, image_size, num_classes)
     model = tv_models.get_model(name, weights=None, num_classes=num_classes)
     if in_channels == 1:
         return nn.Sequential(_RepeatChannels(), model)

@@ -57,7 +57,7 @@ from torch import nn
 from torch.utils.data import Dataset, default_collate
 
 from ignite_ddl.core.apart import ChildFailed, call_apart
-from ignite_ddl.core.config import BUILT_IN, TrainConfig, resolve
+from ignite_ddl.core.config import BUILT_IN, TrainConfig, family_member, resolve
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.measure.flops import FlopCount, count_step_flops
 from ignite_ddl.trainer.abstract import fake_batch, on_meta, to_fake
@@ -255,7 +255,8 @@ def load_workload(config: TrainConfig, meta: bool = False) -> Loaded:
         raise ConfigError(f"workload {path}: {function} is a {type(make).__name__}, not a function")
     try:
         with on_meta() if meta else contextlib.nullcontext():
-            workload = make(**config.workload_args)
+            member = family_member(path)  # hf:gpt2: the family's function is given "gpt2" first
+            workload = make(*(() if member is None else (member,)), **config.workload_args)
     except (Exception, SystemExit) as e:
         if meta:
             raise NotOnMeta(f"workload {path}: its function cannot build on the meta device: {_one_line(e)}") from None
