@@ -14,7 +14,7 @@ the FLOPs count on a model copy) into the measured window, and it counts a worke
 warm-up), the rank's and each worker's apart. Without ``/proc`` (not Linux) the rank's figure falls back to
 ``ru_maxrss`` (whole-run peak, file pages included) and workers are not counted; the record says which.
 
-**CUDA memory** (never run here: no GPU was available) comes from ``torch.cuda.max_memory_allocated`` /
+**CUDA memory** (run on one H200, docs/gpu/h200-2026-11-27-2.md) comes from ``torch.cuda.max_memory_allocated`` /
 ``max_memory_reserved`` and ``torch.cuda.memory_stats`` (``num_alloc_retries``, ``num_ooms``), its peaks reset
 with ``torch.cuda.reset_peak_memory_stats`` when warm-up ends.
 
