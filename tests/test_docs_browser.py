@@ -13,11 +13,10 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
-from test_report_browser import CHROMIUM_FLAGS, _browser_or_skip, _viewport
+from test_report_browser import _viewport
 
 pytestmark = [pytest.mark.slow]
 
@@ -60,28 +59,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_every_page_fits_a_laptop_screen(site: Path, tmp_path: Path):
-    binary, driver_path = _browser_or_skip()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+def test_every_page_fits_a_laptop_screen(site: Path, chromium):
+    driver = chromium
     pages = sorted(site.rglob("index.html"))
     assert len(pages) > 30  # every page, the API reference's included
     failures = []
-    try:
-        _viewport(driver, WIDTH, HEIGHT)
-        for page in pages:
-            driver.get(page.as_uri())
-            found = driver.execute_script(OVERFLOW_JS)
-            name = page.parent.relative_to(site).as_posix().replace(".", "home", page.parent == site)
-            failures += [f"{name}: {what}" for what in found["found"]]
-            if found["page"][0] > found["page"][1]:
-                failures.append(f"{name}: the page scrolls sideways ({found['page'][0]} > {found['page'][1]} px)")
-    finally:
-        driver.quit()
+    _viewport(driver, WIDTH, HEIGHT)
+    for page in pages:
+        driver.get(page.as_uri())
+        found = driver.execute_script(OVERFLOW_JS)
+        name = page.parent.relative_to(site).as_posix().replace(".", "home", page.parent == site)
+        failures += [f"{name}: {what}" for what in found["found"]]
+        if found["page"][0] > found["page"][1]:
+            failures.append(f"{name}: the page scrolls sideways ({found['page'][0]} > {found['page'][1]} px)")
     assert not failures, f"{len(failures)} boxes need sideways scrolling at {WIDTH} px:\n" + "\n".join(failures)

@@ -12,9 +12,6 @@ browser into a failure; elsewhere the test skips, saying why.
 from __future__ import annotations
 
 import itertools
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import matplotlib.image
@@ -28,17 +25,6 @@ pytestmark = [pytest.mark.slow]
 
 SIZES = [(1366, 768), (1920, 1080)]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# What Chromium must not do on a CI machine: reach the network, update itself, sync, ask first-run questions.
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
 # Six grid axes of two values each (64 configurations, 3 repeats): a sweep of the size README's examples run.
 AXES = {
     "nproc_per_node": [1, 2],
@@ -80,43 +66,6 @@ return {
 };
 """
 )
-
-
-def _browser_or_skip() -> tuple[str, str]:
-    """Chromium and its driver, or skip (fail where CI requires them) saying what is missing."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing = "selenium (pip install -e '.[test]')"
-    else:
-        missing = ", ".join(name for name, found in (("chromium", chromium), ("chromedriver", driver)) if found is None)
-        missing = missing and f"{missing} (apt-get install chromium chromium-driver)"
-    if missing:
-        reason = f"no real browser here: {missing} not found"
-        if os.environ.get("IGNITE_DDL_BROWSER_REQUIRED") == "1":
-            pytest.fail(reason + "; IGNITE_DDL_BROWSER_REQUIRED=1")
-        pytest.skip(reason)
-    assert chromium is not None and driver is not None
-    return chromium, driver
-
-
-@pytest.fixture
-def chromium(tmp_path: Path):
-    binary, driver_path = _browser_or_skip()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path, prefix='chromium-')}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _viewport(driver, width: int, height: int) -> None:
