@@ -68,6 +68,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.config import TrainConfig
@@ -405,10 +406,7 @@ def _resetting(tracker: Any) -> Any:
 
 def _tensors(batch: Any) -> list[torch.Tensor]:
     """Every tensor in ``batch`` (in tuples, lists and mappings)."""
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    return [t for value in values for t in _tensors(value)]
+    return [t for t in tree_leaves(batch) if isinstance(t, torch.Tensor)]
 
 
 def _tracker(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: list[torch.Tensor], sharded: bool) -> Any:

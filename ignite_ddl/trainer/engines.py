@@ -29,6 +29,7 @@ from ignite.handlers import EarlyStopping
 from ignite.metrics import Accuracy, ConfusionMatrix, Loss
 from ignite.utils import manual_seed
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from ignite_ddl.launcher.backends import device_of
 from ignite_ddl.measure.recorder import StepRecorder
@@ -244,11 +245,7 @@ def _step(
 
 def _device_of(batch: Any) -> torch.device:
     """The device of the first tensor in ``batch`` (tensors in tuples, lists and mappings; CPU if it holds none)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.device
-    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    tensors = (_device_of(v) for v in values if isinstance(v, (torch.Tensor, dict, list, tuple)))
-    return next(tensors, torch.device("cpu"))
+    return next((t.device for t in tree_leaves(batch) if isinstance(t, torch.Tensor)), torch.device("cpu"))
 
 
 def _first_length(batch: Any) -> int:
