@@ -33,6 +33,7 @@ from ignite_ddl.sweep import expand, load_spec
 from ignite_ddl.sweep.slurm import (
     JobState,
     NoAnswer,
+    _executor_without_warning,
     _job_outcome,
     _job_state,
     _seconds,
@@ -370,6 +371,14 @@ def test_a_controller_that_does_not_answer_is_asked_again(cluster, tmp_path, mon
     assert _job_outcome(tmp_path, "1") is None  # still waited for
 
 
+def test_jobs_ask_slurm_for_no_warning_signal(tmp_path):
+    # submitit asks for USR2 90 s before the limit; SLURM may send it at the job's start, while Python is starting
+    script = _executor_without_warning(tmp_path)._make_submission_file_text("python -m run", "uid")
+    sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH ")]
+    assert any(line.startswith("#SBATCH --output=") for line in sbatch), script  # the rest is still there
+    assert not [line for line in sbatch if "--signal" in line], script
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
@@ -380,7 +389,8 @@ def test_a_job_over_its_time_limit_is_recorded_as_timeout(cluster, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = read_results(tmp_path / "out/results.jsonl")
     job = record["slurm"]["job_id"]
-    assert record["status"] == "timeout" and record["summary"] is None, record
+    said = {key: record[key] for key in ("status", "error", "slurm", "exit_code", "elapsed_s")}
+    assert record["status"] == "timeout" and record["summary"] is None, said
     assert record["slurm"]["state"] == "TIMEOUT" and record["error"].startswith(f"SLURM job {job} TIMEOUT")
     assert record["slurm"]["reason"] == "TimeLimit"  # SLURM's own word: the job reached its limit
 

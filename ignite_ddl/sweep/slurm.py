@@ -32,7 +32,6 @@ import dataclasses
 import math
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -164,13 +163,8 @@ class JobExit(Exception):
 def run_job(config: dict[str, Any]) -> int:
     """What a job runs, on every task: ``ignite-ddl train`` with ``config``; 0, or :class:`JobExit` with the
     status."""
-    import submitit
-
     from ignite_ddl.trainer.run import train_command
 
-    # submitit has SLURM send this signal ahead of the time limit so that a job can checkpoint and be requeued. A
-    # measurement restarted is not the same run: the limit itself ends the job, and it is recorded as TIMEOUT.
-    signal.signal(getattr(signal, f"SIG{submitit.JobEnvironment.USR_SIG}"), signal.SIG_IGN)
     code = run_command(lambda: train_command(TrainConfig.from_dict(config)))
     if code != 0:
         raise JobExit(code)
@@ -181,19 +175,34 @@ def _submit(
     folder: Path, name: str, runs: list[tuple[str, TrainConfig]], options: SlurmOptions, timeout_s: float
 ) -> dict[str, str]:
     """Submit ``(key, config)`` runs, one job array per distinct set of resources; {key: job id}."""
-    import submitit
-
     # One array per set of resources: the resources as a hashable key, the runs that need them.
     groups: dict[tuple[tuple[str, Any], ...], list[tuple[str, TrainConfig]]] = {}
     for key, config in runs:
         groups.setdefault(tuple(sorted(job_resources(config, options, timeout_s).items())), []).append((key, config))
     submitted: dict[str, str] = {}
     for resources, group in groups.items():
-        executor = submitit.SlurmExecutor(folder=folder)
+        executor = _executor_without_warning(folder)
         executor.update_parameters(job_name=f"ignite-ddl-{name}", array_parallelism=len(group), **dict(resources))
         jobs = executor.map_array(run_job, [job_config(config) for _, config in group])
         submitted.update({key: job.job_id for (key, _), job in zip(group, jobs)})
     return submitted
+
+
+def _executor_without_warning(folder: Path) -> Any:
+    """submitit's SLURM executor, whose jobs SLURM sends no warning signal before their time limit.
+
+    submitit always asks for one (``--signal=USR2@90``) so that a job can checkpoint and be requeued. A measurement
+    restarted is not the same run: the limit itself ends the job, recorded as TIMEOUT. And SLURM sends that signal
+    up to a minute early, at its next check: with a limit under two minutes it can land while the job's Python is
+    still starting, before any handler could ignore it, and the job fails on its own instead of timing out."""
+    import submitit
+
+    class Executor(submitit.SlurmExecutor):
+        def _make_submission_file_text(self, command: str, uid: str) -> str:
+            script = super()._make_submission_file_text(command, uid)
+            return "\n".join(line for line in script.splitlines() if not line.startswith("#SBATCH --signal=")) + "\n"
+
+    return Executor(folder=folder)
 
 
 @dataclass(frozen=True)
