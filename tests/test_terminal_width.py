@@ -39,19 +39,20 @@ def _plan() -> tuple[list[Planned], list[Refused]]:
 
 def test_the_plan_fits_a_narrow_terminal_and_keeps_its_answer():
     planned, refused = _plan()
-    whole = format_plan(planned, 20000, refused)
+    peak = 1234 * len(PARTS)  # MiB, the first configuration's; the others twice and three times that
+    limit = 2.5 * peak
+    whole = format_plan(planned, limit, refused)
     assert max(map(len, whole.splitlines())) > 150  # the table as a file or a pipe gets it, one row a line
     for width in (100, 72, 40):
-        text = format_plan(planned, 20000, refused, width=width)
+        text = format_plan(planned, limit, refused, width=width)
         lines = text.splitlines()
         assert max(map(len, lines)) <= width, f"{width} columns:\n{text}"
         top = next(i for i, line in enumerate(lines) if line.startswith("config"))
         header = lines[top].split()
         assert header[:3] == ["config", "peak", "fits"], header  # the answer first, whatever is left out
         peaks = {line.split()[0]: line.split()[1:3] for line in lines[top + 1 : top + 5]}
-        assert peaks == {"cfg000": ["9872.0", "yes"], "cfg001": ["19744.0", "yes"], "cfg002": ["29616.0", "NO"]} | {
-            "cfg003": ["-", "refused"]
-        }
+        expected = {f"cfg00{i}": [f"{(i + 1) * peak:.1f}", "yes" if i < 2 else "NO"] for i in range(3)}
+        assert peaks == expected | {"cfg003": ["-", "refused"]}
         shown = [part for part in PARTS if part in header]
         left_out = [part for part in PARTS if part not in header]
         assert shown == list(PARTS[: len(shown)])  # the parts in their order, the last ones left out first

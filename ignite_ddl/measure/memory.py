@@ -57,6 +57,7 @@ from ignite_ddl.core.text import format_bytes
 __all__ = [
     "HELD_PARTS",
     "MemoryMonitor",
+    "anonymous_rss_bytes",
     "file_rss_bytes",
     "format_memory",
     "held_bytes",
@@ -107,6 +108,13 @@ def peak_rss_bytes(pid: int | str = "self") -> int:
     if pid != "self":
         return 0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def anonymous_rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident memory not mapped from files (``RssAnon``: its heap, Python's objects, tensors) now; 0
+    without /proc."""
+    kb = _status_kb(pid, "RssAnon")
+    return kb * 1024 if kb is not None else 0
 
 
 def file_rss_bytes(pid: int | str = "self") -> int:

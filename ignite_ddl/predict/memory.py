@@ -20,10 +20,11 @@ unit it has gathered), ``grads`` (FSDP's reduce-scatter input included), ``optim
 of one micro-batch, the backward's temporaries, the input batch), ``buckets`` (DDP, ZeRO-1), ``checkpoint`` (rank 0
 of a strategy that shards gathers the full state of what it shards to save it: where that moment needs more than the
 training step, the parts are that moment's; a part the strategy shards and the trace did not, ZeRO-1's optimizer
-state, is scaled to the rank's share), ``data`` (the datasets every rank holds in memory), and ``runtime``: what a
-rank of this launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by
-a run of a tiny model and given by the caller (:mod:`ignite_ddl.sweep.forecast` measures it once per machine and
-caches it).
+state, is scaled to the rank's share), ``data`` (the datasets every rank holds in memory), ``libraries`` (what the
+modules of a model from beyond the suite hold: a workload's own and what it imports, transformers for ``hf:gpt2``,
+timm for ``timm:NAME``; measured in a fresh interpreter by :func:`library_bytes`) and ``runtime``: what a rank of
+this launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by a run
+of a tiny model. The caller gives both (:mod:`ignite_ddl.sweep.forecast` measures each once per machine and caches it).
 
 **What it is not**: the resident set is the tensors *and what the C allocator keeps*. On CPU, glibc raises its mmap
 threshold (up to 32 MiB) as large blocks are freed and from then on serves them from its heaps, whose freed blocks
@@ -71,7 +72,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from ignite_ddl.core.apart import ChildFailed, call_apart
-from ignite_ddl.core.config import TrainConfig
+from ignite_ddl.core.config import BUILT_IN, TrainConfig
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPrediction
@@ -91,6 +92,8 @@ __all__ = [
     "data_bytes",
     "gradient_bytes",
     "gradient_shapes",
+    "library_bytes",
+    "needs_libraries",
     "not_traceable_reason",
     "on_cuda",
     "predict",
@@ -98,7 +101,7 @@ __all__ = [
     "world_size",
 ]
 
-PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "runtime")
+PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "libraries", "runtime")
 # Optimizer state tensors per parameter (SGD: with momentum; AdamW's groups hold Adam's two moments).
 _STATE_PER_PARAMETER = {"adam": 2, "adamw": 2, "sgd": 1}
 _CUDA_NOTE = (
@@ -485,10 +488,43 @@ def _model_parts(config: TrainConfig, info: StrategyInfo) -> dict[str, int]:
     return parts
 
 
-def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
-    """``config``'s predicted peak per rank: the traced step, DDP's buckets, the datasets and ``runtime_bytes``
-    (None: the runtime is not known, so neither is the peak). A model that cannot be traced gets ``problem``."""
+def needs_libraries(config: TrainConfig) -> bool:
+    """Whether ``config``'s model comes from modules beyond the suite's own, whose import the runtime's probe (a run
+    of the toy model) does not hold: a workload of one's own or of a family (``hf:gpt2`` imports transformers), a
+    model by a library's name (``timm:resnet18``)."""
+    return (config.workload is not None and config.workload.strip() not in BUILT_IN) or ":" in config.model
+
+
+def library_bytes(config: TrainConfig, timeout_s: float = 600) -> int:
+    """What importing and building ``config``'s model adds to a rank's resident memory beyond the runtime's probe:
+    its modules and the libraries they import (transformers held 195 MiB on a 2-core CPU VM, timm 25 MiB), measured
+    in a fresh interpreter, the model built on the meta device (no storage). Raises :class:`ChildFailed`."""
+    return int(call_apart(_library_bytes_here, config.to_dict(), start_method="spawn", timeout_s=timeout_s))
+
+
+def _library_bytes_here(fields: dict[str, Any]) -> int:
+    from ignite_ddl.measure.memory import anonymous_rss_bytes
+    from ignite_ddl.trainer import run  # noqa: F401  (the trainer's own imports: the runtime's probe holds them)
+    from ignite_ddl.trainer.workload import load_workload
+
+    config = TrainConfig.from_dict(fields)
+    _job(TrainConfig(model="toy")).build()  # and what building the probe's own model imports
+    before = anonymous_rss_bytes()
+    if config.workload is not None:
+        load_workload(config, meta=True)
+    else:
+        _job(config).build()
+    return max(0, anonymous_rss_bytes() - before)
+
+
+def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int | None = 0) -> Prediction:
+    """``config``'s predicted peak per rank: the traced step, DDP's buckets, the datasets, ``libraries_bytes`` (what
+    the model's own modules hold, :func:`library_bytes`; None: not measured, said in ``unpredicted``) and
+    ``runtime_bytes`` (None: the runtime is not known, so neither is the peak). A model that cannot be traced gets
+    ``problem``."""
     unpredicted = []
+    if libraries_bytes is None:
+        unpredicted.append("what the model's own modules and their libraries hold (not measured)")
     if config.compile:
         unpredicted.append("--compile (Inductor's own memory and the compiled graph's buffers; traced eagerly)")
     cuda = on_cuda(config)
@@ -507,6 +543,7 @@ def predict(config: TrainConfig, runtime_bytes: int | None) -> Prediction:
         parts = _model_parts(config, info)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
+    parts["libraries"] = libraries_bytes or 0
     if runtime_bytes is None:
         return Prediction(
             parts, "cannot predict: the runtime's own memory was not measured", tuple(unpredicted), method

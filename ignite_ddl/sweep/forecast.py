@@ -176,6 +176,7 @@ class Planner:
         self.spec, self.out, self.measure, self.progress = spec, out, measure, progress
         self.folder = Path(out) / "plan"
         self.runtimes = _Cache(self.folder, "runtime")
+        self.libraries = _Cache(self.folder, "libraries")
 
     def plan(self, index: int, grid: dict[str, Any]) -> Planned:
         from ignite_ddl.predict.memory import predict
@@ -191,7 +192,32 @@ class Planner:
                 self.runtimes.put(_key(probe), measured)
             else:
                 self.progress(f"plan: the runtime could not be measured: {measured['error']}")
-        return Planned(index, grid, config, predict(config, runtime))
+        return Planned(index, grid, config, predict(config, runtime, self._libraries(config)))
+
+    def _libraries(self, config: TrainConfig) -> int | None:
+        """What ``config``'s model's own modules hold (0 for the suite's own models), measured the first time that
+        model is met and kept in ``<out>/plan/libraries.json``; None where it is not known."""
+        from ignite_ddl.core.apart import ChildFailed
+        from ignite_ddl.predict.memory import library_bytes, needs_libraries
+
+        if not needs_libraries(config):
+            return 0
+        key = json.dumps([config.workload, config.workload_dir, config.model])
+        entry = self.libraries.get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("bytes"), int):
+            return int(entry["bytes"])
+        if not self.measure:
+            return None
+        named = config.workload or config.model
+        self.progress(f"plan: measuring what {named}'s modules hold (imported in a fresh interpreter)")
+        try:
+            measured = library_bytes(config)
+        except ChildFailed as e:  # unmeasured, with why; the plan and the sweep go on
+            self.progress(f"plan: what {named}'s modules hold could not be measured: {e.text.splitlines()[0]}")
+            return None
+        when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        self.libraries.put(key, {"bytes": measured, "measured": when})
+        return measured
 
 
 def plan_memory(
