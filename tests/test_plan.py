@@ -589,3 +589,20 @@ def test_a_communication_hook_is_named_as_left_out_and_marked_in_the_memory_tabl
     table = write_report(tmp_path).read_text().split("### Memory", 1)[1].split("##", 1)[0]
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| cfg")}
     assert "-40.0 (hook not predicted)" in rows["cfg001"] and "not predicted" not in rows["cfg000"]
+
+
+def test_the_docs_table_of_a_users_models_is_the_benchmarks_json():
+    # docs/plan.md's "Your model, measured" rows come from benchmarks/own_model_prediction.py's JSON, figure for figure
+    root = Path(__file__).parents[1]
+    data = json.loads((root / "docs/data/own_model_prediction.json").read_text())
+    doc = (root / "docs/plan.md").read_text()
+    names = {"own": "own example", "timm": "timm:resnet18", "hf": "hf:gpt2"}
+    assert len(data["rows"]) == 9
+    for row in data["rows"]:
+        layout = "one process" if row["nproc"] == 1 else f"{row['strategy'].upper()} x {row['nproc']}"
+        memory = f"{row['memory_predicted_mib']:.0f} / {row['memory_measured_mib']:.0f}"
+        cells = f"| {names[row['model']]} | {layout} | {memory} | {100 * row['memory_error']:+.1f} %".replace("-", "−")
+        if row["step_error"] is not None:
+            cells += f" | {row['step_predicted_ms']:.1f} / {row['step_measured_ms']:.1f}"
+            cells += f" | {100 * row['step_error']:+.1f} % |".replace("-", "−")
+        assert cells.replace("+", "") in doc, cells

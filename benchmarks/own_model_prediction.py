@@ -1,0 +1,180 @@
+"""The plan against a user's models: predicted vs measured peak memory and step time for a workload of one's own
+(``examples/own_workload``), a timm model (``--model timm:resnet18``) and a Hugging Face causal LM built from its
+config (``--workload hf:gpt2``), each on one process and on 2 gloo processes under DDP and FSDP.
+
+Each model is one predicting sweep (``predict: true``), as a user runs it: the plan traces every configuration on
+the meta device and fake tensors before anything starts, the first round's one-process runs fit the step-time
+model, and it predicts the step of the two-process configurations. Per configuration: the predicted peak per rank
+beside the measured peak resident set of the largest rank (median over its runs), and the predicted step beside the
+measured one (global batch / median samples per second); the errors are (predicted - measured) / measured. Goals
+(docs/plan.md): memory within 15 % on one process and DDP; step time median |error| at most 5 %.
+
+Usage:
+    python benchmarks/own_model_prediction.py --output-dir runs/own_model_prediction [--repeats 3]
+    python benchmarks/own_model_prediction.py --from runs/own_model_prediction \
+        --json docs/data/own_model_prediction.json
+
+Nothing is downloaded: timm and transformers build their models with random weights (the Hub offline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
+from bench_common import print_machine
+from step_prediction import summarise as summarise_steps
+
+from ignite_ddl.core.jsonfiles import read_json
+from ignite_ddl.core.results import read_results
+from ignite_ddl.sweep import parse_spec
+from ignite_ddl.sweep.runner import sweep
+
+MEMORY_GOAL, STEP_GOAL = 0.15, 0.05
+REPO = Path(__file__).resolve().parents[1]
+RUN = {"epochs": 1, "max_iters": 60, "batch_size": 32, "optimizer": "adam", "lr": 0.001, "measure_flops": False}
+# The three models, each a few steps a second on 2 cores: the shipped example at 4 blocks of 512 (4.2 M parameters);
+# ResNet-18 (11.2 M) on 32x32 images; GPT-2's architecture at 3 blocks of 192 over 64-token sequences (1.5 M).
+MODELS: dict[str, dict[str, Any]] = {
+    "own": {
+        "workload": "bench:make",
+        "workload_dir": str(REPO / "examples/own_workload"),
+        "workload_args": {"depth": 4, "width": 512},
+    },
+    "timm": {"model": "timm:resnet18", "dataset": "synthetic", "train_size": 1280, "val_size": 64},
+    "hf": {
+        "workload": "hf:gpt2",
+        "workload_args": {
+            **{"n_layer": 3, "n_embd": 192, "n_head": 4, "vocab_size": 1024, "n_positions": 64, "seq_len": 64},
+            **{"train_sequences": 1280, "val_sequences": 32},
+        },
+    },
+}
+
+
+def spec_for(model: str, output_dir: Path, repeats: int) -> dict[str, Any]:
+    return {
+        "name": f"own_model_prediction_{model}",
+        "output_dir": str(output_dir),
+        "predict": True,
+        "base": {**RUN, **MODELS[model]},
+        "grid": {"nproc_per_node": [1, 2], "strategy": ["ddp", "fsdp"]},
+        "exclude": [{"strategy": "fsdp", "nproc_per_node": 1}],  # one process: the strategy is moot
+        "repeats": repeats,
+        "adaptive": False,
+        "on_busy": "run",
+        "busy_stop_after": 0,
+        "timeout_s": 900,
+    }
+
+
+def summarise_model(out: Path) -> list[dict[str, Any]]:
+    """Per configuration of the sweep in ``out``: predicted and measured memory and step time."""
+    records = [r for r in read_results(out / "results.jsonl") if r["status"] == "completed"]
+    steps = {row["config"]: row for row in summarise_steps(out)["rows"]}
+    rows = []
+    for index in sorted({r["index"] for r in records}):
+        mine = [r for r in records if r["index"] == index]
+        config = mine[0]["config"]
+        peaks = [(r.get("summary") or {}).get("memory", {}).get("max", {}).get("peak_rss_bytes") for r in mine]
+        peaks = [p for p in peaks if p]
+        predicted = (mine[0].get("prediction") or {}).get("peak_bytes")
+        rates = [r["summary"]["samples_per_s"] for r in mine if (r.get("summary") or {}).get("samples_per_s")]
+        global_batch = config["batch_size"] * (config.get("accumulate") or 1)
+        step = steps.get(f"cfg{index:03d}")
+        nproc = config.get("nproc_per_node") or 1
+        rows.append(
+            {
+                "nproc": nproc,
+                "strategy": config["strategy"] if nproc > 1 else "none",
+                "runs": len(mine),
+                "contended": sum(bool(r.get("contended")) for r in mine),
+                "memory_predicted_mib": predicted / 2**20 if predicted else None,
+                "memory_measured_mib": statistics.median(peaks) / 2**20 if peaks else None,
+                "memory_error": (predicted - statistics.median(peaks)) / statistics.median(peaks)
+                if predicted and peaks
+                else None,
+                "step_measured_ms": 1e3 * global_batch / statistics.median(rates) if rates else None,
+                "step_predicted_ms": step["predicted_ms"] if step else None,
+                "step_error": step["error"] if step else None,
+            }
+        )
+    return rows
+
+
+def summarise(out: Path) -> dict[str, Any]:
+    rows = [
+        {"model": model, **row} for model in MODELS if (out / model).is_dir() for row in summarise_model(out / model)
+    ]
+    memory = [abs(r["memory_error"]) for r in rows if r["memory_error"] is not None and r["strategy"] != "fsdp"]
+    steps = [abs(r["step_error"]) for r in rows if r["step_error"] is not None]
+    host = next((read_json(out / m / "sweep.json").get("host") for m in MODELS if (out / m).is_dir()), None)
+    return {
+        "rows": rows,
+        "memory_within_goal": f"{sum(e <= MEMORY_GOAL for e in memory)} of {len(memory)} (one process and DDP)",
+        "step_median_abs_error": statistics.median(steps) if steps else None,
+        "step_predictions": len(steps),
+        "host": host,
+    }
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def show(result: dict[str, Any]) -> None:
+    print(
+        f"{'model':>5} {'layout':>9} {'runs':>4}  {'memory MiB pred/meas':>21} {'error':>7}  "
+        f"{'step ms pred/meas':>18} {'error':>7}"
+    )
+    for r in result["rows"]:
+        layout = "1 process" if r["nproc"] == 1 else f"{r['strategy']} x{r['nproc']}"
+        memory = f"{_cell(r['memory_predicted_mib'], '.0f')} / {_cell(r['memory_measured_mib'], '.0f')}"
+        step = f"{_cell(r['step_predicted_ms'], '.1f')} / {_cell(r['step_measured_ms'], '.1f')}"
+        memory_error = _cell(r["memory_error"] and 100 * r["memory_error"], "+.1f")
+        step_error = _cell(r["step_error"] and 100 * r["step_error"], "+.1f")
+        contended = f" ({r['contended']} contended)" if r["contended"] else ""
+        print(
+            f"{r['model']:>5} {layout:>9} {r['runs']:>4}  {memory:>21} {memory_error:>6}%  {step:>18} "
+            f"{step_error:>6}%{contended}"
+        )
+    median = result["step_median_abs_error"]
+    print(f"memory within +-{MEMORY_GOAL:.0%}: {result['memory_within_goal']}")
+    print(
+        f"step time: median |error| {_cell(median and 100 * median, '.1f')}% over {result['step_predictions']} "
+        f"predicted configuration(s) (goal <= {STEP_GOAL:.0%})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output-dir", default="runs/own_model_prediction")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--resume", action="store_true", help="continue sweeps cut short")
+    parser.add_argument("--from", dest="done", metavar="DIR", help="only summarise the sweeps in DIR")
+    parser.add_argument("--json", type=Path, help="also write the result as JSON")
+    args = parser.parse_args()
+    models = args.models.split(",")
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: choose from {', '.join(MODELS)}")
+    print_machine()
+    out = Path(args.done or args.output_dir)
+    if not args.done:
+        os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # nothing downloaded, ever
+        for model in models:
+            sweep(parse_spec(spec_for(model, out / model, args.repeats)), resume=args.resume)
+    result = summarise(out)
+    show(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
