@@ -55,6 +55,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -74,6 +75,7 @@ import ignite.distributed as idist
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
+import yaml
 from ignite.engine import Engine, Events
 from step_pairs import Pairs, run_pairs
 from torch import nn
@@ -286,6 +288,8 @@ def run_fresh(side: str, procs: int, args: argparse.Namespace, run_dir: Path) ->
         f"--batch-size={args.batch_size}",
         f"--amp={args.amp}",
         f"--device={args.device}",
+        f"--gpt={args.gpt}",
+        f"--ours={args.ours}",
         *(["--channels-last"] if args.channels_last else []),
     ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=args.run_timeout)
@@ -304,7 +308,7 @@ def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainC
     if args.model == "gpt":
         model["workload_args"]["train_sequences"] = window.last * args.batch_size
         model["workload_args"].setdefault("val_sequences", args.batch_size)
-    return TrainConfig(
+    config = TrainConfig(
         backend="none" if procs == 1 else "gloo",
         amp=args.amp,
         channels_last=args.channels_last,
@@ -319,6 +323,20 @@ def bench_config(procs: int, args: argparse.Namespace, window: Window) -> TrainC
         max_iters=window.last,
         progress=False,
     )
+    return replace(config, **_ours_options(getattr(args, "ours", "")))
+
+
+def _ours_options(text: str) -> dict[str, Any]:
+    """``--ours KEY=VALUE,...``: options of ours' TrainConfig (YAML values: ``record_steps=false``), each a part of
+    the suite switched off to measure what it costs; {} for none. Raises ValueError for an unknown option."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in fields:
+            raise ValueError(f"{item!r} is not KEY=VALUE of a TrainConfig option")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
 
 
 def bench_procs(procs: int, args: argparse.Namespace, window: Window, tmp: Path) -> dict[str, Any]:
@@ -442,6 +460,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--procs", default="1,2", help="comma-separated process counts (default 1,2)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     parser.add_argument(
+        "--ours",
+        default="",
+        help="options of ours only, KEY=VALUE,... (record_steps=false): what a part of the suite costs, switched off",
+    )
+    parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto", help="where one process trains (default auto)"
     )
     parser.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none", help="mixed precision (both sides)")
@@ -465,6 +488,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _gpt_sizes(args.gpt)
     except ValueError:
         parser.error(f"--gpt expects KEY=INTEGER,..., got {args.gpt!r}")
+    try:
+        _ours_options(args.ours)
+    except (ValueError, yaml.YAMLError) as e:
+        parser.error(f"--ours: {e}")
     if args.mode == "pairs":
         args.iters = args.pairs * args.block
     window = Window(args.warmup, args.iters)
@@ -517,6 +544,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "mode": args.mode,
             "model": args.model,
             "gpt": _gpt_sizes(args.gpt) if args.model == "gpt" else None,
+            "ours_options": _ours_options(args.ours),
             "pairs": args.pairs if args.mode == "pairs" else None,
             "block": args.block if args.mode == "pairs" else None,
             "device": where,
