@@ -49,12 +49,32 @@ def process_tree_pids(pid: int) -> list[int]:
 
 
 def current_rss_bytes(pid: int | str = "self") -> int:
-    """Resident memory of a process now (0 if it is gone or there is no /proc)."""
+    """Resident memory of a process now (0 if it is gone or there is no /proc). This process's own is read from a
+    file kept open: a rank reads it at every step's end, and opening /proc/self/statm cost 80 us there (a busy
+    process's open walks its memory map's locks) against 1 us for reading an open one again."""
     try:
+        if pid == "self":
+            return int(os.pread(_own_statm(), 128, 0).split()[1]) * _PAGE
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+_OWN_STATM: tuple[int, int] | None = None  # (pid, descriptor) of this process's statm, opened on first use
+
+
+def _own_statm() -> int:
+    """A descriptor of this process's ``/proc/<pid>/statm``, opened again in a forked child (the parent's would
+    read the parent)."""
+    global _OWN_STATM
+    pid = os.getpid()
+    if _OWN_STATM is None or _OWN_STATM[0] != pid:
+        if _OWN_STATM is not None:
+            with contextlib.suppress(OSError):
+                os.close(_OWN_STATM[1])  # the parent's, inherited
+        _OWN_STATM = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC))
+    return _OWN_STATM[1]
 
 
 def memory_limit_bytes() -> int | None:
