@@ -82,7 +82,7 @@ def summarise_model(out: Path) -> list[dict[str, Any]]:
         mine = [r for r in records if r["index"] == index]
         config = mine[0]["config"]
         peaks = [(r.get("summary") or {}).get("memory", {}).get("max", {}).get("peak_rss_bytes") for r in mine]
-        peaks = [p for p in peaks if p]
+        measured = statistics.median([p for p in peaks if p] or [0]) or None
         predicted = (mine[0].get("prediction") or {}).get("peak_bytes")
         rates = [r["summary"]["samples_per_s"] for r in mine if (r.get("summary") or {}).get("samples_per_s")]
         global_batch = config["batch_size"] * (config.get("accumulate") or 1)
@@ -95,10 +95,8 @@ def summarise_model(out: Path) -> list[dict[str, Any]]:
                 "runs": len(mine),
                 "contended": sum(bool(r.get("contended")) for r in mine),
                 "memory_predicted_mib": predicted / 2**20 if predicted else None,
-                "memory_measured_mib": statistics.median(peaks) / 2**20 if peaks else None,
-                "memory_error": (predicted - statistics.median(peaks)) / statistics.median(peaks)
-                if predicted and peaks
-                else None,
+                "memory_measured_mib": measured / 2**20 if measured else None,
+                "memory_error": (predicted - measured) / measured if predicted and measured else None,
                 "step_measured_ms": 1e3 * global_batch / statistics.median(rates) if rates else None,
                 "step_predicted_ms": step["predicted_ms"] if step else None,
                 "step_error": step["error"] if step else None,
