@@ -4,8 +4,8 @@ the caller's allocator holds).
 
 The child runs ``fn(*args)`` and sends back its value, or its exception's name and message, through a pipe; the
 parent raises :class:`ChildFailed` with them, so each caller words the failure its own way. ``fork`` shares the
-caller's state as it is (fast, functions defined anywhere); ``spawn`` starts a fresh interpreter (``fn`` must be
-importable, its arguments and value picklable).
+caller's state as it is (fast, functions defined anywhere); ``spawn`` starts a fresh interpreter, ``forkserver``
+forks the fork server's (``fn`` must be importable, its arguments and value picklable).
 
 Example:
     >>> call_apart(pow, 2, 10, start_method="fork")
@@ -75,13 +75,14 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
 
 @contextlib.contextmanager
 def _main_file_hidden_if_unreadable(start_method: str) -> Iterator[None]:
-    """A spawned child runs the caller's main script again from its ``__file__`` before it can call ``fn``; a main
-    read from standard input (``python - <<EOF``) names "<stdin>", which the child cannot open, and it exits before
-    answering. ``fn`` is importable without the main script, so where that file cannot be read, multiprocessing is
-    not told of it while the child starts."""
+    """A spawned child (or a fork server's) runs the caller's main script again from its ``__file__`` before it can
+    call ``fn``; a main read from standard input (``python - <<EOF``) names "<stdin>", which the child cannot open,
+    and it exits before answering. ``fn`` is importable without the main script, so where that file cannot be read,
+    multiprocessing is not told of it while the child starts."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if start_method != "spawn" or main is None or path is None or getattr(main, "__spec__", None) is not None:
+    by_name = getattr(main, "__spec__", None) is not None
+    if start_method not in ("spawn", "forkserver") or main is None or path is None or by_name:
         yield  # a main run as a module is imported by name; one without a file (a notebook) is not run again
         return
     if os.path.isfile(path):

@@ -216,10 +216,13 @@ def _measure(config: TrainConfig, threads: int) -> list[BucketCost]:
     ]
 
 
-def hook_cost(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> list[BucketCost]:
+def hook_cost(
+    config: TrainConfig, threads: int, timeout_s: float = 300.0, start_method: str = "spawn"
+) -> list[BucketCost]:
     """Each of ``config``'s DDP buckets under its communication hook (``comm_hook``: none, powersgd at its
     ``powersgd_rank``, fp16 or bf16): DDP's and the hook's own work a step, measured with ``threads`` intra-op
-    threads in a fresh process of its own (spawned), and the bytes of its all-reduces.
+    threads in a fresh process of its own (``start_method`` spawn, or forkserver from a server that imported torch
+    and ran nothing: a sweep's, 0.6 s instead of 5 s of imports here), and the bytes of its all-reduces.
 
     Apart, for two reasons measured here. The work depends on what the C allocator already holds: PowerSGD's 32 MiB
     copies on wide_mlp are fresh mappings or reused heap by the measuring process's history, and the same
@@ -229,7 +232,7 @@ def hook_cost(config: TrainConfig, threads: int, timeout_s: float = 300.0) -> li
     gradients above :data:`MAX_GRADIENT_BYTES`, "NotTraceable: ..." for a workload of the user's), or where it does
     not answer within ``timeout_s``."""
     try:
-        costs: list[BucketCost] = call_apart(_measure, config, threads, start_method="spawn", timeout_s=timeout_s)
+        costs: list[BucketCost] = call_apart(_measure, config, threads, start_method=start_method, timeout_s=timeout_s)
     except ChildFailed as e:
         raise RuntimeError(str(e)) from None
     return costs

@@ -358,6 +358,16 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
     return Link("fitted (this machine)", float(entry["alpha_s"]), float(entry["beta_Bps"]), str(entry["source"]))
 
 
+def _start_method(start: str) -> str:
+    """How a plan's probe process starts for a sweep whose runs start ``start`` (a spec's ``start``)."""
+    if start != "preloaded":
+        return "spawn"
+    from ignite_ddl.sweep.local import preloaded_context
+
+    preloaded_context()  # the server that starts, or started, imports what a run imports
+    return "forkserver"
+
+
 def fit_step_model(
     spec: Spec,
     out: str | Path,
@@ -408,7 +418,7 @@ def fit_step_model(
                 untraced[index] = not_traceable_reason(e)
                 continue
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
-                hooks[index] = _hook_cost(config, measured_hooks, progress)
+                hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
     link = measured_link(out, progress) if grads else None
     predictions = predict_steps(observed, link, grads, hooks)
     by_reason: dict[str, list[str]] = {}
@@ -420,10 +430,10 @@ def fit_step_model(
     return step_model(predictions, link)
 
 
-def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None]) -> Any:
+def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None], start: str) -> Any:
     """DDP's and its communication hook's own work per bucket for ``config``, measured in a fresh process
-    (:func:`~ignite_ddl.predict.hook_cost.hook_cost`) once per hook, gradient layout and thread count; or
-    why it is not measured."""
+    (:func:`~ignite_ddl.predict.hook_cost.hook_cost`; a child of the sweep's fork server where its runs start
+    ``preloaded``) once per hook, gradient layout and thread count; or why it is not measured."""
     from ignite_ddl.launcher.settings import rank_threads
     from ignite_ddl.predict.hook_cost import hook_cost
     from ignite_ddl.predict.memory import on_cuda
@@ -440,7 +450,7 @@ def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[st
             "no communication)"
         )
         try:
-            seen[key] = hook_cost(config, threads)
+            seen[key] = hook_cost(config, threads, start_method=_start_method(start))
         except Exception as e:  # the configuration goes unpredicted, with why; the sweep goes on
             seen[key] = f"{type(e).__name__}: {e}"
     return seen[key]

@@ -25,10 +25,27 @@ from ignite_ddl.measure.contention import CONTENTION_THRESHOLD
 from ignite_ddl.sweep.plan import Progress, Recorded, Run, Where
 from ignite_ddl.sweep.records import finish_record, new_record
 
-__all__ = ["LocalExecutor", "RunInterrupted", "run_one"]
+__all__ = ["LocalExecutor", "RunInterrupted", "preloaded_context", "run_one", "start_preloading"]
 
 # Imported once by the fork server, so that runs start without importing them again.
 PRELOAD = ("ignite_ddl.trainer.run", "torch.utils.tensorboard")
+
+
+def preloaded_context() -> Any:
+    """The fork server's start method, its server importing :data:`PRELOAD` when it starts: every child of it (a
+    run, a plan's probe) starts with torch, Ignite and the trainer imported."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def start_preloading() -> None:
+    """Start the fork server now, without waiting for it: its imports (about 5 s here) run beside the sweep's own
+    planning instead of before its first run or probe."""
+    from multiprocessing import forkserver
+
+    preloaded_context()
+    forkserver.ensure_running()
 
 
 class LocalExecutor:
@@ -59,9 +76,7 @@ class _Started:
 
     def __init__(self, run: Run, console: Path, start: str):
         if start == "preloaded":
-            ctx = mp.get_context("forkserver")
-            ctx.set_forkserver_preload(list(PRELOAD))
-            self.process: Any = ctx.Process(
+            self.process: Any = preloaded_context().Process(
                 target=_preloaded_main, args=(run.config.to_dict(), str(console), os.getpid()), daemon=False
             )
             self.process.start()
