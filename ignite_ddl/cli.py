@@ -221,13 +221,17 @@ def _sweep(args: argparse.Namespace) -> int:
     from ignite_ddl.measure.contention import ForeignLoad
 
     load = ForeignLoad().start()  # whether the machine is busy, counted while the imports below run
+    parsed = _spec_of(args)
+    if parsed.executor == "local" and parsed.start == "preloaded":
+        from ignite_ddl.sweep.local import start_preloading
+
+        start_preloading()  # the fork server imports torch for the runs while this process imports it below
     from ignite_ddl.core.results import read_results
     from ignite_ddl.report import write_report
     from ignite_ddl.sweep.plan import sweep_dir
     from ignite_ddl.sweep.records import launched
     from ignite_ddl.sweep.runner import sweep
 
-    parsed = _spec_of(args)
     # The sweep's folder stays locked until the report's last file is written: a run started on it meanwhile
     # (train --output-dir <sweep folder>) would mix its files with the report's.
     with contextlib.ExitStack() as held:

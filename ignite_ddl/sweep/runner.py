@@ -38,7 +38,7 @@ from ignite_ddl.report.analysis import analyze
 from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
 from ignite_ddl.sweep.busy import first_probe_from, machine_share, wait_until_quiet
 from ignite_ddl.sweep.forecast import fit_step_model
-from ignite_ddl.sweep.local import LocalExecutor
+from ignite_ddl.sweep.local import LocalExecutor, start_preloading
 from ignite_ddl.sweep.plan import (
     Refused,
     Run,
@@ -99,6 +99,8 @@ def sweep(
     with contextlib.ExitStack() as own:
         (hold if hold is not None else own).enter_context(lock(out, "sweep"))
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
+            if spec.start == "preloaded":
+                start_preloading()  # its imports run beside the check below and the plan, not before the first run
             probe = first_probe_from(load_since) if load_since is not None else machine_share
             wait_until_quiet(
                 spec.contention_threshold, spec.on_busy, spec.wait_quiet, progress, probe=probe,
