@@ -1,6 +1,4 @@
-import sys
-
-from ignite_ddl.cli import main
+from ignite_ddl.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
