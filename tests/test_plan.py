@@ -375,6 +375,53 @@ def test_only_ranks_with_their_own_device_hide_ddps_all_reduce_behind_backward()
         assert found.compute_s == pytest.approx(compute) and found.comm_s == pytest.approx(comm), device
 
 
+def test_cpu_ranks_pay_the_measured_busy_factor_on_every_collective():
+    """On CPU ranks sharing the cores every collective costs ``busy`` times its time at the link, DDP's copies in it
+    (the measured hook work of a plain DDP is then not added again); a hook of one's own keeps its measured work
+    and pays the factor on its all-reduces; a GPU rank, with its own device, is predicted as without it."""
+    from ignite_ddl.predict.hook_cost import BucketCost
+    from ignite_ddl.predict.projection.model import ring_allreduce_s
+
+    alpha, beta, busy, grads = 50e-6, 1e9, 2.0, 10_000_000
+    link = Link("simulated", alpha, beta, "test")
+    slow = Link("busy", alpha * busy, beta / busy, "test")
+    gather = alpha + grads / 2 / beta
+
+    def observed(device, strategy, hook="none"):
+        one = Observed(0, {"nproc_per_node": 1, "comm_hook": hook}, 1, device, 0.1, None, None, 0.6, 0.0)
+        two = Observed(1, {"nproc_per_node": 2, "strategy": strategy, "comm_hook": hook}, 2, device, *[None] * 4)
+        return [one, two]
+
+    copies = [BucketCost(0.004, (grads,))]
+    ddp = predict_steps(observed("cpu", "ddp"), link, {1: grads}, {1: copies}, busy)[1]
+    assert ddp.comm_s == pytest.approx(ring_allreduce_s(grads, 2, slow))
+    assert ddp.comm_s == pytest.approx(busy * ring_allreduce_s(grads, 2, link))
+    fsdp = predict_steps(observed("cpu", "fsdp"), link, {1: grads}, None, busy)[1]
+    assert fsdp.comm_s == pytest.approx(busy * 3 * gather)
+    half = [BucketCost(0.006, (grads // 2,))]
+    bf16 = predict_steps(observed("cpu", "ddp", "bf16"), link, {1: grads}, {1: half}, busy)[1]
+    assert bf16.comm_s == pytest.approx(0.006 + busy * ring_allreduce_s(grads // 2, 2, link))
+    gpu = predict_steps(observed("cuda", "fsdp"), link, {1: grads}, None, busy)[1]
+    assert gpu.comm_s == pytest.approx(3 * gather)
+
+
+@pytest.mark.distributed
+def test_the_busy_factor_is_measured_on_real_ddp_ranks():
+    """The probe trains its MLP under DDP on 2 real gloo processes, steps with and without the all-reduce
+    alternating: the DDP steps are the slower, and the factor is their difference over the all-reduce of its
+    gradients at the link given (16 MiB: the probe's model, counted)."""
+    from ignite_ddl.predict.projection import measure_busy_factor
+    from ignite_ddl.predict.projection.inputs import BUSY_PROBE
+    from ignite_ddl.predict.projection.model import ring_allreduce_s
+
+    link = Link("made up", 1e-4, 1e9, "test")
+    found = measure_busy_factor(link, 2)
+    width, depth = BUSY_PROBE["width"], BUSY_PROBE["depth"]
+    assert found["grad_bytes"] == 4 * (depth * width * (width + 1) + 10 * (width + 1))
+    assert found["allreduce_s"] == pytest.approx(ring_allreduce_s(found["grad_bytes"], 2, link))
+    assert found["ddp_s"] > found["no_comm_s"] > 0 and found["factor"] > 0
+
+
 def test_the_step_model_adds_a_hooks_work_and_its_all_reduces():
     """A hooked step (PowerSGD's steady phase, bf16): the twin's compute, plus every bucket's measured work (not
     hidden behind backward), plus its all-reduces, bucket after bucket, each once its bucket is ready: with a

@@ -136,6 +136,13 @@ class SweepSession(TypedDict):
 class StepLink(TypedDict):
     alpha_s: Annotated[float, "the latency of one all-reduce on this machine, seconds (fitted to 2 gloo processes)"]
     beta_Bps: Annotated[float, "its bandwidth, bytes/s"]
+    busy_factor: NotRequired[
+        Annotated[
+            float,
+            "how many times its time at the link a collective costs a step of CPU ranks sharing the cores "
+            "(DDP's step less the step without it, measured on 2 gloo processes; absent: not measured)",
+        ]
+    ]
 
 
 class PredictedStep(TypedDict):

@@ -28,9 +28,15 @@ throughput and its phases, gives the compute. A configuration of N processes the
 
 with the link (alpha, beta) fitted to all-reduces measured on this machine
 (:func:`~ignite_ddl.predict.projection.inputs.measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the
-runtime's memory). What it cannot see: how much more the all-reduce costs beside compute than alone (gloo's threads
-share the cores), the work PowerSGD adds inside backward, and the twin's own noise (a small CNN's 2-thread step
-measured 59 ms in one sweep, 48 in the next: its predictions move as much). The interval is the twin's throughput
+runtime's memory). On CPU ranks sharing the cores, a collective in a training step costs more than alone: gloo's
+threads compete with backward's, and DDP copies into its buckets and back. The *busy factor*
+(:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`: an MLP's DDP step less its step without DDP, over
+the all-reduce at the link; about 2 here for 4 to 64 MiB of gradients) scales every collective of such a
+configuration, and stands for DDP's own copies (the hook's measured work is then counted only for a hook of one's
+own: PowerSGD, fp16, bf16). What it cannot see: how a rank's compute on its share of the cores differs from the
+twin's (measured on MLPs, benchmarks/ddp_cpu_parts.py: 0.64 to 1.8 times the twin's step), the work PowerSGD adds
+inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the next:
+its predictions move as much). The interval is the twin's throughput
 interval carried through the compute term (the link's own fit error is left out: it is small beside run-to-run noise
 here).
 
@@ -46,13 +52,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
-from ignite_ddl.core.sweep_records import PredictedStep, StepModel
+from ignite_ddl.core.sweep_records import PredictedStep, StepLink, StepModel
 from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
 if TYPE_CHECKING:
@@ -106,12 +113,15 @@ class StepPrediction:
         )
 
 
-def step_model(predictions: dict[int, StepPrediction], link: Link | None) -> StepModel:
-    """The model as ``sweep.json`` keeps it (``step_model``): the link it used and every prediction, by index."""
-    return StepModel(
-        link=None if link is None else {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps},
-        configurations={str(i): p.record() for i, p in sorted(predictions.items())},
-    )
+def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: float | None = None) -> StepModel:
+    """The model as ``sweep.json`` keeps it (``step_model``): the link it used (with the factor its collectives took
+    beside CPU ranks' compute, where measured) and every prediction, by index."""
+    kept: StepLink | None = None
+    if link is not None:
+        kept = {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps}
+        if busy is not None:
+            kept["busy_factor"] = busy
+    return StepModel(link=kept, configurations={str(i): p.record() for i, p in sorted(predictions.items())})
 
 
 def _twin_key(config: dict[str, Any]) -> str:
@@ -123,10 +133,12 @@ def predict_steps(
     link: Link | None,
     grad_bytes: dict[int, int],
     hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
+    busy: float | None = None,
 ) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
     ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
-    bucket for each configuration that uses a hook, or why it was not measured."""
+    bucket for each configuration that uses a hook, or why it was not measured; ``busy``: how many times its time
+    at ``link`` a collective costs a step of CPU ranks sharing the cores (DDP's copies in it), where measured."""
     twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
     found = {}
     for o in observed:
@@ -140,7 +152,8 @@ def predict_steps(
         shared = (o.device_type or twin.device_type) in (None, "cpu")
         backward = twin.step_s * (1.0 if shared else 1 / o.world_size) * (twin.backward_share or 2 / 3)
         hook = (hook_costs or {}).get(o.index)
-        comm, why = _comm_s(o, link, grad_bytes.get(o.index), 0.0 if shared else backward, hook)
+        exposed_after = 0.0 if shared else backward  # on shared cores nothing hides behind backward
+        comm, why = _comm_s(o, link, grad_bytes.get(o.index), exposed_after, hook, busy if shared else None)
         compute = _compute_s(twin, twin.step_s, o, shared)
         if comm is None:
             found[o.index] = StepPrediction.unpredicted(o.index, why, compute)
@@ -166,12 +179,21 @@ def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> floa
 
 
 def _comm_s(
-    o: Observed, link: Link | None, grad_bytes: int | None, backward_s: float, hook: Sequence[BucketCost] | str | None
+    o: Observed,
+    link: Link | None,
+    grad_bytes: int | None,
+    backward_s: float,
+    hook: Sequence[BucketCost] | str | None,
+    busy: float | None = None,
 ) -> tuple[float | None, str]:
     info = _strategy(o)
     n = o.world_size
     if link is None or grad_bytes is None:
         return None, "no all-reduce measured on this machine" if link is None else "gradient bytes unknown"
+    if busy is not None:  # CPU ranks on shared cores: every collective at its measured cost beside compute
+        link = dataclasses.replace(link, beta_Bps=link.beta_Bps / busy, alpha_s=link.alpha_s * busy)
+        if info.gradient_buckets and o.config.get("comm_hook", "none") == "none":
+            hook = None  # DDP's copies and division are in the measured factor: not counted twice
     # Every collective the strategy makes but DDP's bucketed all-reduce of the gradients (costed below, with its
     # hook): FSDP's gathers of the parameters in each micro-batch's forward and backward and its reduce-scatter of
     # the gradients; ZeRO-1's broadcasts of the parameters each rank updated. Each moves the part's full bytes (the

@@ -358,6 +358,26 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
     return Link("fitted (this machine)", float(entry["alpha_s"]), float(entry["beta_Bps"]), str(entry["source"]))
 
 
+def measured_busy_factor(out: str | Path, link: Any, progress: Callable[[str], None] = print) -> float | None:
+    """How much more the collectives cost a training step on CPU ranks sharing this machine's cores than ``link``
+    says they cost alone (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`, 2 gloo processes),
+    measured once and kept in ``plan/link.json``; None where it could not be measured (said)."""
+    from ignite_ddl.predict.projection import measure_busy_factor
+
+    folder = Path(out) / "plan"
+    cache = _Cache(folder, "link")
+    entry = cache.get("busy-gloo-2")
+    if not isinstance(entry, dict):
+        progress("plan: measuring DDP's step beside the cores' compute (2 gloo processes) for the step-time model")
+        try:
+            entry = measure_busy_factor(link, 2, log_dir=str(folder / "link-logs"))
+        except Exception as e:  # the model goes on with the collectives at the link alone, said
+            progress(f"plan: DDP's step could not be measured: {type(e).__name__}: {e}".splitlines()[0])
+            return None
+        cache.put("busy-gloo-2", entry)
+    return float(entry["factor"])
+
+
 def _start_method(start: str) -> str:
     """How a plan's probe process starts for a sweep whose runs start ``start`` (a spec's ``start``)."""
     if start != "preloaded":
@@ -420,14 +440,17 @@ def fit_step_model(
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
     link = measured_link(out, progress) if grads else None
-    predictions = predict_steps(observed, link, grads, hooks)
+    # CPU ranks sharing the cores (a CPU twin measured): the collectives beside their compute, measured once.
+    shared = any(o.world_size == 1 and o.device_type == "cpu" for o in observed) and bool(grads)
+    busy = measured_busy_factor(out, link, progress) if link is not None and shared else None
+    predictions = predict_steps(observed, link, grads, hooks, busy)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():
         predictions[index] = StepPrediction.unpredicted(index, why)
         by_reason.setdefault(why, []).append(f"cfg{index:03d}")
     for why, names in by_reason.items():
         progress(f"plan: {', '.join(names)}: step time not predicted: {why}")
-    return step_model(predictions, link)
+    return step_model(predictions, link, busy)
 
 
 def _hook_cost(config: TrainConfig, seen: dict[str, Any], progress: Callable[[str], None], start: str) -> Any:

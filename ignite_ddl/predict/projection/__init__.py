@@ -37,6 +37,7 @@ from ignite_ddl.predict.projection.inputs import (
     compute_from_run,
     fit_alpha_beta,
     measure_allreduce,
+    measure_busy_factor,
     run_warning,
     validate_nvidia_resnet50,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "fit_alpha_beta",
     "format_projection",
     "measure_allreduce",
+    "measure_busy_factor",
     "project",
     "ps_comm_s",
     "ring_allreduce_s",

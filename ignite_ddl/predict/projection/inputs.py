@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -28,18 +29,31 @@ from ignite_ddl.core.collectives import allreduce_bus_factor
 from ignite_ddl.core.errors import ConfigError
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.runfiles import read_summary
-from ignite_ddl.predict.projection.model import DDP_BUCKET_BYTES, LINKS, NVIDIA_RESNET50, Compute, Link, project
+from ignite_ddl.predict.projection.model import (
+    DDP_BUCKET_BYTES,
+    LINKS,
+    NVIDIA_RESNET50,
+    Compute,
+    Link,
+    project,
+    ring_allreduce_s,
+)
 
 __all__ = [
+    "BUSY_PROBE",
     "FIT_SIZES",
     "compute_from_run",
     "fit_alpha_beta",
     "measure_allreduce",
+    "measure_busy_factor",
     "run_warning",
     "validate_nvidia_resnet50",
 ]
 
 FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB
+# The busy probe's model: an MLP of 4 blocks of 1024 (16 MiB of gradients), a global batch of 32, Adam; on 2 cores
+# here a DDP step of about 65 ms (benchmarks/ddp_cpu_parts.py), long enough to time, short enough to probe.
+BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
 
 
 def _grad_bytes_of_run(config: dict[str, Any]) -> int:
@@ -227,6 +241,60 @@ def measure_allreduce(
     settings = LaunchSettings(backend=backend, nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_allreduce_times, settings, list(sizes), iters, warmup)
     return list(sizes), [statistics.fmean(ranks) for ranks in zip(*per_rank)]
+
+
+def _probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
+    """On every rank: the busy probe's MLP under DDP (Adam, a fixed random batch of ``batch`` per rank), its steps
+    alternating with and without DDP's all-reduce (``no_sync``: no bucket, no hook, no collective); every rank's
+    seconds per step, in rank order."""
+    import contextlib
+
+    import torch
+    from torch import nn
+
+    from ignite_ddl.measure.gather import gather_objects
+
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, 10)))
+    optimizer = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
+    seconds = []
+    for i in range(2 * (warmup + pairs)):
+        began = time.perf_counter()
+        optimizer.zero_grad()
+        with model.no_sync() if i % 2 else contextlib.nullcontext():
+            nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        seconds.append(time.perf_counter() - began)
+    return gather_objects(seconds[2 * warmup :])
+
+
+def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) -> dict[str, float]:
+    """How much more DDP's gradient all-reduce costs a training step on CPU ranks that share this machine's cores
+    than ``link`` says it costs alone: ``nproc`` gloo processes (the cores shared out) train :data:`BUSY_PROBE`'s
+    MLP under DDP, steps with the all-reduce alternating with steps without it (``no_sync``) so that the machine's
+    drifts hit both alike; the factor is the median pair's difference (the slowest rank's steps) over the ring
+    all-reduce of its gradients at ``link``. It takes in what the all-reduce alone leaves out: gloo's threads
+    competing with backward's for the cores, DDP's copies into its buckets and back, its division. Measured here
+    (benchmarks/ddp_cpu_parts.py, 2 processes, quiet): 2.2, 1.9 and 2.0 times the all-reduce alone for 4, 16 and
+    64 MiB of gradients. Returns the factor with what it was computed from (seconds, bytes)."""
+    from ignite_ddl.launcher.settings import LaunchSettings
+    from ignite_ddl.launcher.spawn import launch
+
+    p = BUSY_PROBE
+    settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
+    per_rank = launch(_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
+    slowest = [max(steps) for steps in zip(*per_rank)]
+    ddp, plain = statistics.median(slowest[0::2]), statistics.median(slowest[1::2])
+    extra = statistics.median(a - b for a, b in zip(slowest[0::2], slowest[1::2]))
+    grad_bytes = 4 * (p["depth"] * (p["width"] + 1) * p["width"] + (p["width"] + 1) * 10)
+    alone = ring_allreduce_s(grad_bytes, nproc, link)
+    if extra <= 0:
+        raise ValueError(f"DDP's steps ({ddp * 1e3:.1f} ms) were not slower than the steps without it")
+    return {"factor": extra / alone, "ddp_s": ddp, "no_comm_s": plain, "allreduce_s": alone, "grad_bytes": grad_bytes}
 
 
 def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, Any]:
