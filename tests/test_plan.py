@@ -375,16 +375,18 @@ def test_only_ranks_with_their_own_device_hide_ddps_all_reduce_behind_backward()
         assert found.compute_s == pytest.approx(compute) and found.comm_s == pytest.approx(comm), device
 
 
-def test_cpu_ranks_pay_the_measured_busy_factor_on_every_collective():
-    """On CPU ranks sharing the cores every collective costs ``busy`` times its time at the link, DDP's copies in it
-    (the measured hook work of a plain DDP is then not added again); a hook of one's own keeps its measured work
-    and pays the factor on its all-reduces; a GPU rank, with its own device, is predicted as without it."""
+def test_cpu_ranks_pay_the_measured_busy_factors_on_every_collective():
+    """On CPU ranks sharing the cores every collective costs its factor times its time at the link: DDP's and
+    ZeRO-1's the DDP factor, DDP's copies in it (the measured hook work of a plain DDP is then not added again);
+    FSDP's gathers and reduce-scatter the FSDP factor; a hook of one's own keeps its measured work and pays the
+    factor on its all-reduces; a GPU rank, with its own device, is predicted as without them."""
     from ignite_ddl.predict.hook_cost import BucketCost
     from ignite_ddl.predict.projection.model import ring_allreduce_s
+    from ignite_ddl.predict.steptime import Busy
 
-    alpha, beta, busy, grads = 50e-6, 1e9, 2.0, 10_000_000
+    alpha, beta, grads = 50e-6, 1e9, 10_000_000
+    busy = Busy(ddp=2.0, fsdp=7.0)
     link = Link("simulated", alpha, beta, "test")
-    slow = Link("busy", alpha * busy, beta / busy, "test")
     gather = alpha + grads / 2 / beta
 
     def observed(device, strategy, hook="none"):
@@ -394,13 +396,14 @@ def test_cpu_ranks_pay_the_measured_busy_factor_on_every_collective():
 
     copies = [BucketCost(0.004, (grads,))]
     ddp = predict_steps(observed("cpu", "ddp"), link, {1: grads}, {1: copies}, busy)[1]
-    assert ddp.comm_s == pytest.approx(ring_allreduce_s(grads, 2, slow))
-    assert ddp.comm_s == pytest.approx(busy * ring_allreduce_s(grads, 2, link))
+    assert ddp.comm_s == pytest.approx(2.0 * ring_allreduce_s(grads, 2, link))
     fsdp = predict_steps(observed("cpu", "fsdp"), link, {1: grads}, None, busy)[1]
-    assert fsdp.comm_s == pytest.approx(busy * 3 * gather)
+    assert fsdp.comm_s == pytest.approx(7.0 * 3 * gather)
+    unmeasured = predict_steps(observed("cpu", "fsdp"), link, {1: grads}, None, Busy(ddp=2.0))[1]
+    assert unmeasured.comm_s == pytest.approx(3 * gather)
     half = [BucketCost(0.006, (grads // 2,))]
     bf16 = predict_steps(observed("cpu", "ddp", "bf16"), link, {1: grads}, {1: half}, busy)[1]
-    assert bf16.comm_s == pytest.approx(0.006 + busy * ring_allreduce_s(grads // 2, 2, link))
+    assert bf16.comm_s == pytest.approx(0.006 + 2.0 * ring_allreduce_s(grads // 2, 2, link))
     gpu = predict_steps(observed("cuda", "fsdp"), link, {1: grads}, None, busy)[1]
     assert gpu.comm_s == pytest.approx(3 * gather)
 
@@ -420,6 +423,20 @@ def test_the_busy_factor_is_measured_on_real_ddp_ranks():
     assert found["grad_bytes"] == 4 * (depth * width * (width + 1) + 10 * (width + 1))
     assert found["allreduce_s"] == pytest.approx(ring_allreduce_s(found["grad_bytes"], 2, link))
     assert found["ddp_s"] > found["no_comm_s"] > 0 and found["factor"] > 0
+
+
+@pytest.mark.distributed
+def test_the_fsdp_factor_is_measured_on_real_fsdp_ranks():
+    """The FSDP probe trains its MLP plain and under FSDP2 on 2 real gloo processes, steps alternating: the FSDP
+    steps are the slower, and the factor is their difference over two all-gathers and a reduce-scatter of its
+    parameters at the link given."""
+    from ignite_ddl.predict.projection import measure_fsdp_factor
+
+    link = Link("made up", 1e-4, 1e9, "test")
+    found = measure_fsdp_factor(link, 2)
+    one_pass = link.alpha_s + found["grad_bytes"] / 2 / link.beta_Bps
+    assert found["collectives_s"] == pytest.approx(3 * one_pass)
+    assert found["fsdp_s"] > found["plain_s"] > 0 and found["factor"] > 0
 
 
 def test_the_step_model_adds_a_hooks_work_and_its_all_reduces():

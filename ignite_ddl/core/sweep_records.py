@@ -143,6 +143,13 @@ class StepLink(TypedDict):
             "(DDP's step less the step without it, measured on 2 gloo processes; absent: not measured)",
         ]
     ]
+    fsdp_busy_factor: NotRequired[
+        Annotated[
+            float,
+            "the same for FSDP's gathers and reduce-scatters (an MLP's FSDP2 step less its plain step; absent: not "
+            "measured)",
+        ]
+    ]
 
 
 class PredictedStep(TypedDict):

@@ -33,12 +33,14 @@ threads compete with backward's, and DDP copies into its buckets and back. The *
 (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`: an MLP's DDP step less its step without DDP, over
 the all-reduce at the link; about 2 here for 4 to 64 MiB of gradients) scales every collective of such a
 configuration, and stands for DDP's own copies (the hook's measured work is then counted only for a hook of one's
-own: PowerSGD, fp16, bf16). What it cannot see: how a rank's compute on its share of the cores differs from the
-twin's (measured on MLPs, benchmarks/ddp_cpu_parts.py: 0.64 to 1.8 times the twin's step), the work PowerSGD adds
-inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the next:
-its predictions move as much). The interval is the twin's throughput
-interval carried through the compute term (the link's own fit error is left out: it is small beside run-to-run noise
-here).
+own: PowerSGD, fp16, bf16). FSDP's gathers and reduce-scatters get a factor of their own
+(:func:`~ignite_ddl.predict.projection.inputs.measure_fsdp_factor`, the MLP under FSDP2 against the same MLP plain):
+FSDP2's copies into and out of its flat buffers, its hooks around every unit and gloo's reduce-scatter made of an
+all-reduce cost several times the collectives alone. What it cannot see: how a rank's compute on its share of the
+cores differs from the twin's (measured on MLPs, benchmarks/ddp_cpu_parts.py: 0.64 to 1.8 times the twin's step),
+the work PowerSGD adds inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one
+sweep, 48 in the next: its predictions move as much). The interval is the twin's throughput interval carried through
+the compute term (the link's own fit error is left out: it is small beside run-to-run noise here).
 
 Example:
     >>> from ignite_ddl.predict.projection.model import Link
@@ -65,7 +67,7 @@ from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_a
 if TYPE_CHECKING:
     from ignite_ddl.predict.hook_cost import BucketCost
 
-__all__ = ["Observed", "StepPrediction", "hook_s", "predict_steps", "step_model"]
+__all__ = ["Busy", "Observed", "StepPrediction", "hook_s", "predict_steps", "step_model"]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -113,14 +115,27 @@ class StepPrediction:
         )
 
 
-def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: float | None = None) -> StepModel:
-    """The model as ``sweep.json`` keeps it (``step_model``): the link it used (with the factor its collectives took
-    beside CPU ranks' compute, where measured) and every prediction, by index."""
+@dataclass(frozen=True)
+class Busy:
+    """How many times their time at the link collectives cost a step of CPU ranks sharing the cores, as measured
+    (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`, ``measure_fsdp_factor``): DDP's all-reduce
+    (its copies in it) and the other strategies' collectives (``ddp``), FSDP's gathers and reduce-scatters with its
+    own work around them (``fsdp``); None: not measured, the collective at the link alone."""
+
+    ddp: float | None = None
+    fsdp: float | None = None
+
+
+def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: Busy | None = None) -> StepModel:
+    """The model as ``sweep.json`` keeps it (``step_model``): the link it used (with the factors its collectives
+    took beside CPU ranks' compute, where measured) and every prediction, by index."""
     kept: StepLink | None = None
     if link is not None:
         kept = {"alpha_s": link.alpha_s, "beta_Bps": link.beta_Bps}
-        if busy is not None:
-            kept["busy_factor"] = busy
+        if busy is not None and busy.ddp is not None:
+            kept["busy_factor"] = busy.ddp
+        if busy is not None and busy.fsdp is not None:
+            kept["fsdp_busy_factor"] = busy.fsdp
     return StepModel(link=kept, configurations={str(i): p.record() for i, p in sorted(predictions.items())})
 
 
@@ -133,12 +148,12 @@ def predict_steps(
     link: Link | None,
     grad_bytes: dict[int, int],
     hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
-    busy: float | None = None,
+    busy: Busy | None = None,
 ) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
     ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
     bucket for each configuration that uses a hook, or why it was not measured; ``busy``: how many times its time
-    at ``link`` a collective costs a step of CPU ranks sharing the cores (DDP's copies in it), where measured."""
+    at ``link`` a collective costs a step of CPU ranks sharing the cores (:class:`Busy`), where measured."""
     twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
     found = {}
     for o in observed:
@@ -184,14 +199,15 @@ def _comm_s(
     grad_bytes: int | None,
     backward_s: float,
     hook: Sequence[BucketCost] | str | None,
-    busy: float | None = None,
+    busy: Busy | None = None,
 ) -> tuple[float | None, str]:
     info = _strategy(o)
     n = o.world_size
     if link is None or grad_bytes is None:
         return None, "no all-reduce measured on this machine" if link is None else "gradient bytes unknown"
-    if busy is not None:  # CPU ranks on shared cores: every collective at its measured cost beside compute
-        link = dataclasses.replace(link, beta_Bps=link.beta_Bps / busy, alpha_s=link.alpha_s * busy)
+    factor = None if busy is None else busy.fsdp if info.shards_parameters else busy.ddp
+    if factor is not None:  # CPU ranks on shared cores: every collective at its measured cost beside compute
+        link = dataclasses.replace(link, beta_Bps=link.beta_Bps / factor, alpha_s=link.alpha_s * factor)
         if info.gradient_buckets and o.config.get("comm_hook", "none") == "none":
             hook = None  # DDP's copies and division are in the measured factor: not counted twice
     # Every collective the strategy makes but DDP's bucketed all-reduce of the gradients (costed below, with its

@@ -358,24 +358,34 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
     return Link("fitted (this machine)", float(entry["alpha_s"]), float(entry["beta_Bps"]), str(entry["source"]))
 
 
-def measured_busy_factor(out: str | Path, link: Any, progress: Callable[[str], None] = print) -> float | None:
+def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[str], None] = print) -> Any:
     """How much more the collectives cost a training step on CPU ranks sharing this machine's cores than ``link``
-    says they cost alone (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`, 2 gloo processes),
-    measured once and kept in ``plan/link.json``; None where it could not be measured (said)."""
-    from ignite_ddl.predict.projection import measure_busy_factor
+    says they cost alone (:class:`~ignite_ddl.predict.steptime.Busy`): DDP's
+    (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`) and, with ``fsdp``, FSDP's
+    (``measure_fsdp_factor``), 2 gloo processes each, measured once and kept in ``plan/link.json``; a factor that
+    could not be measured is None (said)."""
+    from ignite_ddl.predict.projection import measure_busy_factor, measure_fsdp_factor
+    from ignite_ddl.predict.steptime import Busy
 
     folder = Path(out) / "plan"
     cache = _Cache(folder, "link")
-    entry = cache.get("busy-gloo-2")
-    if not isinstance(entry, dict):
-        progress("plan: measuring DDP's step beside the cores' compute (2 gloo processes) for the step-time model")
-        try:
-            entry = measure_busy_factor(link, 2, log_dir=str(folder / "link-logs"))
-        except Exception as e:  # the model goes on with the collectives at the link alone, said
-            progress(f"plan: DDP's step could not be measured: {type(e).__name__}: {e}".splitlines()[0])
-            return None
-        cache.put("busy-gloo-2", entry)
-    return float(entry["factor"])
+    probes = {"busy-gloo-2": ("DDP's", measure_busy_factor)}
+    if fsdp:
+        probes["fsdp-busy-gloo-2"] = ("FSDP's", measure_fsdp_factor)
+    factors: dict[str, float | None] = {}
+    for key, (whose, measure) in probes.items():
+        entry = cache.get(key)
+        if not isinstance(entry, dict):
+            progress(f"plan: measuring {whose} step beside the cores' compute (2 gloo processes), for the step model")
+            try:
+                entry = measure(link, 2, log_dir=str(folder / "link-logs"))
+            except Exception as e:  # the model goes on with the collectives at the link alone, said
+                progress(f"plan: {whose} step could not be measured: {type(e).__name__}: {e}".splitlines()[0])
+                factors[key] = None
+                continue
+            cache.put(key, entry)
+        factors[key] = float(entry["factor"])
+    return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"))
 
 
 def _start_method(start: str) -> str:
@@ -442,7 +452,9 @@ def fit_step_model(
     link = measured_link(out, progress) if grads else None
     # CPU ranks sharing the cores (a CPU twin measured): the collectives beside their compute, measured once.
     shared = any(o.world_size == 1 and o.device_type == "cpu" for o in observed) and bool(grads)
-    busy = measured_busy_factor(out, link, progress) if link is not None and shared else None
+    sharded = any(o.world_size > 1 and resolve_strategy(str(o.config.get("strategy", "auto")), o.world_size)
+                  .shards_parameters for o in observed)  # fmt: skip
+    busy = measured_busy(out, link, sharded, progress) if link is not None and shared else None
     predictions = predict_steps(observed, link, grads, hooks, busy)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():

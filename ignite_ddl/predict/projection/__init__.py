@@ -38,6 +38,7 @@ from ignite_ddl.predict.projection.inputs import (
     fit_alpha_beta,
     measure_allreduce,
     measure_busy_factor,
+    measure_fsdp_factor,
     run_warning,
     validate_nvidia_resnet50,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "format_projection",
     "measure_allreduce",
     "measure_busy_factor",
+    "measure_fsdp_factor",
     "project",
     "ps_comm_s",
     "ring_allreduce_s",

@@ -46,6 +46,7 @@ __all__ = [
     "fit_alpha_beta",
     "measure_allreduce",
     "measure_busy_factor",
+    "measure_fsdp_factor",
     "run_warning",
     "validate_nvidia_resnet50",
 ]
@@ -254,11 +255,7 @@ def _probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int
 
     from ignite_ddl.measure.gather import gather_objects
 
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.GELU()]
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers, nn.Linear(width, 10)))
+    model = nn.parallel.DistributedDataParallel(_probe_mlp(width, depth))
     optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
     seconds = []
@@ -270,6 +267,79 @@ def _probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int
         optimizer.step()
         seconds.append(time.perf_counter() - began)
     return gather_objects(seconds[2 * warmup :])
+
+
+def _probe_mlp(width: int, depth: int) -> Any:
+    """The probes' model: ``depth`` blocks of a ``width`` x ``width`` linear layer and GELU, then 10 classes."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)]
+    return nn.Sequential(*blocks, nn.Linear(width, 10))
+
+
+def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
+    """On every rank: the probe's MLP without any wrapper and a copy under FSDP2 (each block a unit, then the root,
+    as the trainer shards it), Adam each, steps alternating between the two; every rank's (seconds of a plain step,
+    seconds of its optimizer step, seconds of an FSDP step) per pair, in rank order."""
+    import copy
+
+    import torch
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+
+    from ignite_ddl.measure.gather import gather_objects
+
+    plain = _probe_mlp(width, depth)
+    sharded = copy.deepcopy(plain)
+    for block in list(sharded.children())[:-1]:
+        fully_shard(block)
+    fully_shard(sharded)
+    optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
+    x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
+    found = []
+    for i in range(warmup + pairs):
+        pair = []
+        for model, optimizer in zip((plain, sharded), optimizers):
+            began = time.perf_counter()
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            stepped = time.perf_counter()
+            optimizer.step()
+            pair += [time.perf_counter() - began, time.perf_counter() - stepped]
+        if i >= warmup:
+            found.append((pair[0], pair[1], pair[2]))
+    return gather_objects(found)
+
+
+def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) -> dict[str, float]:
+    """How much more FSDP2's gathers and reduce-scatters cost a training step on CPU ranks sharing this machine's
+    cores than ``link`` says they cost alone: ``nproc`` gloo processes train :data:`BUSY_PROBE`'s MLP plain and
+    under FSDP2 (4 units and the root) in alternating steps; the factor is the median pair's difference (the
+    slowest rank's; the plain step's optimizer counted as FSDP's shard of it, 1 / nproc) over the step's two
+    all-gathers and reduce-scatter of the parameters' bytes at ``link``. It takes in what the collectives alone
+    leave out: FSDP2's copies into and out of its flat buffers and its hooks around every unit, and gloo's
+    reduce-scatter, which it makes of an all-reduce. Returns the factor with what it was computed from."""
+    from ignite_ddl.launcher.settings import LaunchSettings
+    from ignite_ddl.launcher.spawn import launch
+
+    p = BUSY_PROBE
+    settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
+    per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
+    pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*per_rank)]  # slowest rank, per figure
+    extra = statistics.median(fsdp - (step - optimizer * (nproc - 1) / nproc) for step, optimizer, fsdp in pairs)
+    grad_bytes = 4 * (p["depth"] * (p["width"] + 1) * p["width"] + (p["width"] + 1) * 10)
+    one_pass = (nproc - 1) * link.alpha_s + (nproc - 1) / nproc * grad_bytes / link.beta_Bps
+    if extra <= 0:
+        raise ValueError("FSDP's steps were not slower than the plain steps")
+    return {
+        "factor": extra / (3 * one_pass),
+        "fsdp_s": statistics.median(f for _, _, f in pairs),
+        "plain_s": statistics.median(s for s, _, _ in pairs),
+        "collectives_s": 3 * one_pass,
+        "grad_bytes": grad_bytes,
+    }
 
 
 def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) -> dict[str, float]:
