@@ -27,13 +27,13 @@ from ignite_ddl.sweep.records import finish_record, new_record
 
 __all__ = ["LocalExecutor", "RunInterrupted", "preloaded_context", "run_one", "start_preloading"]
 
-# Imported once by the fork server, so that runs start without importing them again.
-PRELOAD = ("ignite_ddl.trainer.run", "torch.utils.tensorboard")
+# Imported once by the fork server, so that runs start without importing the trainer and TensorBoard again.
+PRELOAD = ("ignite_ddl.sweep.preload",)
 
 
 def preloaded_context() -> Any:
     """The fork server's start method, its server importing :data:`PRELOAD` when it starts: every child of it (a
-    run, a plan's probe) starts with torch, Ignite and the trainer imported."""
+    run, a plan's probe) starts with torch, Ignite and the trainer imported (:mod:`ignite_ddl.sweep.preload`)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(PRELOAD))
     return ctx
@@ -45,7 +45,10 @@ def start_preloading() -> None:
     from multiprocessing import forkserver
 
     preloaded_context()
-    forkserver.ensure_running()
+    try:
+        forkserver.ensure_running()
+    except OSError:  # its socket's path too long under a deep $TMPDIR: the first run starts it, or says why not
+        return
 
 
 class LocalExecutor:
