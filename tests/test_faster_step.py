@@ -291,8 +291,9 @@ def test_the_comm_timing_agrees_with_ddp_own_statistics(hook_runs):
             # bucket and nothing between, most of it. Measured on the 2-core VM over the 68 runs of
             # experiments/faster_step: 0.81-0.97 (0.88-0.94 here with other processes busy).
             assert 0.6 <= check["ratio"]["comm"] <= 1.05, (name, check)
-            # The whole backward: DDP's also holds the loss, which ours counts in the forward (measured 0.997-1.0).
-            assert 0.9 <= check["ratio"]["backward"] <= 1.05, (name, check)
+            # The whole backward: DDP's also holds the loss, which ours counts in the forward (measured 0.997-1.0;
+            # 0.88 once in the whole suite on two workers, where the loss took longer beside the other tests).
+            assert 0.85 <= check["ratio"]["backward"] <= 1.05, (name, check)
             assert check["iterations"] == hook_runs[name]["iterations"] - 1  # DDP never folds in the last one
 
 
