@@ -39,12 +39,7 @@ from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.comm import time_allreduce
 from ignite_ddl.measure.gather import gather_objects
-
-
-def mlp(width: int, depth: int) -> nn.Module:
-    torch.manual_seed(0)
-    blocks = [nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)]
-    return nn.Sequential(*blocks, nn.Linear(width, 10))
+from ignite_ddl.predict.projection.inputs import probe_mlp
 
 
 def median_step(model: nn.Module, width: int, batch: int, steps: int, warmup: int) -> float:
@@ -64,7 +59,7 @@ def median_step(model: nn.Module, width: int, batch: int, steps: int, warmup: in
 
 def _rank(local_rank: int, width: int, depth: int, batch: int, steps: int, warmup: int, ddp: bool) -> list[float]:
     """Every rank's median step (rank order)."""
-    model = mlp(width, depth)
+    model = probe_mlp(width, depth)
     if ddp:
         model = nn.parallel.DistributedDataParallel(model)
     dist.barrier()
@@ -79,12 +74,12 @@ def _alone(local_rank: int, nbytes: int) -> list[float]:
 def one_round(width: int, args: argparse.Namespace) -> dict[str, float]:
     cores, n = cpu_cores(), args.nproc
     torch.set_num_threads(cores)
-    twin = median_step(mlp(width, args.depth), width, args.batch, args.steps, args.warmup)
+    twin = median_step(probe_mlp(width, args.depth), width, args.batch, args.steps, args.warmup)
     settings = LaunchSettings(backend="gloo", nproc_per_node=n, threads=max(1, cores // n))
     per_rank = args.batch // n
     plain = launch(_rank, settings, width, args.depth, per_rank, args.steps, args.warmup, False)
     ddp = launch(_rank, settings, width, args.depth, per_rank, args.steps, args.warmup, True)
-    alone = launch(_alone, settings, sum(p.numel() * 4 for p in mlp(width, args.depth).parameters()))
+    alone = launch(_alone, settings, sum(p.numel() * 4 for p in probe_mlp(width, args.depth).parameters()))
     return {
         "twin_ms": 1e3 * twin,
         "layout_no_comm_ms": 1e3 * max(plain),
@@ -120,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{'no comm / twin':>14s} {'DDP - no comm':>13s}"
     )
     for width in widths:
-        grads = sum(p.numel() * 4 for p in mlp(width, args.depth).parameters())
+        grads = sum(p.numel() * 4 for p in probe_mlp(width, args.depth).parameters())
         med = {k: statistics.median(r[k] for r in rounds[width]) for k in rounds[width][0]}
         span = {k: (min(r[k] for r in rounds[width]), max(r[k] for r in rounds[width])) for k in med}
         row = {"width": width, "grad_bytes": grads, "median": med, "range": span, "rounds": rounds[width]}

@@ -47,6 +47,7 @@ __all__ = [
     "measure_allreduce",
     "measure_busy_factor",
     "measure_fsdp_factor",
+    "probe_mlp",
     "run_warning",
     "validate_nvidia_resnet50",
 ]
@@ -255,7 +256,7 @@ def _probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int
 
     from ignite_ddl.measure.gather import gather_objects
 
-    model = nn.parallel.DistributedDataParallel(_probe_mlp(width, depth))
+    model = nn.parallel.DistributedDataParallel(probe_mlp(width, depth))
     optimizer = torch.optim.Adam(model.parameters())
     x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
     seconds = []
@@ -269,7 +270,7 @@ def _probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int
     return gather_objects(seconds[2 * warmup :])
 
 
-def _probe_mlp(width: int, depth: int) -> Any:
+def probe_mlp(width: int, depth: int) -> Any:
     """The probes' model: ``depth`` blocks of a ``width`` x ``width`` linear layer and GELU, then 10 classes."""
     import torch
     from torch import nn
@@ -277,6 +278,15 @@ def _probe_mlp(width: int, depth: int) -> Any:
     torch.manual_seed(0)
     blocks = [nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)]
     return nn.Sequential(*blocks, nn.Linear(width, 10))
+
+
+def _probe_grad_bytes() -> int:
+    """Bytes of :data:`BUSY_PROBE`'s MLP's gradients (float32), counted on the meta device."""
+    import torch
+
+    with torch.device("meta"):
+        model = probe_mlp(BUSY_PROBE["width"], BUSY_PROBE["depth"])
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
@@ -291,7 +301,7 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
 
     from ignite_ddl.measure.gather import gather_objects
 
-    plain = _probe_mlp(width, depth)
+    plain = probe_mlp(width, depth)
     sharded = copy.deepcopy(plain)
     for block in list(sharded.children())[:-1]:
         fully_shard(block)
@@ -329,7 +339,7 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
     pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*per_rank)]  # slowest rank, per figure
     extra = statistics.median(fsdp - (step - optimizer * (nproc - 1) / nproc) for step, optimizer, fsdp in pairs)
-    grad_bytes = 4 * (p["depth"] * (p["width"] + 1) * p["width"] + (p["width"] + 1) * 10)
+    grad_bytes = _probe_grad_bytes()
     one_pass = (nproc - 1) * link.alpha_s + (nproc - 1) / nproc * grad_bytes / link.beta_Bps
     if extra <= 0:
         raise ValueError("FSDP's steps were not slower than the plain steps")
@@ -360,7 +370,7 @@ def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     slowest = [max(steps) for steps in zip(*per_rank)]
     ddp, plain = statistics.median(slowest[0::2]), statistics.median(slowest[1::2])
     extra = statistics.median(a - b for a, b in zip(slowest[0::2], slowest[1::2]))
-    grad_bytes = 4 * (p["depth"] * (p["width"] + 1) * p["width"] + (p["width"] + 1) * 10)
+    grad_bytes = _probe_grad_bytes()
     alone = ring_allreduce_s(grad_bytes, nproc, link)
     if extra <= 0:
         raise ValueError(f"DDP's steps ({ddp * 1e3:.1f} ms) were not slower than the steps without it")
