@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 
+__all__: list[str] = []  # imported for its side effect only
+
 with contextlib.suppress(Exception):
     import torch.utils.tensorboard  # noqa: F401
 
