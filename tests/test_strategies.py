@@ -5,8 +5,10 @@ once, one all-reduce per optimizer step), and what is refused before any process
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
+import ignite.distributed as idist
 import pytest
 import torch
 from conftest import run_cli
@@ -158,9 +160,36 @@ def test_accumulation_takes_the_same_steps_and_communicates_once_per_step(tmp_pa
             assert twice_counts[rank] == [[0, per_step]] * twice["iterations"], twice_counts[rank]
 
 
+def _write_weights_sum(run):
+    """Each rank writes the sum of its model's weights after training, beside the run."""
+    rank, out = idist.get_rank(), Path(run.config.output_dir)
+
+    @run.trainer.on(Events.COMPLETED)
+    def write(engine):
+        total = sum(p.detach().double().sum().item() for p in run.model.parameters())
+        (out / f"weights_rank{rank}.txt").write_text(repr(total))
+
+
+def test_without_gradient_sync_each_ddp_rank_trains_its_own_replica(tmp_path):
+    """The layout probe's run (``gradient_sync: false``): DDP never all-reduces, so the ranks' weights part after
+    the first step, where with it they stay one model; nothing reaches the communication timing."""
+    sums = {}
+    for sync in (True, False):
+        out = tmp_path / str(sync)
+        config = TrainConfig(nproc_per_node=2, strategy="ddp", gradient_sync=sync, output_dir=str(out), **COMMON)
+        summary = train(config, _write_weights_sum)
+        sums[sync] = [float((out / f"weights_rank{rank}.txt").read_text()) for rank in (0, 1)]
+        timed = [r["comm_bytes_per_step"] for r in summary["steps"]["ranks"]]  # NaN: no bucket was timed
+        assert all(math.isnan(b) for b in timed) if not sync else all(b > 0 for b in timed), timed
+    assert sums[True][0] == sums[True][1]
+    assert sums[False][0] != sums[False][1] and sums[False][0] == pytest.approx(sums[False][1], rel=0.5)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["--strategy", "fsdp", "--nproc-per-node", "2", "--no-gradient-sync"], "gradient-sync: DDP option(s)"),
+        (["--strategy", "zero1", "--nproc-per-node", "2", "--no-gradient-sync"], "probe of DDP's compute"),
         (["--strategy", "fsdp"], "strategy fsdp needs 2 or more processes (one process: --strategy none)"),
         (["--strategy", "zero3"], "unknown strategy 'zero3' (choose from: auto, none, ddp, fsdp, zero1)"),
         (["--accumulate", "0"], "accumulate must be >= 1, got 0"),

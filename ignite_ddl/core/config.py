@@ -211,11 +211,18 @@ class DDPOptions(StrategyOptions):
         "of one set of gradients)",
         role=Role.LAYOUT,
     )
+    gradient_sync: bool = option(
+        True,
+        "false: DDP never all-reduces the gradients (every backward inside no_sync), so each rank trains its own "
+        "replica on its shard: a measurement of what the ranks' own work costs at this layout without "
+        "communication (the plan's layout probe), not training",
+        role=Role.LAYOUT,
+    )
 
     # The options that ask DDP for something no other strategy does: refused with --strategy fsdp (one process
     # accepts and ignores them, so that a sweep may grid them against process counts). The rest (bucket size,
     # PowerSGD's parameters) only tune DDP and are ignored elsewhere.
-    OWN: ClassVar[tuple[str, ...]] = ("comm_hook", "static_graph", "gradient_as_bucket_view")
+    OWN: ClassVar[tuple[str, ...]] = ("comm_hook", "static_graph", "gradient_as_bucket_view", "gradient_sync")
 
 
 FSDP_MIXED_PRECISION = ("auto", "none", "bf16", "fp16")

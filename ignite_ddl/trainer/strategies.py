@@ -251,7 +251,11 @@ class DDPStrategy(Strategy):
                 "static_graph": config.static_graph,
                 "gradient_as_bucket_view": config.gradient_as_bucket_view,
             }
-        return idist.auto_model(model, sync_bn=config.sync_bn, **options)
+        placed = idist.auto_model(model, sync_bn=config.sync_bn, **options)
+        if not config.gradient_sync and isinstance(placed, nn.parallel.DistributedDataParallel):
+            # What no_sync() sets for one backward, for all of them: DDP's no_sync restores the value it found.
+            placed.require_backward_grad_sync = False
+        return placed
 
     def communication(self, model: nn.Module, config: TrainConfig, device: torch.device) -> CommTimer | None:
         if not isinstance(model, nn.parallel.DistributedDataParallel):
@@ -288,6 +292,8 @@ class ZeRO1Strategy(DDPStrategy):
 
     def check_options(self, config: TrainConfig, backend: str | None = None) -> None:
         super().check_options(config, backend)
+        if not config.gradient_sync:  # each rank would update its share of parameters nobody else reduced
+            raise ConfigError("gradient_sync: false is a probe of DDP's compute, for --strategy ddp (not zero1)")
         if backend is not None and not rules(backend).torch_group:
             raise ConfigError(f"strategy zero1 runs on gloo or nccl process groups, not {backend}")
 
