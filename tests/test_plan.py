@@ -408,6 +408,29 @@ def test_cpu_ranks_pay_the_measured_busy_factors_on_every_collective():
     assert gpu.comm_s == pytest.approx(3 * gather)
 
 
+def test_a_probed_layouts_step_is_the_compute_of_every_strategy_on_shared_cores():
+    """Where the layout probe measured a configuration's step without communication, that step is its compute on
+    CPU ranks sharing the cores (the twin's rule no longer applies), a sharded optimizer's step a 1/N share of the
+    probe's, the twin's interval carried over; a GPU rank, with its own device, keeps the twin's rule."""
+    link = Link("simulated", 50e-6, 1e9, "test")
+    twin_s, probed_s, optimizer_s = 0.1, 0.15, 0.02
+
+    def observed(device, strategy):
+        one = Observed(0, {"nproc_per_node": 1}, 1, device, twin_s, 0.09, 0.12, 0.6, 0.1)
+        two = Observed(1, {"nproc_per_node": 2, "strategy": strategy}, 2, device, *[None] * 5, probed_s, optimizer_s)
+        return [one, two]
+
+    ddp = predict_steps(observed("cpu", "ddp"), link, {1: 10_000})[1]
+    assert ddp.compute_s == pytest.approx(probed_s) and ddp.basis.endswith("compute probed at the layout")
+    assert ddp.low_s - ddp.comm_s == pytest.approx(probed_s * 0.09 / twin_s)
+    assert ddp.high_s - ddp.comm_s == pytest.approx(probed_s * 0.12 / twin_s)
+    for sharded in ("zero1", "fsdp"):
+        found = predict_steps(observed("cpu", sharded), link, {1: 10_000})[1]
+        assert found.compute_s == pytest.approx(probed_s - optimizer_s / 2), sharded
+    gpu = predict_steps(observed("cuda", "ddp"), link, {1: 10_000})[1]
+    assert gpu.compute_s == pytest.approx((twin_s - 0.01) / 2 + 0.01) and "probed" not in gpu.basis
+
+
 @pytest.mark.distributed
 def test_the_busy_factor_is_measured_on_real_ddp_ranks():
     """The probe trains its MLP under DDP on 2 real gloo processes, steps with and without the all-reduce
@@ -490,11 +513,16 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     assert "one-process runs first" in result.stdout
     for hook in ("none", "powersgd"):  # DDP's own copies and division, and PowerSGD's work
         assert f"measuring DDP's own work on the gradients a step, {hook} hook" in result.stdout, result.stdout
+    # One layout probe for both: the hook is communication, the probe has none.
+    assert result.stdout.count("compute at its layout (2 processes, no communication)") == 1, result.stdout
+    (probe,) = read_json(out / "plan" / "layout.json")["entries"].values()
     model = read_json(out / "sweep.json")["step_model"]
     assert model["link"]["beta_Bps"] > 0 and set(model["configurations"]) == {"1", "2"}
     for predicted in model["configurations"].values():  # DDP's own all-reduce, and PowerSGD's steady phase
-        assert predicted["basis"] == "one-process twin cfg000", predicted
+        assert predicted["basis"] == "one-process twin cfg000, compute probed at the layout", predicted
+        assert predicted["compute_s"] == pytest.approx(probe["step_s"])
         assert predicted["low_s"] <= predicted["step_s"] <= predicted["high_s"] and predicted["comm_s"] > 0
+    assert len(read_results(out / "results.jsonl")) == 3  # the probe is not one of the runs
     predicted = model["configurations"]["1"]
     # On a shared machine its runs may be contended: the report counts them when asked, to show the measurement.
     assert run_cli("report", str(out), "--include-contended").returncode == 0

@@ -36,10 +36,15 @@ configuration, and stands for DDP's own copies (the hook's measured work is then
 own: PowerSGD, fp16, bf16). FSDP's gathers and reduce-scatters get a factor of their own
 (:func:`~ignite_ddl.predict.projection.inputs.measure_fsdp_factor`, the MLP under FSDP2 against the same MLP plain):
 FSDP2's copies into and out of its flat buffers, its hooks around every unit and gloo's reduce-scatter made of an
-all-reduce cost several times the collectives alone. What it cannot see: how a rank's compute on its share of the
-cores differs from the twin's (measured on MLPs, benchmarks/ddp_cpu_parts.py: 0.64 to 1.8 times the twin's step),
-the work PowerSGD adds inside backward, and the twin's own noise (a small CNN's 2-thread step measured 59 ms in one
-sweep, 48 in the next: its predictions move as much). The interval is the twin's throughput interval carried through
+all-reduce cost several times the collectives alone.
+
+How a rank's compute on its share of the cores differs from the twin's is not a rule: measured on MLPs
+(benchmarks/ddp_cpu_parts.py) it was 0.64 to 1.8 times the twin's step, by the layer widths and the batch. Where a
+sweep measured it, the *layout probe* (``layout_s``: a short run of the configuration's own model at its layout under
+DDP with ``gradient_sync`` off, :mod:`ignite_ddl.sweep.layout_probe`) replaces that rule: its step is the compute, a
+sharded optimizer's step a 1/N share of its optimizer step. What it cannot see: the work PowerSGD adds inside
+backward, and the noise of the runs it reads (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the
+next: its predictions move as much). The interval is the twin's throughput interval carried through
 the compute term (the link's own fit error is left out: it is small beside run-to-run noise here).
 
 Example:
@@ -67,7 +72,7 @@ from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_a
 if TYPE_CHECKING:
     from ignite_ddl.predict.hook_cost import BucketCost
 
-__all__ = ["Busy", "Observed", "StepPrediction", "hook_s", "predict_steps", "step_model"]
+__all__ = ["Busy", "Observed", "StepPrediction", "hook_s", "predict_steps", "step_model", "twins"]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -86,6 +91,10 @@ class Observed:
     high_s: float | None
     backward_share: float | None  # backward / step, as its runs timed it
     optimizer_share: float | None = None  # optimizer step / step, as its runs timed it
+    # Several CPU processes: a step of this layout without communication, measured (the layout probe, DDP with
+    # gradient_sync off), and its optimizer step (seconds, the slowest rank's); None: not probed
+    layout_s: float | None = None
+    layout_optimizer_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,14 @@ def _twin_key(config: dict[str, Any]) -> str:
     return repr(sorted((k, repr(v)) for k, v in config.items() if k not in LAYOUT_OPTIONS and k != "output_dir"))
 
 
+def twins(observed: Sequence[Observed]) -> dict[int, Observed]:
+    """Each configuration of several processes in ``observed`` with its one-process twin measured: the twin, by the
+    configuration's index."""
+    measured = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
+    found = {o.index: measured.get(_twin_key(o.config)) for o in observed if o.world_size > 1}
+    return {index: twin for index, twin in found.items() if twin is not None}
+
+
 def predict_steps(
     observed: list[Observed],
     link: Link | None,
@@ -154,12 +171,12 @@ def predict_steps(
     ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
     bucket for each configuration that uses a hook, or why it was not measured; ``busy``: how many times its time
     at ``link`` a collective costs a step of CPU ranks sharing the cores (:class:`Busy`), where measured."""
-    twins = {_twin_key(o.config): o for o in observed if o.world_size == 1 and o.step_s}
+    measured = twins(observed)
     found = {}
     for o in observed:
         if o.world_size == 1:
             continue
-        twin = twins.get(_twin_key(o.config))
+        twin = measured.get(o.index)
         if twin is None or twin.step_s is None:
             found[o.index] = StepPrediction.unpredicted(o.index, "no one-process twin measured")
             continue
@@ -175,19 +192,26 @@ def predict_steps(
             continue
         low = _compute_s(twin, twin.low_s or twin.step_s, o, shared) + comm
         high = _compute_s(twin, twin.high_s or twin.step_s, o, shared) + comm
-        found[o.index] = StepPrediction(
-            o.index, compute + comm, low, high, compute, comm, f"one-process twin cfg{twin.index:03d}"
-        )
+        basis = f"one-process twin cfg{twin.index:03d}"
+        if shared and o.layout_s:
+            basis += ", compute probed at the layout"
+        found[o.index] = StepPrediction(o.index, compute + comm, low, high, compute, comm, basis)
     return found
 
 
 def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> float:
-    """``o``'s compute from its twin's step ``step_s``: forward and backward split over the ranks (on shared cores
-    the N ranks take as long together as the twin did); the optimizer step is every rank's whole under DDP (each
-    updates all the parameters: N times the twin's work on the same cores), a shard under FSDP."""
+    """``o``'s compute from its twin's step ``step_s`` (its measured median, or an end of its interval): on shared
+    cores, the layout probe's step where one was measured (scaled as ``step_s`` is to the twin's median: the
+    interval carried over), the optimizer step a shard where the strategy shards it; else forward and backward
+    split over the ranks (on shared cores the N ranks take as long together as the twin did); the optimizer step is
+    every rank's whole under DDP (each updates all the parameters: N times the twin's work on the same cores), a
+    shard under FSDP."""
     n = o.world_size
     optimizer = step_s * (twin.optimizer_share or 0.0)
     sharded = "optimizer" in _strategy(o).shards  # each rank updates its shard of the parameters
+    if shared and o.layout_s and twin.step_s:
+        probed = o.layout_s - (n - 1) / n * (o.layout_optimizer_s or 0.0) if sharded else o.layout_s
+        return probed * step_s / twin.step_s
     if shared:
         return step_s if sharded else step_s + (n - 1) * optimizer
     return (step_s - optimizer) / n + (optimizer / n if sharded else optimizer)

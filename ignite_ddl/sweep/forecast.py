@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -46,6 +47,7 @@ __all__ = [
     "Planner",
     "fit_step_model",
     "format_plan",
+    "measured_layouts",
     "measured_link",
     "plan_memory",
     "plan_record",
@@ -388,6 +390,43 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"))
 
 
+def measured_layouts(
+    spec: Spec, out: str | Path, observed: list[Any], progress: Callable[[str], None] = print
+) -> list[Any]:
+    """``observed`` (:class:`~ignite_ddl.predict.steptime.Observed`) with each configuration of several CPU
+    processes on one node whose one-process twin was measured given its layout probe's step
+    (:func:`~ignite_ddl.sweep.layout_probe.measure_layout`), measured once per layout and kept in
+    ``plan/layout.json``; a probe that fails leaves its configurations to the twin's rule, said."""
+    from ignite_ddl.predict.steptime import twins
+    from ignite_ddl.sweep.layout_probe import layout_probe, measure_layout
+
+    folder = Path(out) / "plan"
+    cache = _Cache(folder, "layout")
+    measured = twins(observed)
+    found = []
+    for o in observed:
+        twin = measured.get(o.index)
+        config = TrainConfig.from_dict(o.config)
+        if twin is None or twin.device_type != "cpu" or o.device_type not in (None, "cpu") or config.nnodes > 1:
+            found.append(o)
+            continue
+        probe = layout_probe(config, folder)
+        key = Path(probe.output_dir).name
+        entry = cache.get(key)
+        if not isinstance(entry, dict):
+            progress(
+                f"plan: measuring cfg{o.index:03d}'s compute at its layout ({o.world_size} processes, no "
+                "communication) for the step model"
+            )
+            entry = measure_layout(probe, spec)
+            cache.put(key, entry)
+            if "error" in entry:
+                progress(f"plan: the layout probe failed, the twin's rule stands: {entry['error']}")
+        step, optimizer = entry.get("step_s"), entry.get("optimizer_s")
+        found.append(dataclasses.replace(o, layout_s=step, layout_optimizer_s=optimizer) if step else o)
+    return found
+
+
 def _start_method(start: str) -> str:
     """How a plan's probe process starts for a sweep whose runs start ``start`` (a spec's ``start``)."""
     if start != "preloaded":
@@ -406,12 +445,14 @@ def fit_step_model(
     refused: Collection[int] = (),
     grids: Mapping[int, dict[str, Any]] | None = None,
     hooks_measured: dict[str, Any] | None = None,
+    probe_layouts: bool = True,
 ) -> StepModel:
     """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction (but the ``refused``'s), as kept in ``sweep.json``
     (``step_model``). ``grids``: the configurations by index (default: the grid's, enumerated; a search gives those
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
-    fits (measured again on every fit without it)."""
+    fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
+    cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule."""
     from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
     from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
     from ignite_ddl.report.analysis import analyze
@@ -449,6 +490,8 @@ def fit_step_model(
                 continue
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
+    if probe_layouts:
+        observed = measured_layouts(spec, out, observed, progress)
     link = measured_link(out, progress) if grads else None
     # CPU ranks sharing the cores (a CPU twin measured): the collectives beside their compute, measured once.
     shared = any(o.world_size == 1 and o.device_type == "cpu" for o in observed) and bool(grads)

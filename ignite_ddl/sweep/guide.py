@@ -134,7 +134,11 @@ class Guide:
         self.fitted_on: tuple[tuple[int, int], ...] | None = None
 
     def _fit(self, grids: Mapping[int, dict[str, Any]], records: list[RunRecord]) -> StepModel:
-        return fit_step_model(self.spec, self.out, records, self.progress, grids=grids, hooks_measured=self.hooks)
+        # No layout probes: a search asks about configurations it may never run, and a probe is a run of each
+        # layout, out of the budget; the twin's rule ranks them.
+        return fit_step_model(
+            self.spec, self.out, records, self.progress, grids=grids, hooks_measured=self.hooks, probe_layouts=False
+        )
 
     def _one_process_layout(self) -> dict[str, Any] | None:
         """The values of the grid's axes that decide the world size (processes, nodes, strategy) making one

@@ -1,0 +1,86 @@
+"""The layout probe: what a configuration of several CPU processes computes a step, measured without its
+communication, for the step-time model (:mod:`ignite_ddl.predict.steptime`).
+
+Where the ranks share one machine's cores, a rank's forward, backward and optimizer step on its share of the batch
+and of the cores is not the one-process twin's step, nor a fixed share of it: measured on MLPs here
+(benchmarks/ddp_cpu_parts.py) it came to 0.64 to 1.8 times the twin's, by the layer widths and the batch, and a
+convolutional model's step fell the other way. So it is measured: a short run of the configuration itself (its own
+model, data, batch, accumulation, threads and processes) under DDP with ``gradient_sync`` off, so that no gradient
+is ever all-reduced, each rank training its replica on its shard. Its step (the global batch over its throughput
+past the warm-up) is the compute of every strategy at that layout; a strategy that shards the optimizer takes a 1/N
+share of the probe's optimizer step. The probe is the same for DDP, ZeRO-1 and FSDP of one layout, and for every
+DDP option (bucket size, hooks): its key leaves them out.
+
+Example:
+    >>> import dataclasses
+    >>> from ignite_ddl.core.config import TrainConfig
+    >>> config = TrainConfig(model="cnn", nproc_per_node=2, strategy="fsdp", max_iters=60, output_dir="out/cfg003-r0")
+    >>> probe = layout_probe(config, "out/plan")
+    >>> probe.strategy, probe.gradient_sync, probe.max_iters, probe.measure_flops, probe.nproc_per_node
+    ('ddp', False, 13, False, 2)
+    >>> other = dataclasses.replace(config, strategy="ddp", bucket_cap_mb=5.0, output_dir="out/cfg001-r0")
+    >>> layout_probe(other, "out/plan").output_dir == probe.output_dir  # one probe for every strategy of a layout
+    True
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ignite_ddl.core.config import DDPOptions, FSDPOptions, TrainConfig, ZeroOptions, declared_default
+from ignite_ddl.core.options import option_specs
+from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.spec import Spec
+
+__all__ = ["PROBE_MEASURED", "PROBE_WARMUP", "layout_probe", "measure_layout"]
+
+PROBE_WARMUP = 3  # iterations left out: the first steps allocate and fill the caches
+PROBE_MEASURED = 10  # iterations measured: about a second for a step of 100 ms
+
+
+def layout_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
+    """The run that probes ``config``'s compute at its layout: the same run under DDP with ``gradient_sync`` off
+    (every strategy's own options at their defaults), :data:`PROBE_WARMUP` + :data:`PROBE_MEASURED` iterations,
+    no FLOP counting or communication timing, in ``<folder>/layout/<digest>`` (the digest of everything else)."""
+    strategy_options = [name for group in (DDPOptions, FSDPOptions, ZeroOptions) for name in option_specs(group)]
+    options = {**config.to_dict(), **{name: declared_default(name) for name in strategy_options}}
+    options.update(
+        strategy="ddp",
+        gradient_sync=False,
+        epochs=1,
+        max_iters=PROBE_WARMUP + PROBE_MEASURED,
+        warmup_iters=PROBE_WARMUP,
+        measure_flops=False,
+        comm_timing=False,
+        profiler="none",
+        progress=False,
+        overwrite=True,
+    )
+    options.pop("output_dir", None)
+    options.pop("matmul_peak_cache", None)
+    digest = hashlib.sha1(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return TrainConfig.from_dict({**options, "output_dir": str(Path(folder) / "layout" / digest)})
+
+
+def measure_layout(probe: TrainConfig, spec: Spec) -> dict[str, Any]:
+    """Run ``probe`` (:func:`layout_probe`) as the sweep starts its runs; its step (seconds an optimizer step of the
+    global batch, past the warm-up) and its optimizer step (the slowest rank's mean), or ``{"error": ...}``."""
+    from ignite_ddl.sweep.local import run_one
+
+    record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
+    summary: dict[str, Any] = dict(record.get("summary") or {})
+    rate = summary.get("samples_per_s")
+    steps = (summary.get("steps") or {}).get("ranks") or []
+    optimizer = [r["optimizer_s_mean"] for r in steps if isinstance(r.get("optimizer_s_mean"), float)]
+    if record["status"] != "completed" or not isinstance(rate, float) or rate <= 0:
+        return {"error": (record.get("error") or "no throughput recorded").splitlines()[0]}
+    return {
+        "step_s": probe.batch_size / rate,
+        "optimizer_s": max(optimizer) if optimizer else None,
+        "contended": record["contended"],
+        "measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
