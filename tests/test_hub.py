@@ -13,7 +13,7 @@ from conftest import run_cli
 
 from ignite_ddl.cli import main
 from ignite_ddl.core.config import TrainConfig
-from ignite_ddl.predict.memory import library_bytes, needs_libraries, predict
+from ignite_ddl.predict.memory import library_bytes, library_parts, needs_libraries, predict
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -101,7 +101,10 @@ def test_the_plan_counts_what_a_models_library_holds(monkeypatch):
     timm = TrainConfig(model="timm:resnet18")
     assert needs_libraries(hf) and needs_libraries(timm)
     assert not needs_libraries(TrainConfig(model="resnet18")) and not needs_libraries(TrainConfig(workload="gpt"))
-    assert library_bytes(hf) > 20 * 2**20 and library_bytes(timm) > 10 * 2**20
+    # transformers' shared objects are resident in a rank too: 23 MiB of file pages here, beside 61 of objects
+    parts = library_parts(hf)
+    assert parts["file"] > 4 * 2**20 and parts["anonymous"] > 20 * 2**20, parts
+    assert library_bytes(timm) > 10 * 2**20
     prediction = predict(timm, runtime_bytes=0, libraries_bytes=33 * 2**20)
     assert prediction.parts["libraries"] == 33 * 2**20 and prediction.peak_bytes >= 33 * 2**20
     unmeasured = predict(timm, runtime_bytes=0, libraries_bytes=None)

@@ -200,11 +200,12 @@ class Planner:
         """What ``config``'s model's own modules hold (0 for the suite's own models), measured the first time that
         model is met and kept in ``<out>/plan/libraries.json``; None where it is not known."""
         from ignite_ddl.core.apart import ChildFailed
-        from ignite_ddl.predict.memory import library_bytes, needs_libraries
+        from ignite_ddl.predict.memory import library_parts, needs_libraries
 
         if not needs_libraries(config):
             return 0
-        key = json.dumps([config.workload, config.workload_dir, config.model])
+        # "file": the shared objects' pages are counted too (an entry without them, measured before, is not read)
+        key = json.dumps([config.workload, config.workload_dir, config.model, "file"])
         entry = self.libraries.get(key)
         if isinstance(entry, dict) and isinstance(entry.get("bytes"), int):
             return int(entry["bytes"])
@@ -213,12 +214,13 @@ class Planner:
         named = config.workload or config.model
         self.progress(f"plan: measuring what {named}'s modules hold (imported in a fresh interpreter)")
         try:
-            measured = library_bytes(config)
+            parts = library_parts(config)
         except ChildFailed as e:  # unmeasured, with why; the plan and the sweep go on
             self.progress(f"plan: what {named}'s modules hold could not be measured: {e.text.splitlines()[0]}")
             return None
         when = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        self.libraries.put(key, {"bytes": measured, "measured": when})
+        measured = sum(parts.values())
+        self.libraries.put(key, {"bytes": measured, **parts, "measured": when})
         return measured
 
 
