@@ -39,7 +39,7 @@ from ignite_ddl.launcher.settings import LaunchSettings
 from ignite_ddl.launcher.spawn import launch
 from ignite_ddl.measure.comm import time_allreduce
 from ignite_ddl.measure.gather import gather_objects
-from ignite_ddl.predict.projection.inputs import probe_mlp
+from ignite_ddl.predict.projection.inputs import probe_grad_bytes, probe_mlp
 
 
 def median_step(model: nn.Module, width: int, batch: int, steps: int, warmup: int) -> float:
@@ -79,7 +79,7 @@ def one_round(width: int, args: argparse.Namespace) -> dict[str, float]:
     per_rank = args.batch // n
     plain = launch(_rank, settings, width, args.depth, per_rank, args.steps, args.warmup, False)
     ddp = launch(_rank, settings, width, args.depth, per_rank, args.steps, args.warmup, True)
-    alone = launch(_alone, settings, sum(p.numel() * 4 for p in probe_mlp(width, args.depth).parameters()))
+    alone = launch(_alone, settings, probe_grad_bytes(width, args.depth))
     return {
         "twin_ms": 1e3 * twin,
         "layout_no_comm_ms": 1e3 * max(plain),
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{'no comm / twin':>14s} {'DDP - no comm':>13s}"
     )
     for width in widths:
-        grads = sum(p.numel() * 4 for p in probe_mlp(width, args.depth).parameters())
+        grads = probe_grad_bytes(width, args.depth)
         med = {k: statistics.median(r[k] for r in rounds[width]) for k in rounds[width][0]}
         span = {k: (min(r[k] for r in rounds[width]), max(r[k] for r in rounds[width])) for k in med}
         row = {"width": width, "grad_bytes": grads, "median": med, "range": span, "rounds": rounds[width]}

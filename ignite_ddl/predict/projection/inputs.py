@@ -47,6 +47,7 @@ __all__ = [
     "measure_allreduce",
     "measure_busy_factor",
     "measure_fsdp_factor",
+    "probe_grad_bytes",
     "probe_mlp",
     "run_warning",
     "validate_nvidia_resnet50",
@@ -280,12 +281,13 @@ def probe_mlp(width: int, depth: int) -> Any:
     return nn.Sequential(*blocks, nn.Linear(width, 10))
 
 
-def _probe_grad_bytes() -> int:
-    """Bytes of :data:`BUSY_PROBE`'s MLP's gradients (float32), counted on the meta device."""
+def probe_grad_bytes(width: int = BUSY_PROBE["width"], depth: int = BUSY_PROBE["depth"]) -> int:
+    """Bytes of :func:`probe_mlp`'s gradients (float32; default: :data:`BUSY_PROBE`'s), counted on the meta
+    device."""
     import torch
 
     with torch.device("meta"):
-        model = probe_mlp(BUSY_PROBE["width"], BUSY_PROBE["depth"])
+        model = probe_mlp(width, depth)
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
@@ -339,7 +341,7 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
     pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*per_rank)]  # slowest rank, per figure
     extra = statistics.median(fsdp - (step - optimizer * (nproc - 1) / nproc) for step, optimizer, fsdp in pairs)
-    grad_bytes = _probe_grad_bytes()
+    grad_bytes = probe_grad_bytes()
     one_pass = (nproc - 1) * link.alpha_s + (nproc - 1) / nproc * grad_bytes / link.beta_Bps
     if extra <= 0:
         raise ValueError("FSDP's steps were not slower than the plain steps")
@@ -370,7 +372,7 @@ def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     slowest = [max(steps) for steps in zip(*per_rank)]
     ddp, plain = statistics.median(slowest[0::2]), statistics.median(slowest[1::2])
     extra = statistics.median(a - b for a, b in zip(slowest[0::2], slowest[1::2]))
-    grad_bytes = _probe_grad_bytes()
+    grad_bytes = probe_grad_bytes()
     alone = ring_allreduce_s(grad_bytes, nproc, link)
     if extra <= 0:
         raise ValueError(f"DDP's steps ({ddp * 1e3:.1f} ms) were not slower than the steps without it")
