@@ -408,11 +408,11 @@ def measured_layouts(
     found = []
     for o in observed:
         twin = measured.get(o.index)
-        config = TrainConfig.from_dict(o.config)
-        if twin is None or twin.device_type != "cpu" or o.device_type not in (None, "cpu") or config.nnodes > 1:
+        one_node = int(o.config.get("nnodes") or 1) == 1
+        if twin is None or twin.device_type != "cpu" or o.device_type not in (None, "cpu") or not one_node:
             found.append(o)
             continue
-        probe = layout_probe(config, folder)
+        probe = layout_probe(TrainConfig.from_dict(o.config), folder)
         key = Path(probe.output_dir).name
         entry = cache.get(key)
         if not isinstance(entry, dict):
