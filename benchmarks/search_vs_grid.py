@@ -50,7 +50,7 @@ from ignite_ddl.sweep.runner import sweep
 from ignite_ddl.sweep.spec import load_spec, parse_spec
 
 SPACE = (
-    "the GPT (2 blocks of 128, 64-token sequences, Adam, 30 steps a run), layout {1 process; DDP, ZeRO-1, FSDP on "
+    "the GPT (2 blocks of 128, 16-token sequences, Adam, 60 steps a run), layout {1 process; DDP, ZeRO-1, FSDP on "
     "2} x threads {1, 2} x batch {8, 32, 128} x accumulation {1, 4} x checkpointing {off, on}"
 )
 # --quick: 2 layouts x batch 8/32 x checkpointing, 2 threads, 8 steps a run: minutes, not an hour.
