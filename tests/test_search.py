@@ -377,3 +377,11 @@ def test_the_search_against_grid_table_is_generated_from_its_results():
     fields = {"sampler", "guided", "seed", "runs", "machine_s", "share_of_grid_time", "found_best_or_tied", "regret"}
     assert data["searches"] and all(fields <= set(search) for search in data["searches"])
     assert table.current_block(table.DOC.read_text()) == table.block(data), "run: python benchmarks/search_table.py"
+    # The goal is judged only where the grid has a winner: on a flat top any pick is "tied with the best".
+    flat = {**data, "quick": False, "grid_tied_top": table.TOP_AT_MOST + 1}
+    assert "**not judged**" in table.render(flat)
+    found = [{**s, "found_best_or_tied": True, "share_of_grid_time": 0.1} for s in data["searches"]]
+    winner = {**data, "quick": False, "grid_tied_top": 1, "searches": found}
+    assert "**met** by all" in table.render(winner)
+    missed = [{**s, "found_best_or_tied": not s["guided"]} for s in found]
+    assert "**not met**" in table.render({**winner, "searches": missed})
