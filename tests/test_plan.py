@@ -584,6 +584,39 @@ def test_a_workload_the_plan_cannot_build_is_not_predicted_and_says_why(tmp_path
     assert said == ["plan: step time not predicted: RuntimeError: the link's fit diverged"]
 
 
+BROKEN_WORKLOAD = """
+def make(**kwargs):
+    raise RuntimeError("no model here")
+"""
+
+
+@pytest.mark.slow
+def test_a_probe_that_fails_runs_once_a_sweep_and_is_not_kept(tmp_path):
+    """A layout probe whose run fails (a real run of a workload that raises) is answered with its error for the rest
+    of the sweep without running again, is not written to the plan's files, and runs again once a sweep starts."""
+    from ignite_ddl.sweep.forecast import _Cache
+    from ignite_ddl.sweep.layout_probe import layout_probe, measure_layout
+    from ignite_ddl.sweep.probes import forget_failures
+    from ignite_ddl.sweep.spec import parse_spec
+
+    (tmp_path / "broken.py").write_text(BROKEN_WORKLOAD)
+    spec = parse_spec(
+        {"name": "own", "workload": "broken:make", "base": {"workload_dir": str(tmp_path)}, "grid": {"threads": [1, 2]}}
+    )
+    config = TrainConfig(workload="broken:make", workload_dir=str(tmp_path), nproc_per_node=2, output_dir="x")
+    probe = layout_probe(config, tmp_path / "plan")
+    entry = measure_layout(probe, spec)
+    assert "no model here" in entry["error"], entry
+    cache = _Cache(tmp_path / "plan", "layout")
+    cache.put("k", entry)
+    assert not cache.path.exists()  # not kept: the next sweep tries again
+    assert _Cache(tmp_path / "plan", "layout").get("k") == entry  # this sweep does not
+    forget_failures()  # as a sweep starts
+    assert _Cache(tmp_path / "plan", "layout").get("k") is None
+    cache.put("k", {"step_s": 0.1})  # a figure is kept
+    assert _Cache(tmp_path / "plan", "layout").get("k") == {"step_s": 0.1}
+
+
 def test_configurations_the_step_model_could_not_predict_are_named_not_listed_blank():
     """A configuration without a one-process twin gets no row of blanks in the report's table: the text names it
     and why (a sweep of 2-process configurations only had a table of nothing but such rows). A prediction that is

@@ -35,7 +35,8 @@ from ignite_ddl.core.jsonfiles import read_json, write_json
 from ignite_ddl.core.strategies import resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPlan, RunRecord, StepModel
 from ignite_ddl.core.text import fit_line, format_table
-from ignite_ddl.sweep.plan import Refused, Run, make_run
+from ignite_ddl.sweep.plan import Refused, make_run
+from ignite_ddl.sweep.probes import failure, remember_failure, run_probe
 from ignite_ddl.sweep.spec import Spec, configurations, shown_grid
 
 if TYPE_CHECKING:  # the plan's tracing imports torch: only when it runs
@@ -122,7 +123,8 @@ def _key(probe: TrainConfig) -> str:
 
 class _Cache:
     """Figures measured on this machine, kept in ``plan/<name>.json`` of an output folder: entries measured on
-    another host or with other versions are not read (they are measured again)."""
+    another host or with other versions are not read (they are measured again). A probe's failure (an entry with
+    an ``error``) is not written: it is kept until the next sweep starts (:mod:`ignite_ddl.sweep.probes`)."""
 
     def __init__(self, folder: Path, name: str):
         self.path = folder / f"{name}.json"
@@ -137,9 +139,15 @@ class _Cache:
         self.entries: dict[str, Any] = dict(saved.get("entries") or {}) if same else {}
 
     def get(self, key: str) -> Any:
-        return self.entries.get(key)
+        kept = self.entries.get(key)
+        if isinstance(kept, dict) and "error" in kept:  # a failure an earlier version wrote: tried again
+            kept = None
+        return kept if kept is not None else failure(str(self.path), key)
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
+        if "error" in entry:
+            remember_failure(str(self.path), key, entry)
+            return
         self.entries[key] = entry
         write_json(self.path, {**self.where, "entries": self.entries})
 
@@ -148,25 +156,19 @@ def _measure_runtime(probe: TrainConfig, spec: Spec) -> tuple[int | None, dict[s
     """Run ``probe`` as the sweep starts its runs; its runtime (its largest rank's peak less its own model and
     data), or None and why."""
     from ignite_ddl.predict.memory import data_bytes, not_traceable_reason, trace_step
-    from ignite_ddl.sweep.local import run_one
 
-    record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
-    summary: dict[str, Any] = dict(record.get("summary") or {})
+    summary, entry = run_probe(probe, spec)
+    if summary is None:
+        return None, entry
     peak = ((summary.get("memory") or {}).get("max") or {}).get("peak_rss_bytes")
-    if record["status"] != "completed" or not isinstance(peak, int):
-        return None, {"error": record.get("error") or "no peak recorded"}
+    if not isinstance(peak, int):
+        return None, {"error": "no peak recorded"}
     try:
         own = data_bytes(probe) + sum(trace_step(probe).values())
     except Exception as e:  # the runtime goes unmeasured, with why; the plan and the sweep go on
         return None, {"error": f"the probe's own model could not be traced: {not_traceable_reason(e)}"}
-    entry = {
-        "bytes": peak - own,
-        "peak_bytes": peak,
-        "contended": record["contended"],
-        "measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "probe": {name: getattr(probe, name) for name in (*RUNTIME_OPTIONS, "model", "batch_size", "train_size")},
-    }
-    return peak - own, entry
+    probed = {name: getattr(probe, name) for name in (*RUNTIME_OPTIONS, "model", "batch_size", "train_size")}
+    return peak - own, {"bytes": peak - own, "peak_bytes": peak, **entry, "probe": probed}
 
 
 class Planner:
@@ -187,12 +189,11 @@ class Planner:
         probe = runtime_probe(config, self.folder)
         entry = self.runtimes.get(_key(probe))
         runtime = int(entry["bytes"]) if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) else None
-        if runtime is None and self.measure:
+        if entry is None and self.measure:
             self.progress(f"plan: measuring the runtime's own memory for {shown_grid(grid)} (a run of the toy model)")
             runtime, measured = _measure_runtime(probe, self.spec)
-            if runtime is not None:
-                self.runtimes.put(_key(probe), measured)
-            else:
+            self.runtimes.put(_key(probe), measured)
+            if runtime is None:
                 self.progress(f"plan: the runtime could not be measured: {measured['error']}")
         return Planned(index, grid, config, predict(config, runtime, self._libraries(config)))
 

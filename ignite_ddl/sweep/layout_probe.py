@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 from ignite_ddl.core.config import DDPOptions, FSDPOptions, TrainConfig, ZeroOptions, declared_default
 from ignite_ddl.core.options import option_specs
-from ignite_ddl.sweep.plan import Run
+from ignite_ddl.sweep.probes import run_probe
 from ignite_ddl.sweep.spec import Spec
 
 __all__ = ["PROBE_MEASURED", "PROBE_WARMUP", "layout_probe", "measure_layout"]
@@ -69,18 +68,12 @@ def layout_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
 def measure_layout(probe: TrainConfig, spec: Spec) -> dict[str, Any]:
     """Run ``probe`` (:func:`layout_probe`) as the sweep starts its runs; its step (seconds an optimizer step of the
     global batch, past the warm-up) and its optimizer step (the slowest rank's mean), or ``{"error": ...}``."""
-    from ignite_ddl.sweep.local import run_one
-
-    record = run_one(Run(-1, 0, {}, probe), spec.timeout_s, spec.start, spec.contention_threshold)
-    summary: dict[str, Any] = dict(record.get("summary") or {})
+    summary, entry = run_probe(probe, spec)
+    if summary is None:
+        return entry
     rate = summary.get("samples_per_s")
     steps = (summary.get("steps") or {}).get("ranks") or []
     optimizer = [r["optimizer_s_mean"] for r in steps if isinstance(r.get("optimizer_s_mean"), float)]
-    if record["status"] != "completed" or not isinstance(rate, float) or rate <= 0:
-        return {"error": (record.get("error") or "no throughput recorded").splitlines()[0]}
-    return {
-        "step_s": probe.batch_size / rate,
-        "optimizer_s": max(optimizer) if optimizer else None,
-        "contended": record["contended"],
-        "measured": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-    }
+    if not isinstance(rate, float) or rate <= 0:
+        return {"error": "no throughput recorded"}
+    return {"step_s": probe.batch_size / rate, "optimizer_s": max(optimizer) if optimizer else None, **entry}

@@ -48,6 +48,7 @@ from ignite_ddl.sweep.plan import (
     refused_configurations,
     sweep_dir,
 )
+from ignite_ddl.sweep.probes import forget_failures
 from ignite_ddl.sweep.search import check_search, run_search, search_checks
 from ignite_ddl.sweep.session import Executor, Session
 from ignite_ddl.sweep.slurm import SlurmExecutor
@@ -96,6 +97,7 @@ def sweep(
         refused = refused_configurations(spec, files=files, output_dir=out)
         runs = list(expand(spec, out, refused={r.index for r in refused}))
     claim_sweep_folder(out)  # before the lock: no .lock is left in a folder that is not a sweep's
+    forget_failures()  # a probe that failed in an earlier sweep of this process is tried again
     with contextlib.ExitStack() as own:
         (hold if hold is not None else own).enter_context(lock(out, "sweep"))
         if spec.executor == "local":  # a SLURM job runs on its own allocation, not on this machine
