@@ -456,7 +456,7 @@ def fit_step_model(
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
     fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
     cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule."""
-    from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, world_size
+    from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, on_cuda, world_size
     from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
     from ignite_ddl.report.analysis import analyze
 
@@ -466,6 +466,7 @@ def fit_step_model(
     observed, grads = [], {}
     untraced: dict[int, str] = {}  # configurations whose gradients could not be counted, and why
     hooks: dict[int, Any] = {}
+    bucketed: dict[int, TrainConfig] = {}  # DDP's configurations: its work on the buckets, measured where needed
     # configurations of one gradient layout share one measurement
     measured_hooks: dict[str, Any] = {} if hooks_measured is None else hooks_measured
     listed = dict(enumerate(configurations(spec))) if grids is None else grids
@@ -492,7 +493,7 @@ def fit_step_model(
                 untraced[index] = not_traceable_reason(e)
                 continue
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
-                hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
+                bucketed[index] = config
     if probe_layouts:
         observed = measured_layouts(spec, out, observed, progress)
     link = measured_link(out, progress) if grads else None
@@ -501,6 +502,12 @@ def fit_step_model(
     sharded = any(o.world_size > 1 and resolve_strategy(str(o.config.get("strategy", "auto")), o.world_size)
                   .shards_parameters for o in observed)  # fmt: skip
     busy = measured_busy(out, link, sharded, progress) if link is not None and shared else None
+    for index, config in bucketed.items():
+        # On CPU ranks sharing the cores the busy factor, measured with DDP's own copies and division, prices them
+        # (steptime._comm_s): only a hook's work of its own is measured then.
+        priced = busy is not None and busy.ddp is not None and config.comm_hook == "none" and not on_cuda(config)
+        if not priced:
+            hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
     predictions = predict_steps(observed, link, grads, hooks, busy)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():
