@@ -460,6 +460,34 @@ def test_the_fsdp_factor_is_measured_on_real_fsdp_ranks():
     one_pass = link.alpha_s + found["grad_bytes"] / 2 / link.beta_Bps
     assert found["collectives_s"] == pytest.approx(3 * one_pass)
     assert found["fsdp_s"] > found["plain_s"] > 0 and found["factor"] > 0
+    # Adam on FSDP2's sharded parameters: a cost per tensor, positive and far below a step (64 tensors of 32 x 32)
+    assert found["optimizer_tensors"] == 64 and 0 < found["optimizer_per_tensor_s"] < 0.05, found
+
+
+def test_fsdps_optimizer_step_on_cpu_ranks_pays_per_parameter_tensor():
+    """On CPU ranks sharing the cores, FSDP's optimizer step costs the measured seconds per parameter tensor beyond
+    its 1/N share of the probe's (Adam on sharded parameters): added to FSDP's compute for each of its tensors, not
+    to DDP's or ZeRO-1's (whose parameters are whole), nor where it was not measured, nor on a GPU rank."""
+    from ignite_ddl.predict.steptime import Busy
+
+    link = Link("simulated", 50e-6, 1e9, "test")
+    busy = Busy(ddp=2.0, fsdp=7.0, fsdp_optimizer_per_tensor_s=0.001)
+
+    def observed(device, strategy):
+        one = Observed(0, {"nproc_per_node": 1}, 1, device, 0.1, 0.09, 0.12, 0.6, 0.1)
+        two = Observed(1, {"nproc_per_node": 2, "strategy": strategy}, 2, device, *[None] * 5, 0.15, 0.02)
+        return [one, two]
+
+    def compute(device, strategy, measured=busy):
+        return predict_steps(observed(device, strategy), link, {1: 10_000}, None, measured, {1: 40})[1].compute_s
+
+    assert compute("cpu", "fsdp") == pytest.approx(0.15 - 0.02 / 2 + 40 * 0.001)
+    assert compute("cpu", "zero1") == pytest.approx(0.15 - 0.02 / 2)
+    assert compute("cpu", "ddp") == pytest.approx(0.15)
+    assert compute("cpu", "fsdp", Busy(ddp=2.0, fsdp=7.0)) == pytest.approx(0.15 - 0.02 / 2)
+    assert compute("cuda", "fsdp") == pytest.approx((0.1 - 0.01) / 2 + 0.01 / 2)
+    fsdp = predict_steps(observed("cpu", "fsdp"), link, {1: 10_000}, None, busy, {1: 40})[1]
+    assert fsdp.low_s - fsdp.comm_s == pytest.approx((0.15 - 0.01) * 0.09 / 0.1 + 0.04)
 
 
 def test_the_step_model_adds_a_hooks_work_and_its_all_reduces():

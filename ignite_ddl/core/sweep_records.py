@@ -150,6 +150,13 @@ class StepLink(TypedDict):
             "measured)",
         ]
     ]
+    fsdp_optimizer_per_tensor_s: NotRequired[
+        Annotated[
+            float,
+            "seconds FSDP2's optimizer step takes per parameter tensor beyond its 1/N share of the plain step's, on "
+            "CPU ranks sharing the cores (a stack of small layers; absent: not measured)",
+        ]
+    ]
 
 
 class PredictedStep(TypedDict):

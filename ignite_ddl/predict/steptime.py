@@ -133,6 +133,9 @@ class Busy:
 
     ddp: float | None = None
     fsdp: float | None = None
+    # seconds FSDP's optimizer step takes per parameter tensor beyond its 1/N share of the plain one (Adam on
+    # sharded parameters); None: not measured
+    fsdp_optimizer_per_tensor_s: float | None = None
 
 
 def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: Busy | None = None) -> StepModel:
@@ -145,6 +148,8 @@ def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: 
             kept["busy_factor"] = busy.ddp
         if busy is not None and busy.fsdp is not None:
             kept["fsdp_busy_factor"] = busy.fsdp
+        if busy is not None and busy.fsdp_optimizer_per_tensor_s is not None:
+            kept["fsdp_optimizer_per_tensor_s"] = busy.fsdp_optimizer_per_tensor_s
     return StepModel(link=kept, configurations={str(i): p.record() for i, p in sorted(predictions.items())})
 
 
@@ -166,11 +171,14 @@ def predict_steps(
     grad_bytes: dict[int, int],
     hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
     busy: Busy | None = None,
+    tensors: dict[int, int] | None = None,
 ) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
     ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
     bucket for each configuration that uses a hook, or why it was not measured; ``busy``: how many times its time
-    at ``link`` a collective costs a step of CPU ranks sharing the cores (:class:`Busy`), where measured."""
+    at ``link`` a collective costs a step of CPU ranks sharing the cores (:class:`Busy`), where measured;
+    ``tensors``: each configuration's count of trainable parameter tensors (FSDP's optimizer step on CPU ranks
+    pays :attr:`Busy.fsdp_optimizer_per_tensor_s` for each)."""
     measured = twins(observed)
     found = {}
     for o in observed:
@@ -186,12 +194,16 @@ def predict_steps(
         hook = (hook_costs or {}).get(o.index)
         exposed_after = 0.0 if shared else backward  # on shared cores nothing hides behind backward
         comm, why = _comm_s(o, link, grad_bytes.get(o.index), exposed_after, hook, busy if shared else None)
-        compute = _compute_s(twin, twin.step_s, o, shared)
+        # FSDP's optimizer step on CPU ranks: a dispatch per sharded tensor beyond its share of the bytes' work
+        per_tensor = busy.fsdp_optimizer_per_tensor_s if busy is not None and shared else None
+        sharded = per_tensor is not None and _strategy(o).shards_parameters
+        sharded_step = per_tensor * (tensors or {}).get(o.index, 0) if per_tensor is not None and sharded else 0.0
+        compute = _compute_s(twin, twin.step_s, o, shared) + sharded_step
         if comm is None:
             found[o.index] = StepPrediction.unpredicted(o.index, why, compute)
             continue
-        low = _compute_s(twin, twin.low_s or twin.step_s, o, shared) + comm
-        high = _compute_s(twin, twin.high_s or twin.step_s, o, shared) + comm
+        low = _compute_s(twin, twin.low_s or twin.step_s, o, shared) + sharded_step + comm
+        high = _compute_s(twin, twin.high_s or twin.step_s, o, shared) + sharded_step + comm
         basis = f"one-process twin cfg{twin.index:03d}"
         if shared and o.layout_s:
             basis += ", compute probed at the layout"

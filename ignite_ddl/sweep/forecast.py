@@ -378,9 +378,10 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     if fsdp:
         probes["fsdp-busy-gloo-2"] = ("FSDP's", measure_fsdp_factor)
     factors: dict[str, float | None] = {}
+    per_tensor = None
     for key, (whose, measure) in probes.items():
         entry = cache.get(key)
-        if not isinstance(entry, dict):
+        if not isinstance(entry, dict) or (key.startswith("fsdp") and "optimizer_per_tensor_s" not in entry):
             progress(f"plan: measuring {whose} step beside the cores' compute (2 gloo processes), for the step model")
             try:
                 entry = measure(link, 2, log_dir=str(folder / "link-logs"))
@@ -390,7 +391,8 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
                 continue
             cache.put(key, entry)
         factors[key] = float(entry["factor"])
-    return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"))
+        per_tensor = entry.get("optimizer_per_tensor_s", per_tensor)
+    return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"), per_tensor)
 
 
 def measured_layouts(
@@ -456,14 +458,14 @@ def fit_step_model(
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
     fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
     cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule."""
-    from ignite_ddl.predict.memory import gradient_bytes, not_traceable_reason, on_cuda, world_size
+    from ignite_ddl.predict.memory import gradient_shapes, not_traceable_reason, on_cuda, world_size
     from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
     from ignite_ddl.report.analysis import analyze
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
     # is still one (the report judges the measurements with its own rules).
     measured = {c.index: c for c in analyze(records, {"spec": spec.to_dict()}, include_contended=True).configs}
-    observed, grads = [], {}
+    observed, grads, tensors = [], {}, {}
     untraced: dict[int, str] = {}  # configurations whose gradients could not be counted, and why
     hooks: dict[int, Any] = {}
     bucketed: dict[int, TrainConfig] = {}  # DDP's configurations: its work on the buckets, measured where needed
@@ -488,10 +490,12 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             try:
-                grads[index] = gradient_bytes(config)
+                shapes = gradient_shapes(config)
             except Exception as e:  # a model the plan cannot build (a workload of one's own): run, not predicted
                 untraced[index] = not_traceable_reason(e)
                 continue
+            grads[index] = sum(g.numel() * g.element_size() for g in shapes)
+            tensors[index] = len(shapes)
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 bucketed[index] = config
     if probe_layouts:
@@ -508,7 +512,7 @@ def fit_step_model(
         priced = busy is not None and busy.ddp is not None and config.comm_hook == "none" and not on_cuda(config)
         if not priced:
             hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
-    predictions = predict_steps(observed, link, grads, hooks, busy)
+    predictions = predict_steps(observed, link, grads, hooks, busy, tensors)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():
         predictions[index] = StepPrediction.unpredicted(index, why)

@@ -42,6 +42,7 @@ from ignite_ddl.predict.projection.model import (
 __all__ = [
     "BUSY_PROBE",
     "FIT_SIZES",
+    "SMALL_TENSORS",
     "compute_from_run",
     "fit_alpha_beta",
     "measure_allreduce",
@@ -57,6 +58,9 @@ FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB,
 # The busy probe's model: an MLP of 4 blocks of 1024 (16 MiB of gradients), a global batch of 32, Adam; on 2 cores
 # here a DDP step of about 65 ms (benchmarks/ddp_cpu_parts.py), long enough to time, short enough to probe.
 BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
+# FSDP's optimizer step per parameter tensor: a stack of small linear layers (64 tensors of 32 x 32 and 32), so that
+# what Adam does per tensor on FSDP2's sharded parameters, not the bytes, is what its step takes
+SMALL_TENSORS = {"width": 32, "layers": 32}
 
 
 def _grad_bytes_of_run(config: dict[str, Any]) -> int:
@@ -303,26 +307,32 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
 
     from ignite_ddl.measure.gather import gather_objects
 
-    plain = probe_mlp(width, depth)
-    sharded = copy.deepcopy(plain)
-    for block in list(sharded.children())[:-1]:
-        fully_shard(block)
-    fully_shard(sharded)
-    optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
-    x, y = torch.randn(batch, width), torch.randint(0, 10, (batch,))
-    found = []
-    for i in range(warmup + pairs):
-        pair = []
-        for model, optimizer in zip((plain, sharded), optimizers):
-            began = time.perf_counter()
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x), y).backward()
-            stepped = time.perf_counter()
-            optimizer.step()
-            pair += [time.perf_counter() - began, time.perf_counter() - stepped]
-        if i >= warmup:
-            found.append((pair[0], pair[1], pair[2]))
-    return gather_objects(found)
+    def pairs_of(plain: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[tuple[float, float, float, float]]:
+        """(plain step, its optimizer step, FSDP step, its optimizer step) per pair, past the warm-up."""
+        sharded = copy.deepcopy(plain)
+        for block in list(sharded.children())[:-1]:
+            fully_shard(block)
+        fully_shard(sharded)
+        optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
+        found = []
+        for i in range(warmup + pairs):
+            pair: list[float] = []
+            for model, optimizer in zip((plain, sharded), optimizers):
+                began = time.perf_counter()
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                stepped = time.perf_counter()
+                optimizer.step()
+                pair += [time.perf_counter() - began, time.perf_counter() - stepped]
+            if i >= warmup:
+                found.append((pair[0], pair[1], pair[2], pair[3]))
+        return found
+
+    mlp = pairs_of(probe_mlp(width, depth), torch.randn(batch, width), torch.randint(0, 10, (batch,)))
+    small = SMALL_TENSORS["width"]
+    stack = nn.Sequential(*(nn.Linear(small, small) for _ in range(SMALL_TENSORS["layers"])))
+    tensors = pairs_of(stack, torch.randn(batch, small), torch.randint(0, small, (batch,)))
+    return gather_objects({"mlp": [m[:3] for m in mlp], "small": [(t[1], t[3]) for t in tensors]})
 
 
 def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) -> dict[str, float]:
@@ -332,14 +342,24 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     slowest rank's; the plain step's optimizer counted as FSDP's shard of it, 1 / nproc) over the step's two
     all-gathers and reduce-scatter of the parameters' bytes at ``link``. It takes in what the collectives alone
     leave out: FSDP2's copies into and out of its flat buffers and its hooks around every unit, and gloo's
-    reduce-scatter, which it makes of an all-reduce. Returns the factor with what it was computed from."""
+    reduce-scatter, which it makes of an all-reduce. In the same processes, a stack of
+    :data:`SMALL_TENSORS`' small layers plain and under FSDP2 measures what FSDP2's optimizer step costs per
+    parameter tensor beyond a 1/nproc share of the plain step's (``optimizer_per_tensor_s``: Adam on sharded
+    parameters (DTensors) pays a dispatch per tensor and operation; measured on 2 gloo processes here, 0.16-0.28 ms
+    a tensor, so that a model of 40 small tensors steps its shard slower than the whole). Returns the factor with
+    what it was computed from."""
     from ignite_ddl.launcher.settings import LaunchSettings
     from ignite_ddl.launcher.spawn import launch
 
     p = BUSY_PROBE
     settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
-    pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*per_rank)]  # slowest rank, per figure
+    # slowest rank, per figure
+    pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r["mlp"] for r in per_rank))]
+    small = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r["small"] for r in per_rank))]
+    tensors = 2 * SMALL_TENSORS["layers"]
+    # what a sharded optimizer step takes beyond its 1/nproc share of the plain one, per parameter tensor
+    per_tensor = statistics.median((fsdp - plain / nproc) / tensors for plain, fsdp in small)
     extra = statistics.median(fsdp - (step - optimizer * (nproc - 1) / nproc) for step, optimizer, fsdp in pairs)
     grad_bytes = probe_grad_bytes()
     one_pass = (nproc - 1) * link.alpha_s + (nproc - 1) / nproc * grad_bytes / link.beta_Bps
@@ -351,6 +371,8 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
         "plain_s": statistics.median(s for s, _, _ in pairs),
         "collectives_s": 3 * one_pass,
         "grad_bytes": grad_bytes,
+        "optimizer_per_tensor_s": max(per_tensor, 0.0),
+        "optimizer_tensors": tensors,
     }
 
 
