@@ -91,6 +91,7 @@ __all__ = [
     "Prediction",
     "data_bytes",
     "gradient_bytes",
+    "gradient_layout",
     "gradient_shapes",
     "library_bytes",
     "library_parts",
@@ -313,7 +314,14 @@ def gradient_shapes(config: TrainConfig) -> list[torch.Tensor]:
 def gradient_bytes(config: TrainConfig) -> int:
     """Bytes of the model's gradients (one per trainable parameter, in the parameters' dtype), counted on the meta
     device: nothing is allocated."""
-    return sum(g.numel() * g.element_size() for g in gradient_shapes(config))
+    return gradient_layout(config)[0]
+
+
+def gradient_layout(config: TrainConfig) -> tuple[int, int]:
+    """The model's gradients as :func:`gradient_bytes` counts them, and how many tensors they are (one per
+    trainable parameter), from one build on the meta device."""
+    shapes = gradient_shapes(config)
+    return sum(g.numel() * g.element_size() for g in shapes), len(shapes)
 
 
 def trace_step(config: TrainConfig) -> dict[str, int]:

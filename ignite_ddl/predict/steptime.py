@@ -72,7 +72,16 @@ from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_a
 if TYPE_CHECKING:
     from ignite_ddl.predict.hook_cost import BucketCost
 
-__all__ = ["Busy", "Observed", "StepPrediction", "hook_s", "predict_steps", "step_model", "twins"]
+__all__ = [
+    "Busy",
+    "Observed",
+    "StepPrediction",
+    "bucket_work_in_factor",
+    "hook_s",
+    "predict_steps",
+    "step_model",
+    "twins",
+]
 
 MIB = 2**20
 _DEFAULT_BUCKET_MB = 25.0
@@ -138,6 +147,13 @@ class Busy:
     fsdp_optimizer_per_tensor_s: float | None = None
 
 
+def bucket_work_in_factor(comm_hook: str, busy: Busy | None) -> bool:
+    """Whether DDP's own work on its buckets (its copies and division) is priced inside ``busy``'s DDP factor for CPU
+    ranks sharing the cores, so that it is neither measured apart nor counted twice: without a communication hook,
+    where the factor was measured. A hook's own work is always its own."""
+    return busy is not None and busy.ddp is not None and comm_hook == "none"
+
+
 def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: Busy | None = None) -> StepModel:
     """The model as ``sweep.json`` keeps it (``step_model``): the link it used (with the factors its collectives
     took beside CPU ranks' compute, where measured) and every prediction, by index."""
@@ -196,8 +212,9 @@ def predict_steps(
         comm, why = _comm_s(o, link, grad_bytes.get(o.index), exposed_after, hook, busy if shared else None)
         # FSDP's optimizer step on CPU ranks: a dispatch per sharded tensor beyond its share of the bytes' work
         per_tensor = busy.fsdp_optimizer_per_tensor_s if busy is not None and shared else None
-        sharded = per_tensor is not None and _strategy(o).shards_parameters
-        sharded_step = per_tensor * (tensors or {}).get(o.index, 0) if per_tensor is not None and sharded else 0.0
+        sharded_step = 0.0
+        if per_tensor is not None and _strategy(o).shards_parameters:
+            sharded_step = per_tensor * (tensors or {}).get(o.index, 0)
         compute = _compute_s(twin, twin.step_s, o, shared) + sharded_step
         if comm is None:
             found[o.index] = StepPrediction.unpredicted(o.index, why, compute)
@@ -244,7 +261,7 @@ def _comm_s(
     factor = None if busy is None else busy.fsdp if info.shards_parameters else busy.ddp
     if factor is not None:  # CPU ranks on shared cores: every collective at its measured cost beside compute
         link = dataclasses.replace(link, beta_Bps=link.beta_Bps / factor, alpha_s=link.alpha_s * factor)
-        if info.gradient_buckets and o.config.get("comm_hook", "none") == "none":
+        if info.gradient_buckets and bucket_work_in_factor(str(o.config.get("comm_hook", "none")), busy):
             hook = None  # DDP's copies and division are in the measured factor: not counted twice
     # Every collective the strategy makes but DDP's bucketed all-reduce of the gradients (costed below, with its
     # hook): FSDP's gathers of the parameters in each micro-batch's forward and backward and its reduce-scatter of

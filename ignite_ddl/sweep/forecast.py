@@ -378,7 +378,7 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     if fsdp:
         probes["fsdp-busy-gloo-2"] = ("FSDP's", measure_fsdp_factor)
     factors: dict[str, float | None] = {}
-    per_tensor = None
+    kept: dict[str, dict[str, Any]] = {}
     for key, (whose, measure) in probes.items():
         entry = cache.get(key)
         if not isinstance(entry, dict) or (key.startswith("fsdp") and "optimizer_per_tensor_s" not in entry):
@@ -390,8 +390,8 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
                 factors[key] = None
                 continue
             cache.put(key, entry)
-        factors[key] = float(entry["factor"])
-        per_tensor = entry.get("optimizer_per_tensor_s", per_tensor)
+        factors[key], kept[key] = float(entry["factor"]), entry
+    per_tensor = kept.get("fsdp-busy-gloo-2", {}).get("optimizer_per_tensor_s")  # FSDP's probe measures it too
     return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"), per_tensor)
 
 
@@ -458,8 +458,14 @@ def fit_step_model(
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
     fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
     cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule."""
-    from ignite_ddl.predict.memory import gradient_shapes, not_traceable_reason, on_cuda, world_size
-    from ignite_ddl.predict.steptime import Observed, StepPrediction, predict_steps, step_model
+    from ignite_ddl.predict.memory import gradient_layout, not_traceable_reason, on_cuda, world_size
+    from ignite_ddl.predict.steptime import (
+        Observed,
+        StepPrediction,
+        bucket_work_in_factor,
+        predict_steps,
+        step_model,
+    )
     from ignite_ddl.report.analysis import analyze
 
     # Contended runs count here: on a shared machine a first round may have no other, and a prediction from them
@@ -490,12 +496,10 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             try:
-                shapes = gradient_shapes(config)
+                grads[index], tensors[index] = gradient_layout(config)
             except Exception as e:  # a model the plan cannot build (a workload of one's own): run, not predicted
                 untraced[index] = not_traceable_reason(e)
                 continue
-            grads[index] = sum(g.numel() * g.element_size() for g in shapes)
-            tensors[index] = len(shapes)
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 bucketed[index] = config
     if probe_layouts:
@@ -509,8 +513,7 @@ def fit_step_model(
     for index, config in bucketed.items():
         # On CPU ranks sharing the cores the busy factor, measured with DDP's own copies and division, prices them
         # (steptime._comm_s): only a hook's work of its own is measured then.
-        priced = busy is not None and busy.ddp is not None and config.comm_hook == "none" and not on_cuda(config)
-        if not priced:
+        if on_cuda(config) or not bucket_work_in_factor(config.comm_hook, busy):
             hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
     predictions = predict_steps(observed, link, grads, hooks, busy, tensors)
     by_reason: dict[str, list[str]] = {}

@@ -297,8 +297,10 @@ def probe_grad_bytes(width: int = BUSY_PROBE["width"], depth: int = BUSY_PROBE["
 
 def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
     """On every rank: the probe's MLP without any wrapper and a copy under FSDP2 (each block a unit, then the root,
-    as the trainer shards it), Adam each, steps alternating between the two; every rank's (seconds of a plain step,
-    seconds of its optimizer step, seconds of an FSDP step) per pair, in rank order."""
+    as the trainer shards it), Adam each, steps alternating between the two, then the same for a stack of
+    :data:`SMALL_TENSORS`' layers; every rank's ``{"mlp": [(seconds of a plain step, of its optimizer step, of an
+    FSDP step) per pair], "small": [(seconds of a plain optimizer step, of an FSDP one) per pair]}``, in rank
+    order."""
     import copy
 
     import torch
