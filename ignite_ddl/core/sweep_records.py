@@ -146,8 +146,22 @@ class StepLink(TypedDict):
     fsdp_busy_factor: NotRequired[
         Annotated[
             float,
-            "the same for FSDP's gathers and reduce-scatters (an MLP's FSDP2 step less its plain step; absent: not "
-            "measured)",
+            "the same for the bytes of FSDP's gathers and reduce-scatters, at the link's bandwidth (an MLP of 4 "
+            "units' FSDP2 step less its plain step and its collectives' own cost; absent: not measured)",
+        ]
+    ]
+    fsdp_large_busy_factor: NotRequired[
+        Annotated[
+            float,
+            "the same for a unit above glibc's largest mmap threshold, 32 MiB (one such unit's FSDP2 step less its "
+            "plain step; absent: not measured)",
+        ]
+    ]
+    fsdp_collective_s: NotRequired[
+        Annotated[
+            float,
+            "seconds each FSDP2 gather or reduce-scatter costs whatever its bytes, on CPU ranks sharing the cores "
+            "(a stack of 32 small units' FSDP2 step less its plain step; absent: not measured)",
         ]
     ]
     fsdp_optimizer_per_tensor_s: NotRequired[

@@ -87,6 +87,7 @@ from ignite_ddl.trainer.strategies import strategy_for
 from ignite_ddl.trainer.workload import activation_checkpointing
 
 __all__ = [
+    "GradientLayout",
     "PARTS",
     "Prediction",
     "data_bytes",
@@ -314,14 +315,33 @@ def gradient_shapes(config: TrainConfig) -> list[torch.Tensor]:
 def gradient_bytes(config: TrainConfig) -> int:
     """Bytes of the model's gradients (one per trainable parameter, in the parameters' dtype), counted on the meta
     device: nothing is allocated."""
-    return gradient_layout(config)[0]
+    return gradient_layout(config).bytes
 
 
-def gradient_layout(config: TrainConfig) -> tuple[int, int]:
-    """The model's gradients as :func:`gradient_bytes` counts them, and how many tensors they are (one per
-    trainable parameter), from one build on the meta device."""
-    shapes = gradient_shapes(config)
-    return sum(g.numel() * g.element_size() for g in shapes), len(shapes)
+@dataclass(frozen=True)
+class GradientLayout:
+    """A model's gradients as the step model prices their collectives: their bytes (:func:`gradient_bytes`), how
+    many tensors they are (one per trainable parameter), and the bytes each FSDP unit would gather and
+    reduce-scatter, the model's own last (:func:`~ignite_ddl.trainer.strategies.unit_bytes`)."""
+
+    bytes: int
+    tensors: int
+    units: tuple[int, ...]
+
+
+def gradient_layout(config: TrainConfig) -> GradientLayout:
+    """``config``'s :class:`GradientLayout`, from one build on the meta device (nothing is allocated); its FSDP units
+    as the FSDP strategy would shard them, whatever ``config``'s strategy."""
+    from ignite_ddl.trainer.strategies import FSDPStrategy, unit_bytes
+
+    job = _job(config)
+    with torch.device("meta"):
+        net = job.build()
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    fsdp = FSDPStrategy()
+    fsdp.units = tuple(job.blocks(net))
+    units = tuple(unit_bytes(fsdp.unit_modules(net, config)))
+    return GradientLayout(sum(p.numel() * p.element_size() for p in trainable), len(trainable), units)
 
 
 def trace_step(config: TrainConfig) -> dict[str, int]:

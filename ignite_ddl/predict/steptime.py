@@ -23,8 +23,9 @@ throughput and its phases, gives the compute. A configuration of N processes the
   accumulation, half the bytes with an fp16 / bf16 hook, its buckets overlapping backward (backward as the twin
   measured its share of the step; :func:`~ignite_ddl.predict.projection.model.bucketed_exposed_s`); PowerSGD not
   predicted;
-- FSDP: every micro-batch gathers the parameters in forward and again in backward, and the gradients are
-  reduce-scattered once; on gloo none of it overlaps compute, each collective ``(N-1) alpha + (N-1)/N M / beta``;
+- FSDP: every micro-batch gathers each unit's parameters in forward and again in backward, and each unit's
+  gradients are reduce-scattered once; on gloo none of it overlaps compute, each collective
+  ``(N-1) alpha + (N-1)/N M / beta`` (CPU ranks sharing the cores: as measured, below);
 
 with the link (alpha, beta) fitted to all-reduces measured on this machine
 (:func:`~ignite_ddl.predict.projection.inputs.measure_allreduce`, kept in ``<output_dir>/plan/link.json`` like the
@@ -33,10 +34,13 @@ threads compete with backward's, and DDP copies into its buckets and back. The *
 (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`: an MLP's DDP step less its step without DDP, over
 the all-reduce at the link; about 2 here for 4 to 64 MiB of gradients) scales every collective of such a
 configuration, and stands for DDP's own copies (the hook's measured work is then counted only for a hook of one's
-own: PowerSGD, fp16, bf16). FSDP's gathers and reduce-scatters get a factor of their own
-(:func:`~ignite_ddl.predict.projection.inputs.measure_fsdp_factor`, the MLP under FSDP2 against the same MLP plain):
-FSDP2's copies into and out of its flat buffers, its hooks around every unit and gloo's reduce-scatter made of an
-all-reduce cost several times the collectives alone.
+own: PowerSGD, fp16, bf16). FSDP's gathers and reduce-scatters are priced unit by unit, each unit's bytes
+(:func:`fsdp_busy_s`), from three models trained plain and under FSDP2
+(:func:`~ignite_ddl.predict.projection.inputs.measure_fsdp_factor`): every collective pays a cost of its own
+whatever its bytes (FSDP2's hooks around every unit and its copies into and out of its flat buffers, about 1.7 ms
+here, so 32 small units cost more than 4 large ones), and its bytes a factor of their time at the link, about twice
+as much for a unit above glibc's largest mmap threshold (32 MiB: its buffers mapped and faulted in afresh at every
+collective; ResNet-18's last stage is such a unit).
 
 How a rank's compute on its share of the cores differs from the twin's is not a rule: measured on MLPs
 (benchmarks/ddp_cpu_parts.py) it was 0.64 to 1.8 times the twin's step, by the layer widths and the batch. Where a
@@ -67,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 from ignite_ddl.core.config import LAYOUT_OPTIONS
 from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.sweep_records import PredictedStep, StepLink, StepModel
+from ignite_ddl.predict.projection.inputs import MMAP_THRESHOLD_MAX, fsdp_collectives
 from ignite_ddl.predict.projection.model import Link, bucketed_exposed_s, ring_allreduce_s
 
 if TYPE_CHECKING:
@@ -77,6 +82,7 @@ __all__ = [
     "Observed",
     "StepPrediction",
     "bucket_work_in_factor",
+    "fsdp_busy_s",
     "hook_s",
     "predict_steps",
     "step_model",
@@ -141,7 +147,13 @@ class Busy:
     own work around them (``fsdp``); None: not measured, the collective at the link alone."""
 
     ddp: float | None = None
+    # FSDP's: its bytes' time at the link's bandwidth (without its latency) times ``fsdp``, a unit's above glibc's
+    # largest mmap threshold times ``fsdp_large``, and every collective ``fsdp_collective_s`` whatever its bytes
+    # (:func:`~ignite_ddl.predict.projection.inputs.measure_fsdp_factor`); without ``fsdp_collective_s``, the
+    # link's latency times ``fsdp``
     fsdp: float | None = None
+    fsdp_large: float | None = None
+    fsdp_collective_s: float | None = None
     # seconds FSDP's optimizer step takes per parameter tensor beyond its 1/N share of the plain one (Adam on
     # sharded parameters); None: not measured
     fsdp_optimizer_per_tensor_s: float | None = None
@@ -164,6 +176,10 @@ def step_model(predictions: dict[int, StepPrediction], link: Link | None, busy: 
             kept["busy_factor"] = busy.ddp
         if busy is not None and busy.fsdp is not None:
             kept["fsdp_busy_factor"] = busy.fsdp
+        if busy is not None and busy.fsdp_large is not None:
+            kept["fsdp_large_busy_factor"] = busy.fsdp_large
+        if busy is not None and busy.fsdp_collective_s is not None:
+            kept["fsdp_collective_s"] = busy.fsdp_collective_s
         if busy is not None and busy.fsdp_optimizer_per_tensor_s is not None:
             kept["fsdp_optimizer_per_tensor_s"] = busy.fsdp_optimizer_per_tensor_s
     return StepModel(link=kept, configurations={str(i): p.record() for i, p in sorted(predictions.items())})
@@ -188,13 +204,15 @@ def predict_steps(
     hook_costs: dict[int, Sequence[BucketCost] | str] | None = None,
     busy: Busy | None = None,
     tensors: dict[int, int] | None = None,
+    units: dict[int, Sequence[int]] | None = None,
 ) -> dict[int, StepPrediction]:
     """Each configuration of several processes predicted from its one-process twin's measured step and ``link``;
     ``grad_bytes``: each configuration's gradient bytes (float32); ``hook_costs``: the hook's measured cost per
     bucket for each configuration that uses a hook, or why it was not measured; ``busy``: how many times its time
     at ``link`` a collective costs a step of CPU ranks sharing the cores (:class:`Busy`), where measured;
     ``tensors``: each configuration's count of trainable parameter tensors (FSDP's optimizer step on CPU ranks
-    pays :attr:`Busy.fsdp_optimizer_per_tensor_s` for each)."""
+    pays :attr:`Busy.fsdp_optimizer_per_tensor_s` for each); ``units``: the bytes each of its FSDP units gathers
+    (:class:`~ignite_ddl.predict.memory.GradientLayout`; unknown: the whole model one unit)."""
     measured = twins(observed)
     found = {}
     for o in observed:
@@ -209,7 +227,8 @@ def predict_steps(
         backward = twin.step_s * (1.0 if shared else 1 / o.world_size) * (twin.backward_share or 2 / 3)
         hook = (hook_costs or {}).get(o.index)
         exposed_after = 0.0 if shared else backward  # on shared cores nothing hides behind backward
-        comm, why = _comm_s(o, link, grad_bytes.get(o.index), exposed_after, hook, busy if shared else None)
+        layout = (units or {}).get(o.index)
+        comm, why = _comm_s(o, link, grad_bytes.get(o.index), exposed_after, hook, busy if shared else None, layout)
         # FSDP's optimizer step on CPU ranks: a dispatch per sharded tensor beyond its share of the bytes' work
         per_tensor = busy.fsdp_optimizer_per_tensor_s if busy is not None and shared else None
         sharded_step = 0.0
@@ -253,11 +272,17 @@ def _comm_s(
     backward_s: float,
     hook: Sequence[BucketCost] | str | None,
     busy: Busy | None = None,
+    units: Sequence[int] | None = None,
 ) -> tuple[float | None, str]:
     info = _strategy(o)
     n = o.world_size
     if link is None or grad_bytes is None:
         return None, "no all-reduce measured on this machine" if link is None else "gradient bytes unknown"
+    accumulate = int(o.config.get("accumulate") or 1)
+    if info.shards_parameters and busy is not None and busy.fsdp is not None:  # CPU ranks sharing the cores
+        reshard = bool(o.config.get("reshard_after_forward", True))
+        # units unknown: the whole model one unit below an empty root (two gathers and a reduce-scatter)
+        return fsdp_busy_s(units or (grad_bytes, 0), n, link, busy, reshard, accumulate), ""
     factor = None if busy is None else busy.fsdp if info.shards_parameters else busy.ddp
     if factor is not None:  # CPU ranks on shared cores: every collective at its measured cost beside compute
         link = dataclasses.replace(link, beta_Bps=link.beta_Bps / factor, alpha_s=link.alpha_s * factor)
@@ -267,7 +292,6 @@ def _comm_s(
     # hook): FSDP's gathers of the parameters in each micro-batch's forward and backward and its reduce-scatter of
     # the gradients; ZeRO-1's broadcasts of the parameters each rank updated. Each moves the part's full bytes (the
     # gradients' float32 size), and none of them overlaps compute on gloo.
-    accumulate = int(o.config.get("accumulate") or 1)
     per_micro_batch = info.micro_batch_collectives(bool(o.config.get("reshard_after_forward", True)))
     others = [c for c in info.collectives if not (info.gradient_buckets and c == ("allreduce", "grads"))]
     rest = sum(_collective_s(kind, grad_bytes, n, link) for kind, _ in others) + accumulate * sum(
@@ -296,6 +320,25 @@ def _collective_s(kind: str, nbytes: float, n: int, link: Link) -> float:
     if kind == "allreduce":
         return ring_allreduce_s(nbytes, n, link)
     return (n - 1) * link.alpha_s + (n - 1) / n * nbytes / link.beta_Bps
+
+
+def fsdp_busy_s(
+    units: Sequence[int], n: int, link: Link, busy: Busy, reshard_after_forward: bool = True, accumulate: int = 1
+) -> float:
+    """Seconds FSDP2's collectives add to an optimizer step of ``n`` CPU ranks sharing the cores, units of ``units``
+    bytes (the root last): every gather and reduce-scatter
+    (:func:`~ignite_ddl.predict.projection.inputs.fsdp_collectives`) at :attr:`Busy.fsdp_collective_s` plus its
+    bytes' time at ``link``'s bandwidth times the busy factor, :attr:`Busy.fsdp_large` for a unit above glibc's
+    largest mmap threshold (its buffers faulted in afresh at every collective: measured here about twice a smaller
+    unit's cost per byte)."""
+    if busy.fsdp is None:
+        raise ValueError("FSDP's busy factor was not measured")
+    total = 0.0
+    for nbytes in fsdp_collectives(units, reshard_after_forward, accumulate):
+        factor = busy.fsdp_large if nbytes > MMAP_THRESHOLD_MAX and busy.fsdp_large is not None else busy.fsdp
+        fixed = busy.fsdp_collective_s if busy.fsdp_collective_s is not None else (n - 1) * link.alpha_s * factor
+        total += fixed + factor * (n - 1) / n * nbytes / link.beta_Bps
+    return total
 
 
 def hook_s(buckets: Sequence[BucketCost], backward_s: float, n: int, link: Link) -> float:

@@ -381,7 +381,7 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     kept: dict[str, dict[str, Any]] = {}
     for key, (whose, measure) in probes.items():
         entry = cache.get(key)
-        if not isinstance(entry, dict) or (key.startswith("fsdp") and "optimizer_per_tensor_s" not in entry):
+        if not isinstance(entry, dict) or (key.startswith("fsdp") and "collective_s" not in entry):
             progress(f"plan: measuring {whose} step beside the cores' compute (2 gloo processes), for the step model")
             try:
                 entry = measure(link, 2, log_dir=str(folder / "link-logs"))
@@ -391,8 +391,14 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
                 continue
             cache.put(key, entry)
         factors[key], kept[key] = float(entry["factor"]), entry
-    per_tensor = kept.get("fsdp-busy-gloo-2", {}).get("optimizer_per_tensor_s")  # FSDP's probe measures it too
-    return Busy(factors["busy-gloo-2"], factors.get("fsdp-busy-gloo-2"), per_tensor)
+    sharded = kept.get("fsdp-busy-gloo-2", {})  # what FSDP's probe measured beside its factor
+    return Busy(
+        factors["busy-gloo-2"],
+        factors.get("fsdp-busy-gloo-2"),
+        sharded.get("large_factor"),
+        sharded.get("collective_s"),
+        sharded.get("optimizer_per_tensor_s"),
+    )
 
 
 def measured_layouts(
@@ -472,6 +478,7 @@ def fit_step_model(
     # is still one (the report judges the measurements with its own rules).
     measured = {c.index: c for c in analyze(records, {"spec": spec.to_dict()}, include_contended=True).configs}
     observed, grads, tensors = [], {}, {}
+    units: dict[int, Sequence[int]] = {}  # the bytes of each FSDP unit
     untraced: dict[int, str] = {}  # configurations whose gradients could not be counted, and why
     hooks: dict[int, Any] = {}
     bucketed: dict[int, TrainConfig] = {}  # DDP's configurations: its work on the buckets, measured where needed
@@ -496,10 +503,11 @@ def fit_step_model(
         observed.append(Observed(index, config.to_dict(), world, device, step, low, high, share, optimizer))
         if world > 1:
             try:
-                grads[index], tensors[index] = gradient_layout(config)
+                layout = gradient_layout(config)
             except Exception as e:  # a model the plan cannot build (a workload of one's own): run, not predicted
                 untraced[index] = not_traceable_reason(e)
                 continue
+            grads[index], tensors[index], units[index] = layout.bytes, layout.tensors, layout.units
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 bucketed[index] = config
     if probe_layouts:
@@ -515,7 +523,7 @@ def fit_step_model(
         # (steptime._comm_s): only a hook's work of its own is measured then.
         if on_cuda(config) or not bucket_work_in_factor(config.comm_hook, busy):
             hooks[index] = _hook_cost(config, measured_hooks, progress, spec.start)
-    predictions = predict_steps(observed, link, grads, hooks, busy, tensors)
+    predictions = predict_steps(observed, link, grads, hooks, busy, tensors, units)
     by_reason: dict[str, list[str]] = {}
     for index, why in untraced.items():
         predictions[index] = StepPrediction.unpredicted(index, why)

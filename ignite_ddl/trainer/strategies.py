@@ -46,7 +46,7 @@ import contextlib
 import inspect
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, cast
 
 import ignite.distributed as idist
@@ -74,6 +74,7 @@ __all__ = [
     "place_model",
     "registered",
     "strategy_for",
+    "unit_bytes",
     "unwrap",
 ]
 
@@ -208,6 +209,20 @@ class Strategy(abc.ABC):
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def unit_bytes(units: Sequence[nn.Module]) -> list[int]:
+    """Bytes of the trainable parameters each of ``units`` (as :meth:`FSDPStrategy.unit_modules` lists them, a unit
+    before the units holding it) gathers and reduce-scatters: its own, less those of the units before it, as
+    ``fully_shard`` leaves a nested unit's parameters to that unit; a parameter shared between units (tied
+    weights), to the first."""
+    counted: set[int] = set()
+    found = []
+    for unit in units:
+        mine = [p for p in unit.parameters() if p.requires_grad and id(p) not in counted]
+        counted.update(id(p) for p in mine)
+        found.append(sum(p.numel() * p.element_size() for p in mine))
+    return found
 
 
 def registered() -> dict[str, type[Strategy]]:
@@ -358,21 +373,37 @@ class FSDPStrategy(Strategy):
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         self.reshard_after_forward = options.reshard_after_forward
         reshard = options.reshard_after_forward
-        full_precision: set[int] = set()
-        if dtype is not None:
-            # Batch norm keeps float32 parameters, each layer a unit of its own: cast to bf16 beside its float32
-            # running statistics it fails on CPU ("expected scalar type BFloat16 but found Float", resnet18),
-            # and in half precision its statistics lose the small updates they accumulate.
-            for module in model.modules():
-                if isinstance(module, nn.modules.batchnorm._BatchNorm) and module is not model:
-                    fully_shard(module, mesh=mesh, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=reshard)
-                    full_precision.add(id(module))
-        for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
-            unit = model.get_submodule(name)
-            if id(unit) not in full_precision:
-                fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+        full_precision = {id(module) for module in self._full_precision_units(model, dtype is not None)}
+        for unit in self.unit_modules(model, config)[:-1]:
+            unit_policy = MixedPrecisionPolicy() if id(unit) in full_precision else policy
+            fully_shard(unit, mesh=mesh, mp_policy=unit_policy, reshard_after_forward=reshard)
         # the model itself, now an FSDP module
         return cast(nn.Module, fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard))
+
+    @staticmethod
+    def _full_precision_units(model: nn.Module, mixed: bool) -> list[nn.Module]:
+        # Batch norm keeps float32 parameters, each layer a unit of its own: cast to bf16 beside its float32
+        # running statistics it fails on CPU ("expected scalar type BFloat16 but found Float", resnet18), and in
+        # half precision its statistics lose the small updates they accumulate.
+        if not mixed:
+            return []
+        return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m is not model]
+
+    def unit_modules(self, model: nn.Module, config: TrainConfig) -> list[nn.Module]:
+        """The modules :meth:`shard` passes to ``fully_shard``, in that order (a unit before the units holding it),
+        the model last: under mixed precision each batch norm layer, then the workload's blocks (none marked: each
+        direct child holding parameters) with ``fsdp_wrap: children``. The step model prices FSDP's collectives by
+        what each unit gathers (:func:`unit_bytes`)."""
+        options = config.fsdp
+        precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
+        units = self._full_precision_units(model, precision in ("bf16", "fp16"))
+        seen = {id(unit) for unit in units}
+        for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
+            unit = model.get_submodule(name)
+            if id(unit) not in seen:
+                units.append(unit)
+                seen.add(id(unit))
+        return [*units, model]
 
     def traced(
         self, model: nn.Module, config: TrainConfig, blocks: list[str], mesh: Any

@@ -42,9 +42,14 @@ from ignite_ddl.predict.projection.model import (
 __all__ = [
     "BUSY_PROBE",
     "FIT_SIZES",
+    "LARGE_UNIT",
+    "MMAP_THRESHOLD_MAX",
     "SMALL_TENSORS",
     "compute_from_run",
     "fit_alpha_beta",
+    "fsdp_collectives",
+    "fsdp_probe_model",
+    "fsdp_unit_bytes",
     "measure_allreduce",
     "measure_busy_factor",
     "measure_fsdp_factor",
@@ -61,6 +66,11 @@ BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
 # FSDP's optimizer step per parameter tensor: a stack of small linear layers (64 tensors of 32 x 32 and 32), so that
 # what Adam does per tensor on FSDP2's sharded parameters, not the bytes, is what its step takes
 SMALL_TENSORS = {"width": 32, "layers": 32}
+# glibc's largest mmap threshold on a 64-bit machine (DEFAULT_MMAP_THRESHOLD_MAX): a block above it is always mapped
+# fresh and unmapped when freed, its pages faulted in again at every use, however often it is reused
+MMAP_THRESHOLD_MAX = 32 * 2**20
+# FSDP's cost per byte for a unit above that threshold: one linear layer of this width, 35 MB of parameters
+LARGE_UNIT = {"width": 2968}
 
 
 def _grad_bytes_of_run(config: dict[str, Any]) -> int:
@@ -296,11 +306,11 @@ def probe_grad_bytes(width: int = BUSY_PROBE["width"], depth: int = BUSY_PROBE["
 
 
 def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
-    """On every rank: the probe's MLP without any wrapper and a copy under FSDP2 (each block a unit, then the root,
-    as the trainer shards it), Adam each, steps alternating between the two, then the same for a stack of
-    :data:`SMALL_TENSORS`' layers; every rank's ``{"mlp": [(seconds of a plain step, of its optimizer step, of an
-    FSDP step) per pair], "small": [(seconds of a plain optimizer step, of an FSDP one) per pair]}``, in rank
-    order."""
+    """On every rank, three models each without any wrapper and as a copy under FSDP2 (each block a unit, then the
+    root, as the trainer shards it), Adam each, steps alternating between the two: the probe's MLP, a stack of
+    :data:`SMALL_TENSORS`' layers and one :data:`LARGE_UNIT`; every rank's ``{model: [(seconds of a plain step, of
+    its optimizer step, of an FSDP step, of its optimizer step) per pair]}`` (``"mlp"``, ``"small"``,
+    ``"large"``), in rank order."""
     import copy
 
     import torch
@@ -330,26 +340,79 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
                 found.append((pair[0], pair[1], pair[2], pair[3]))
         return found
 
-    mlp = pairs_of(probe_mlp(width, depth), torch.randn(batch, width), torch.randint(0, 10, (batch,)))
-    small = SMALL_TENSORS["width"]
-    stack = nn.Sequential(*(nn.Linear(small, small) for _ in range(SMALL_TENSORS["layers"])))
-    tensors = pairs_of(stack, torch.randn(batch, small), torch.randint(0, small, (batch,)))
-    return gather_objects({"mlp": [m[:3] for m in mlp], "small": [(t[1], t[3]) for t in tensors]})
+    small, large = SMALL_TENSORS["width"], LARGE_UNIT["width"]
+    models = {"mlp": probe_mlp(width, depth), "small": fsdp_probe_model("small"), "large": fsdp_probe_model("large")}
+    widths = {"mlp": width, "small": small, "large": large}
+    return gather_objects(
+        {
+            name: pairs_of(model, torch.randn(batch, widths[name]), torch.randint(0, 10, (batch,)))
+            for name, model in models.items()
+        }
+    )
+
+
+def fsdp_probe_model(name: str) -> Any:
+    """The FSDP probe's models but its MLP: ``"small"``, :data:`SMALL_TENSORS`' stack of small linear layers (each a
+    unit but the last, which the root holds); ``"large"``, one linear layer of :data:`LARGE_UNIT`'s width (a unit
+    above glibc's largest mmap threshold), then 10 classes."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if name == "small":
+        small = SMALL_TENSORS["width"]
+        return nn.Sequential(*(nn.Linear(small, small) for _ in range(SMALL_TENSORS["layers"])))
+    large = LARGE_UNIT["width"]
+    return nn.Sequential(nn.Linear(large, large), nn.Linear(large, 10))
+
+
+def fsdp_unit_bytes(model: Any) -> list[int]:
+    """Bytes each FSDP unit of a probe's model gathers (each child but the last a unit, the root last), as
+    :func:`~ignite_ddl.trainer.strategies.unit_bytes` counts them."""
+    from ignite_ddl.trainer.strategies import unit_bytes
+
+    return unit_bytes([*list(model.children())[:-1], model])
+
+
+def fsdp_collectives(units: Sequence[int], reshard_after_forward: bool = True, accumulate: int = 1) -> list[int]:
+    """The bytes of every collective an optimizer step of FSDP2 makes, for units of ``units`` bytes (as
+    :func:`~ignite_ddl.trainer.strategies.unit_bytes` lists them, the root last), in ``accumulate`` micro-batches:
+    each unit holding parameters gathers them in every micro-batch's forward and again in its backward (but the
+    root, which FSDP2 keeps gathered after forward, and every unit with ``reshard_after_forward`` off), and
+    reduce-scatters its gradients once."""
+    held = [b for b in units[:-1] if b] + ([units[-1]] if units and units[-1] else [])
+    again = [b for b in units[:-1] if b] if reshard_after_forward else []
+    return [*held, *again] * accumulate + held
+
+
+def _no_optimizer(pairs: Sequence[Sequence[float]]) -> float:
+    """The median pair's FSDP step less the plain step, both without their optimizer steps (seconds)."""
+    return statistics.median(
+        (fsdp - fsdp_optimizer) - (plain - optimizer) for plain, optimizer, fsdp, fsdp_optimizer in pairs
+    )
 
 
 def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) -> dict[str, float]:
     """How much more FSDP2's gathers and reduce-scatters cost a training step on CPU ranks sharing this machine's
-    cores than ``link`` says they cost alone: ``nproc`` gloo processes train :data:`BUSY_PROBE`'s MLP plain and
-    under FSDP2 (4 units and the root) in alternating steps; the factor is the median pair's difference (the
-    slowest rank's; the plain step's optimizer counted as FSDP's shard of it, 1 / nproc) over the step's two
-    all-gathers and reduce-scatter of the parameters' bytes at ``link``. It takes in what the collectives alone
-    leave out: FSDP2's copies into and out of its flat buffers and its hooks around every unit, and gloo's
-    reduce-scatter, which it makes of an all-reduce. In the same processes, a stack of
-    :data:`SMALL_TENSORS`' small layers plain and under FSDP2 measures what FSDP2's optimizer step costs per
-    parameter tensor beyond a 1/nproc share of the plain step's (``optimizer_per_tensor_s``: Adam on sharded
-    parameters (DTensors) pays a dispatch per tensor and operation; measured on 2 gloo processes here, 0.16-0.28 ms
-    a tensor, so that a model of 40 small tensors steps its shard slower than the whole). Returns the factor with
-    what it was computed from."""
+    cores than ``link`` says they cost alone. ``nproc`` gloo processes train three models plain and under FSDP2 in
+    alternating steps, and each model's median pair's difference (the slowest rank's, the optimizer steps left
+    out) is what its collectives cost (:func:`fsdp_collectives`: a gather per unit in forward and in backward and
+    a reduce-scatter, each unit's bytes):
+
+    - ``collective_s``, a collective's own cost whatever its bytes: a stack of :data:`SMALL_TENSORS`' small layers
+      (32 units of a few KB), its difference over its 95 collectives (FSDP2's hooks around every unit, its copies
+      into and out of its flat buffers, gloo's latency beside the compute; about 1.7 ms here);
+    - ``factor``, what a byte costs beyond that, as a multiple of its time at ``link`` (the ring's bandwidth term):
+      :data:`BUSY_PROBE`'s MLP (4 units of 4 MiB and the root);
+    - ``large_factor``, the same for a unit above glibc's largest mmap threshold (32 MiB): one :data:`LARGE_UNIT`.
+      Its gathered parameters and its gradients are mapped fresh and faulted in at every collective, so a byte there
+      costs about twice as much (measured here: 136 ms for a unit of 31 MB, 285 ms for one of 35 MB).
+
+    In the same processes the stack's optimizer steps measure what FSDP2's optimizer step costs per parameter
+    tensor beyond a 1/nproc share of the plain step's (``optimizer_per_tensor_s``: Adam on sharded parameters
+    (DTensors) pays a dispatch per tensor and operation; measured on 2 gloo processes here, 0.16-0.28 ms a tensor,
+    so that a model of 40 small tensors steps its shard slower than the whole). Returns the figures with what
+    they were computed from."""
     from ignite_ddl.launcher.settings import LaunchSettings
     from ignite_ddl.launcher.spawn import launch
 
@@ -357,22 +420,35 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
     # slowest rank, per figure
-    pairs = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r["mlp"] for r in per_rank))]
-    small = [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r["small"] for r in per_rank))]
+    pairs = {
+        name: [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r[name] for r in per_rank))]
+        for name in per_rank[0]
+    }
     tensors = 2 * SMALL_TENSORS["layers"]
     # what a sharded optimizer step takes beyond its 1/nproc share of the plain one, per parameter tensor
-    per_tensor = statistics.median((fsdp - plain / nproc) / tensors for plain, fsdp in small)
-    extra = statistics.median(fsdp - (step - optimizer * (nproc - 1) / nproc) for step, optimizer, fsdp in pairs)
-    grad_bytes = probe_grad_bytes()
-    one_pass = (nproc - 1) * link.alpha_s + (nproc - 1) / nproc * grad_bytes / link.beta_Bps
+    per_tensor = statistics.median((fsdp - plain / nproc) / tensors for _, plain, _, fsdp in pairs["small"])
+
+    def bandwidth_s(nbytes: float) -> float:  # a collective's bytes over the ring, without its latency
+        return (nproc - 1) / nproc * nbytes / link.beta_Bps
+
+    small = fsdp_collectives(fsdp_unit_bytes(fsdp_probe_model("small")))
+    collective_s = max(_no_optimizer(pairs["small"]), 0.0) / len(small)
+    mlp = fsdp_collectives(fsdp_unit_bytes(probe_mlp(p["width"], p["depth"])))
+    extra = _no_optimizer(pairs["mlp"]) - collective_s * len(mlp)
     if extra <= 0:
-        raise ValueError("FSDP's steps were not slower than the plain steps")
+        raise ValueError("FSDP's steps were not slower than the plain steps by more than its collectives' latency")
+    factor = extra / sum(bandwidth_s(b) for b in mlp)
+    large = fsdp_collectives(fsdp_unit_bytes(fsdp_probe_model("large")))
+    above = [b for b in large if b > MMAP_THRESHOLD_MAX]
+    below = sum(factor * bandwidth_s(b) for b in large if b <= MMAP_THRESHOLD_MAX)
+    large_extra = _no_optimizer(pairs["large"]) - collective_s * len(large) - below
     return {
-        "factor": extra / (3 * one_pass),
-        "fsdp_s": statistics.median(f for _, _, f in pairs),
-        "plain_s": statistics.median(s for s, _, _ in pairs),
-        "collectives_s": 3 * one_pass,
-        "grad_bytes": grad_bytes,
+        "factor": factor,
+        "large_factor": max(large_extra, 0.0) / sum(bandwidth_s(b) for b in above),
+        "collective_s": collective_s,
+        "fsdp_s": statistics.median(pair[2] for pair in pairs["mlp"]),
+        "plain_s": statistics.median(pair[0] for pair in pairs["mlp"]),
+        "grad_bytes": probe_grad_bytes(),
         "optimizer_per_tensor_s": max(per_tensor, 0.0),
         "optimizer_tensors": tensors,
     }
