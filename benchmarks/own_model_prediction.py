@@ -12,7 +12,11 @@ measured one (global batch / median samples per second); the errors are (predict
 Usage:
     python benchmarks/own_model_prediction.py --output-dir runs/own_model_prediction [--repeats 3]
     python benchmarks/own_model_prediction.py --from runs/own_model_prediction \
-        --json docs/data/own_model_prediction.json
+        --json docs/data/own_model_prediction.json [--against runs/earlier_run ...]
+
+The step time measured on a shared CPU moves between runs of the benchmark: ``--against`` earlier runs' folders (the
+latest first) says how far each configuration's measured step moved from the latest's, and the step error over all
+the runs' predictions together.
 
 Nothing is downloaded: timm and transformers build their models with random weights (the Hub offline).
 """
@@ -23,6 +27,7 @@ import argparse
 import json
 import os
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,20 +113,50 @@ def summarise_model(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def summarise(out: Path) -> dict[str, Any]:
+def summarise(out: Path, against: Sequence[Path] = ()) -> dict[str, Any]:
+    """The table and its goals for the sweeps in ``out``; with ``against`` (earlier runs of this benchmark, the
+    latest first), how far each configuration's measured step moved from the latest's (the measurement's own
+    reproducibility, which bounds how close any prediction can be shown to come), and the step error over all the
+    runs' predictions together."""
     rows = [
         {"model": model, **row} for model in MODELS if (out / model).is_dir() for row in summarise_model(out / model)
     ]
     memory = [abs(r["memory_error"]) for r in rows if r["memory_error"] is not None and r["strategy"] != "fsdp"]
     steps = [abs(r["step_error"]) for r in rows if r["step_error"] is not None]
     host = next((read_json(out / m / "sweep.json").get("host") for m in MODELS if (out / m).is_dir()), None)
-    return {
+    result = {
         "rows": rows,
         "memory_within_goal": f"{sum(e <= MEMORY_GOAL for e in memory)} of {len(memory)} (one process and DDP)",
         "step_median_abs_error": statistics.median(steps) if steps else None,
         "step_predictions": len(steps),
         "host": host,
     }
+    if against:
+        others = [summarise(other)["rows"] for other in against]
+        result["reproducibility"] = reproducibility(rows, others[0])
+        pooled = steps + [abs(r["step_error"]) for earlier in others for r in earlier if r["step_error"] is not None]
+        result["pooled"] = {
+            "runs": 1 + len(others),
+            "predictions": len(pooled),
+            "step_median_abs_error": statistics.median(pooled),
+        }
+    return result
+
+
+def reproducibility(rows: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each predicted configuration's measured step in ``rows`` against the same configuration's in ``other`` (another
+    run of the benchmark): the change, and the median of its size."""
+    key = ("model", "nproc", "strategy")
+    before = {tuple(r[k] for k in key): r["step_measured_ms"] for r in other}
+    changes = [
+        {**{k: r[k] for k in key}, "step_ms": r["step_measured_ms"], "other_ms": before[tuple(r[k] for k in key)]}
+        for r in rows
+        if r["step_predicted_ms"] and r["step_measured_ms"] and before.get(tuple(r[k] for k in key))
+    ]
+    for change in changes:
+        change["change"] = change["step_ms"] / change["other_ms"] - 1
+    sizes = [abs(c["change"]) for c in changes]
+    return {"rows": changes, "median_abs_change": statistics.median(sizes) if sizes else None}
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -150,6 +185,16 @@ def show(result: dict[str, Any]) -> None:
         f"step time: median |error| {_cell(median and 100 * median, '.1f')}% over {result['step_predictions']} "
         f"predicted configuration(s) (goal <= {STEP_GOAL:.0%})"
     )
+    again = result.get("reproducibility")
+    if again:
+        moved = ", ".join(f"{c['model']} {c['strategy']} {100 * c['change']:+.1f}%" for c in again["rows"])
+        median = again["median_abs_change"]
+        print(f"measured step against the other run: {moved}; median |change| {_cell(median and 100 * median, '.1f')}%")
+        pooled = result["pooled"]
+        print(
+            f"step time over {pooled['runs']} runs: median |error| {100 * pooled['step_median_abs_error']:.1f}% over "
+            f"{pooled['predictions']} predictions"
+        )
 
 
 def main() -> None:
@@ -160,6 +205,14 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="continue sweeps cut short")
     parser.add_argument("--from", dest="done", metavar="DIR", help="only summarise the sweeps in DIR")
     parser.add_argument("--json", type=Path, help="also write the result as JSON")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="earlier runs' sweeps, the latest first: how far each measured step moved, and the error over all runs",
+    )
     args = parser.parse_args()
     models = args.models.split(",")
     unknown = sorted(set(models) - set(MODELS))
@@ -171,7 +224,7 @@ def main() -> None:
         os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # nothing downloaded, ever
         for model in models:
             sweep(parse_spec(spec_for(model, out / model, args.repeats)), resume=args.resume)
-    result = summarise(out)
+    result = summarise(out, args.against)
     show(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
