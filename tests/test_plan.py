@@ -844,3 +844,8 @@ def test_the_docs_table_of_a_users_models_is_the_benchmarks_json():
             cells += f" | {row['step_predicted_ms']:.1f} / {row['step_measured_ms']:.1f}"
             cells += f" | {100 * row['step_error']:+.1f} % |".replace("-", "−")
         assert cells.replace("+", "") in doc, cells
+    # the goal is judged over the runs together, beside how far the measured steps moved between runs
+    pooled, moved = data["pooled"], data["reproducibility"]["median_abs_change"]
+    prose = " ".join(doc.split())
+    assert f"{100 * pooled['step_median_abs_error']:.1f} % over their {pooled['predictions']} predictions" in prose
+    assert f"median {100 * moved:.1f} % from the run before" in prose
