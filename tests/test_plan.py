@@ -487,6 +487,24 @@ def test_the_plan_counts_what_each_fsdp_unit_gathers():
 
 
 @pytest.mark.distributed
+def test_a_busy_factor_an_earlier_probe_kept_is_measured_again(tmp_path):
+    """plan/link.json keeps the busy factors across sweeps of one output folder; an entry written by an earlier
+    revision of its probe (no revision, or another) means something else and is measured again, on real ranks; the
+    current revision's is read as kept."""
+    from ignite_ddl.predict.projection.inputs import PROBE_REVISIONS
+    from ignite_ddl.sweep.forecast import _Cache, measured_busy
+
+    link = Link("made up", 1e-4, 1e9, "test")
+    said: list[str] = []
+    _Cache(tmp_path / "plan", "link").put("busy-gloo-2", {"factor": 99.0, "revision": PROBE_REVISIONS["ddp"]})
+    assert measured_busy(tmp_path, link, False, said.append).ddp == 99.0 and not said
+    _Cache(tmp_path / "plan", "link").put("busy-gloo-2", {"factor": 99.0})  # before revisions were kept
+    again = measured_busy(tmp_path, link, False, said.append).ddp
+    assert again is not None and again != 99.0 and any("measuring DDP's step" in line for line in said), said
+    assert read_json(tmp_path / "plan" / "link.json")["entries"]["busy-gloo-2"]["revision"] == PROBE_REVISIONS["ddp"]
+
+
+@pytest.mark.distributed
 def test_the_busy_factor_is_measured_on_real_ddp_ranks():
     """The probe trains its MLP under DDP on 2 real gloo processes, steps with and without the all-reduce
     alternating: the DDP steps are the slower, and the factor is their difference over the all-reduce of its

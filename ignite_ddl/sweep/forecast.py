@@ -370,18 +370,20 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     (``measure_fsdp_factor``), 2 gloo processes each, measured once and kept in ``plan/link.json``; a factor that
     could not be measured is None (said)."""
     from ignite_ddl.predict.projection import measure_busy_factor, measure_fsdp_factor
+    from ignite_ddl.predict.projection.inputs import PROBE_REVISIONS
     from ignite_ddl.predict.steptime import Busy
 
     folder = Path(out) / "plan"
     cache = _Cache(folder, "link")
-    probes = {"busy-gloo-2": ("DDP's", measure_busy_factor)}
+    probes = {"busy-gloo-2": ("DDP's", "ddp", measure_busy_factor)}
     if fsdp:
-        probes["fsdp-busy-gloo-2"] = ("FSDP's", measure_fsdp_factor)
+        probes["fsdp-busy-gloo-2"] = ("FSDP's", "fsdp", measure_fsdp_factor)
     factors: dict[str, float | None] = {}
     kept: dict[str, dict[str, Any]] = {}
-    for key, (whose, measure) in probes.items():
+    for key, (whose, kind, measure) in probes.items():
         entry = cache.get(key)
-        if not isinstance(entry, dict) or (key.startswith("fsdp") and "collective_s" not in entry):
+        # an entry an earlier revision of the probe wrote means something else: measured again
+        if not isinstance(entry, dict) or entry.get("revision") != PROBE_REVISIONS[kind]:
             progress(f"plan: measuring {whose} step beside the cores' compute (2 gloo processes), for the step model")
             try:
                 entry = measure(link, 2, log_dir=str(folder / "link-logs"))

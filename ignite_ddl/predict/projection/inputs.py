@@ -44,6 +44,7 @@ __all__ = [
     "FIT_SIZES",
     "LARGE_UNIT",
     "MMAP_THRESHOLD_MAX",
+    "PROBE_REVISIONS",
     "SMALL_TENSORS",
     "compute_from_run",
     "fit_alpha_beta",
@@ -66,6 +67,9 @@ BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
 # FSDP's optimizer step per parameter tensor: a stack of small linear layers (64 tensors of 32 x 32 and 32), so that
 # what Adam does per tensor on FSDP2's sharded parameters, not the bytes, is what its step takes
 SMALL_TENSORS = {"width": 32, "layers": 32}
+# What each busy probe measures, revised when that changes: a figure kept in an output folder by an earlier revision
+# (plan/link.json) is measured again rather than read with another meaning (FSDP's 3: its collectives priced by unit).
+PROBE_REVISIONS = {"ddp": 1, "fsdp": 3}
 # glibc's largest mmap threshold on a 64-bit machine (DEFAULT_MMAP_THRESHOLD_MAX): a block above it is always mapped
 # fresh and unmapped when freed, its pages faulted in again at every use, however often it is reused
 MMAP_THRESHOLD_MAX = 32 * 2**20
@@ -443,6 +447,7 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     below = sum(factor * bandwidth_s(b) for b in large if b <= MMAP_THRESHOLD_MAX)
     large_extra = _no_optimizer(pairs["large"]) - collective_s * len(large) - below
     return {
+        "revision": PROBE_REVISIONS["fsdp"],
         "factor": factor,
         "large_factor": max(large_extra, 0.0) / sum(bandwidth_s(b) for b in above),
         "collective_s": collective_s,
@@ -476,7 +481,14 @@ def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     alone = ring_allreduce_s(grad_bytes, nproc, link)
     if extra <= 0:
         raise ValueError(f"DDP's steps ({ddp * 1e3:.1f} ms) were not slower than the steps without it")
-    return {"factor": extra / alone, "ddp_s": ddp, "no_comm_s": plain, "allreduce_s": alone, "grad_bytes": grad_bytes}
+    return {
+        "revision": PROBE_REVISIONS["ddp"],
+        "factor": extra / alone,
+        "ddp_s": ddp,
+        "no_comm_s": plain,
+        "allreduce_s": alone,
+        "grad_bytes": grad_bytes,
+    }
 
 
 def validate_nvidia_resnet50(link: Link | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> dict[str, Any]:
