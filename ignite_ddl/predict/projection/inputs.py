@@ -372,10 +372,15 @@ def fsdp_probe_model(name: str) -> Any:
 
 def fsdp_unit_bytes(model: Any) -> list[int]:
     """Bytes each FSDP unit of a probe's model gathers (each child but the last a unit, the root last), as
-    :func:`~ignite_ddl.trainer.strategies.unit_bytes` counts them."""
+    :func:`~ignite_ddl.trainer.strategies.unit_bytes` counts them; ``model`` a callable building it, called on the
+    meta device (nothing allocated)."""
+    import torch
+
     from ignite_ddl.trainer.strategies import unit_bytes
 
-    return unit_bytes([*list(model.children())[:-1], model])
+    with torch.device("meta"):
+        built = model()
+    return unit_bytes([*list(built.children())[:-1], built])
 
 
 def fsdp_collectives(units: Sequence[int], reshard_after_forward: bool = True, accumulate: int = 1) -> list[int]:
@@ -435,14 +440,14 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     def bandwidth_s(nbytes: float) -> float:  # a collective's bytes over the ring, without its latency
         return (nproc - 1) / nproc * nbytes / link.beta_Bps
 
-    small = fsdp_collectives(fsdp_unit_bytes(fsdp_probe_model("small")))
+    small = fsdp_collectives(fsdp_unit_bytes(lambda: fsdp_probe_model("small")))
     collective_s = max(_no_optimizer(pairs["small"]), 0.0) / len(small)
-    mlp = fsdp_collectives(fsdp_unit_bytes(probe_mlp(p["width"], p["depth"])))
+    mlp = fsdp_collectives(fsdp_unit_bytes(lambda: probe_mlp(p["width"], p["depth"])))
     extra = _no_optimizer(pairs["mlp"]) - collective_s * len(mlp)
     if extra <= 0:
         raise ValueError("FSDP's steps were not slower than the plain steps by more than its collectives' latency")
     factor = extra / sum(bandwidth_s(b) for b in mlp)
-    large = fsdp_collectives(fsdp_unit_bytes(fsdp_probe_model("large")))
+    large = fsdp_collectives(fsdp_unit_bytes(lambda: fsdp_probe_model("large")))
     above = [b for b in large if b > MMAP_THRESHOLD_MAX]
     below = sum(factor * bandwidth_s(b) for b in large if b <= MMAP_THRESHOLD_MAX)
     large_extra = _no_optimizer(pairs["large"]) - collective_s * len(large) - below
