@@ -24,7 +24,7 @@ from ignite_ddl.core.results import append_record
 from ignite_ddl.core.schema import Shown, shown_figures
 from ignite_ddl.report import analyze, load, write_report
 from ignite_ddl.report.model import TABLE_ROWS
-from ignite_ddl.report.stats import mean_interval, ratio_interval, repeats_to_separate, separated
+from ignite_ddl.report.stats import mean_interval, outpaces, ratio_interval, repeats_to_separate, separated
 
 
 def record(index: int, repeat: int, rate: float, procs: int = 1, model: str = "cnn", batch: int = 64, **extra) -> dict:
@@ -671,7 +671,12 @@ def test_with_eight_configurations_a_lead_one_comparison_would_accept_is_a_tie(t
     assert separated(leader.throughput, runner_up.throughput)  # the intervals alone would name cfg000 best
     (verdict,) = analyze(records).verdicts
     assert verdict.best is None and verdict.tied == ["cfg000", "cfg001"]
-    assert "with 8 configurations compared a one-sided Welch t-test at 5 % / 7 (Bonferroni)" in verdict.reason
+    assert "with 8 configurations compared a one-sided t-test on the pooled spread at 5 % / 7 (Bonferroni)" in (
+        verdict.reason
+    )
+    # cfg000 is far noisier than the pooled spread (an F-test): it keeps its own, with its own 2 degrees of freedom
+    assert not leader.throughput.pooled and leader.throughput.df == 2
+    assert runner_up.throughput.pooled and runner_up.throughput.df == 16
     assert verdict.repeats_needed["cfg001"] is not None  # more repeats would settle it
     (pair,) = analyze([r for r in records if r["index"] < 2]).verdicts  # the same two alone: one comparison
     assert pair.best == "cfg000" and "one-sided Welch t-test at 5 %" in pair.reason
@@ -680,6 +685,19 @@ def test_with_eight_configurations_a_lead_one_comparison_would_accept_is_a_tie(t
     method = write_report(tmp_path).read_text().split("## Method")[1]
     assert "Multiple comparisons: with k configurations in a workload, the best must also be shown faster" in method
     assert "at 5 % / (k - 1) (Bonferroni" in method and "at most 5 % however many configurations" in method
+
+
+def test_a_lead_that_welch_cannot_show_among_eight_the_pooled_spread_does():
+    """Eight configurations at a 3 % spread, the leader 10 % ahead, 3 runs each: Welch's test between two (2 to 4
+    degrees of freedom) at 5 % / 7 does not show the lead; the spread pooled over the eight (16) does."""
+    rates = [[110.0 * f for f in (1.0, 1.03, 0.97)]] + [[100.0 - i, 103.0 - i, 97.0 - i] for i in range(7)]
+    leader, runner_up = rates[0], rates[1]
+    assert not outpaces(leader, runner_up, comparisons=7)
+    (verdict,) = analyze(configs(*rates)).verdicts
+    assert verdict.pooled and verdict.best == "cfg000", verdict.reason
+    assert "one-sided t-test on the pooled spread at 5 % / 7" in verdict.reason
+    alone = analyze(configs(*rates[:2])).verdicts[0]  # two configurations: each its own spread, as before
+    assert not alone.pooled
 
 
 def test_far_apart_configurations_are_still_separated_among_many():

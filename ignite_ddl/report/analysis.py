@@ -72,7 +72,7 @@ from ignite_ddl.report.reading import Reader, workload_of
 from ignite_ddl.report.recommendation import recommend
 from ignite_ddl.report.stats import CONFIDENCE, EQUIVALENCE_MARGIN, rank_correlation
 from ignite_ddl.report.values import is_number
-from ignite_ddl.report.verdicts import mark_not_judged, rule_text, verdict_of
+from ignite_ddl.report.verdicts import mark_not_judged, pool_spread, rule_text, verdict_of
 from ignite_ddl.report.verdicts import relative as relative
 
 __all__ = [
@@ -204,6 +204,8 @@ def _analysis(
     for rows in groups.values():
         judge_quality(rows, quality_margin, confidence, loss_margin)
     flags += [Flag("learns-worse", c.name, c.quality_note) for c in configs if c.learns_worse]
+    for rows in groups.values():
+        pool_spread(rows, confidence)
     verdicts = [verdict_of(name, rows, confidence, margin) for name, rows in groups.items()]
     for verdict in verdicts:
         recommend(verdict, groups[verdict.workload], limit, confidence)

@@ -328,7 +328,8 @@ class Verdict:
     provisional: bool
     runner_up: str | None = None
     difference: float | None = None  # fastest over runner-up, minus 1
-    welch_p: float | None = None  # one-sided Welch's t-test, fastest vs runner-up ("the fastest is no faster")
+    # one-sided t-test, fastest vs runner-up ("the fastest is no faster"): Welch's, or on the pooled spread (pooled)
+    welch_p: float | None = None
     repeats_needed: dict[str, int | None] = field(default_factory=dict)  # tied config -> repeats to separate it
     reason: str = ""
     unmeasured: list[str] = field(default_factory=list)  # configurations of the workload with no usable run
@@ -342,6 +343,7 @@ class Verdict:
     rule: str = ""  # the rule that chose the recommended configuration, in words
     evidence: str = ""  # the recommended configuration's figures: runs, mean, interval
     passed_over: dict[str, str] = field(default_factory=dict)  # faster configurations not recommended -> why
+    pooled: bool = False  # the intervals and tests use the workload's pooled spread (log scale), not each its own
 
     @property
     def tied_listed(self) -> list[str]:

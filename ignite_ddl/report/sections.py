@@ -56,7 +56,7 @@ def _welch_text(v: Verdict, pct: int) -> str:
     # The runner-up against the fastest, as every other line of the verdict puts a pair: one figure per pair.
     text = relative(f"{v.runner_up} (the runner-up)", 1.0, top, 1 + v.difference)
     if v.welch_p is None:
-        return text + "; Welch's t-test needs 2 runs of each"
+        return text + "; the t-test needs 2 runs of each"
     alpha = (100 - pct) / 100
     threshold = v.welch_threshold if v.welch_threshold is not None else alpha
     comparisons = round(alpha / threshold)
@@ -65,7 +65,8 @@ def _welch_text(v: Verdict, pct: int) -> str:
         against = f"the corrected threshold {threshold:.3g} ({100 - pct:g} % / {comparisons}, Bonferroni)"
     else:  # two configurations: one comparison, nothing to correct
         against = f"the threshold {threshold:.3g} (one comparison: no correction)"
-    return f"{text}; one-sided Welch's t-test p = {v.welch_p:.3g} against {against}: {significant}"
+    test = "t-test on the pooled spread" if v.pooled else "Welch's t-test"
+    return f"{text}; one-sided {test} p = {v.welch_p:.3g} against {against}: {significant}"
 
 
 def verdict_lines(analysis: Analysis) -> list[str]:

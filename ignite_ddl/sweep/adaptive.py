@@ -5,7 +5,8 @@ configurations that can still be the best of their workload, until each workload
 
 - **separated**: the fastest configuration is shown faster than every other by the report's own rule for naming a
   best (:func:`ignite_ddl.report.stats.outpaces`: its interval above the other's, and a one-sided Welch t-test at
-  5 % / (k - 1) for k configurations, corrected for the comparisons with the leader), so the sweep stops exactly
+  5 % / (k - 1) for k configurations, corrected for the comparisons with the leader; from three configurations on,
+  on the workload's pooled spread, :func:`~ignite_ddl.report.stats.pooled_estimates`), so the sweep stops exactly
   when the report can name one, and looking after every round does not let a wrong best through;
 - **equivalent**: every configuration still overlapping the fastest is shown equivalent to it within
   ``equivalence_margin`` (default 3 %) by two one-sided tests at 5 %: the 90 % interval of the ratio of their mean
@@ -48,7 +49,7 @@ from ignite_ddl.report.stats import (
     Estimate,
     equivalent,
     leads,
-    mean_interval,
+    pooled_estimates,
     repeats_to_equivalence,
     repeats_to_separate,
 )
@@ -97,7 +98,7 @@ def _settles(top: Estimate, other: Estimate, others: int, rule: AdaptiveRule) ->
 
 def _workload(samples: Mapping[int, Sequence[float]], rule: AdaptiveRule, rounds: int) -> tuple[str, list[int], int]:
     """(state, configurations needing more rounds, leader) of one workload's configurations after ``rounds``."""
-    estimates = {index: mean_interval(list(values), rule.confidence) for index, values in samples.items() if values}
+    estimates = pooled_estimates({index: list(values) for index, values in samples.items() if values}, rule.confidence)
     leader = max(estimates, key=lambda i: estimates[i].value or 0.0)
     top = estimates[leader]
     others = len(estimates) - 1  # as the verdict counts them: the configurations with a usable run
