@@ -127,6 +127,17 @@ def test_a_tie_too_noisy_to_settle_costs_only_the_minimum_and_the_report_says_wh
     assert analyze(read_results(tmp_path / "results.jsonl"), meta).verdicts[0].best is None
 
 
+def test_a_contender_out_of_reach_stays_tied_while_the_others_go_on():
+    """At a 10 % spread a near-tie with the leader (cfg1, 0.5 % behind) can be neither separated nor shown
+    equivalent in 24 rounds, but cfg2, 15 % behind, can be separated: cfg2 and the leader run again, cfg1 does not;
+    once only near-ties are left the workload stops out of reach."""
+    samples = {0: [100.0, 110, 90], 1: [99.5, 109.5, 89.5], 2: [85.0, 95, 75]}
+    decision = decide(samples, dict.fromkeys(samples, "w"), RULE, 3)
+    assert decision.outcome == {"w": "undecided"} and decision.more == [0, 2]
+    near_ties = decide({i: samples[i] for i in (0, 1)} | {2: [99.0, 109, 89]}, dict.fromkeys(range(3), "w"), RULE, 3)
+    assert near_ties.outcome == {"w": "out_of_reach"} and near_ties.done
+
+
 def test_a_budget_is_never_overrun(tmp_path):
     # Three identical configurations at 5 % spread: equivalence within 3 % needs far more runs than the budget
     # allows. Each run takes 0.2 s; the minimum is 9 runs (1.8 s); a round of 3 more runs must end within 3 s.

@@ -219,10 +219,10 @@ def adaptive_text(analysis: Analysis, state: dict[str, Any]) -> str:
         "interleaved; after each round, another round was run only for the configurations whose interval still "
         "overlapped the fastest's and that were not shown equivalent to it (two one-sided tests at 5 %, margin "
         f"±{100 * float(spec.get('equivalence_margin') or 0):g} %), at most {spec.get('max_repeats')} rounds"
-        f"{budget}, and none once the rounds left could not settle the comparison at the spread measured. The stop "
-        "uses the verdict's own rule (non-overlapping intervals, corrected for multiple comparisons), so the verdict "
-        "is no less strict for having stopped early: on 1000 simulated sweeps of 8 identical configurations (2 % "
-        "run-to-run spread) it named no false best. "
+        f"{budget}, and none for a configuration whose comparison with the fastest the rounds left could not settle "
+        "at the spread measured (it stays tied). The stop uses the verdict's own rule (non-overlapping intervals, "
+        "corrected for multiple comparisons), so the verdict is no less strict for having stopped early: on 1000 "
+        "simulated sweeps of 8 identical configurations (2 % run-to-run spread) it named a false best once. "
         f"After {state['rounds']} round(s): {ended}."
     )
 

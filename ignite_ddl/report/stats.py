@@ -203,7 +203,7 @@ def pooled_estimates(
     by an F-test at 5 %) keeps its own spread with its own ``n - 1`` degrees of freedom, and :func:`leads` combines
     two spreads by Welch-Satterthwaite. On simulated workloads of identical speed where one configuration is 4
     times noisier than the rest, this names a false best in 2.0 % (8 configurations) and 0.6 % (32) of sweeps, where
-    pooling the noisy one too gives 3.6 and 4.5 %; adaptive repeats looking after every round, 2.7 % (8)
+    pooling the noisy one too gives 3.6 and 4.5 %; adaptive repeats looking after every round, 3.3 % (8)
     (``tests/test_stats.py``).
 
     The interval is ``exp(mean log ± t * s / sqrt(n))``; the value stays the runs' mean. ``own_spread_level=None``

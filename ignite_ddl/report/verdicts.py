@@ -68,7 +68,7 @@ POOLED = (
     "a leader among many would have to be some 30 standard errors ahead. A configuration whose own spread is larger "
     "than the pooled one (an F-test at 5 %) keeps its own, and two spreads are combined by Welch-Satterthwaite; on "
     "simulated workloads of identical speed, one configuration 4 times noisier than the rest, this named a false "
-    "best in 2.0 % of sweeps of 8 configurations and 0.6 % of 32 (2.7 % of 8 with adaptive repeats)."
+    "best in 2.0 % of sweeps of 8 configurations and 0.6 % of 32 (3.3 % of 8 with adaptive repeats)."
 )
 COMPARABLE = (
     "Runs are compared only when they share torch, Ignite and CUDA versions, CPU or GPU model, CPU cores and "
