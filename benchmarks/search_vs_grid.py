@@ -22,7 +22,7 @@ that the benchmark runs (its JSON goes to ``--json`` only when given), not a mea
 On a shared machine every run is measured beside other processes: ``--shared`` sets ``contention_threshold: 1``
 (no run is set aside as contended) and ``on_busy: run``, and the table says the figures are contended.
 
-Usage: python benchmarks/search_vs_grid.py [--seeds 3] [--share 0.2] [--max-repeats 6] [--quick] [--shared]
+Usage: python benchmarks/search_vs_grid.py [--seeds 3] [--share 0.2] [--max-repeats 15] [--quick] [--shared]
        [--out DIR] [--json docs/data/search_vs_grid.json]
 """
 
@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument(
         "--share", type=float, default=0.2, help="each search's budget_s: this share of the grid's time"
     )
-    parser.add_argument("--max-repeats", type=int, default=6, help="adaptive repeats' most rounds (default 6)")
+    parser.add_argument("--max-repeats", type=int, default=15, help="adaptive repeats' most rounds (default 15)")
     parser.add_argument("--quick", action="store_true", help="8 configurations, a few steps a run, one seed")
     parser.add_argument("--shared", action="store_true", help="a shared machine: measure every run, flag the table")
     parser.add_argument("--out", type=Path, default=None, help="keep the sweeps here (default: a temporary folder)")
