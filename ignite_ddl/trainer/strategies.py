@@ -368,8 +368,7 @@ class FSDPStrategy(Strategy):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         options = config.fsdp
-        precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        dtype = self._param_dtype(config)
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
         self.reshard_after_forward = options.reshard_after_forward
         reshard = options.reshard_after_forward
@@ -379,6 +378,14 @@ class FSDPStrategy(Strategy):
             fully_shard(unit, mesh=mesh, mp_policy=unit_policy, reshard_after_forward=reshard)
         # the model itself, now an FSDP module
         return cast(nn.Module, fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard))
+
+    @staticmethod
+    def _param_dtype(config: TrainConfig) -> torch.dtype | None:
+        """The dtype the units compute in under mixed precision (``fsdp_mixed_precision``, ``auto``: ``--amp``'s),
+        None without."""
+        options = config.fsdp
+        precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
     @staticmethod
     def _full_precision_units(model: nn.Module, mixed: bool) -> list[nn.Module]:
@@ -395,8 +402,7 @@ class FSDPStrategy(Strategy):
         direct child holding parameters) with ``fsdp_wrap: children``. The step model prices FSDP's collectives by
         what each unit gathers (:func:`unit_bytes`)."""
         options = config.fsdp
-        precision = config.amp if options.fsdp_mixed_precision == "auto" else options.fsdp_mixed_precision
-        units = self._full_precision_units(model, precision in ("bf16", "fp16"))
+        units = self._full_precision_units(model, self._param_dtype(config) is not None)
         seen = {id(unit) for unit in units}
         for name in self._unit_names(model) if options.fsdp_wrap == "children" else []:
             unit = model.get_submodule(name)
