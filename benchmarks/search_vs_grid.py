@@ -15,7 +15,7 @@ tied with it) and ``regret`` (how much slower that pick ran than the grid's best
 share of the best's samples/s).
 
 The goal: every guided seed finds the grid's best or a tie of it in at most 20 % of the grid's machine time; plain
-TPE is reported beside it, whatever it gives. The whole benchmark took 44 minutes on 2 cores (the grid 23): run it
+TPE is reported beside it, whatever it gives. The whole benchmark took 58 minutes on 2 cores (the grid 32): run it
 on a quiet machine. ``--quick`` cuts the space to 8 configurations and the runs to a few steps, one seed: a check
 that the benchmark runs (its JSON goes to ``--json`` only when given), not a measurement.
 
