@@ -54,3 +54,20 @@ class Simulated:
             "contention": {"foreign_cpu_share": 0.0},
         }
         return dict(record)
+
+
+def adaptive_outcome(draw: Callable[[int], float], configurations: int, rule: Any) -> str:
+    """One simulated adaptive sweep of one workload: ``min_repeats`` runs of each configuration drawn by ``draw``
+    (its index -> a samples/s), then a round for those :func:`~ignite_ddl.sweep.adaptive.decide` asks for, until it
+    stops; how the workload ended."""
+    from ignite_ddl.sweep.adaptive import decide
+
+    samples = {i: [draw(i) for _ in range(rule.min_repeats)] for i in range(configurations)}
+    rounds = rule.min_repeats
+    while True:
+        decision = decide(samples, dict.fromkeys(samples, "w"), rule, rounds)
+        if decision.done:
+            return decision.outcome["w"]
+        for i in decision.more:
+            samples[i].append(draw(i))
+        rounds += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SMALL_SWEEP, run_cli
-from simulated import Simulated
+from simulated import Simulated, adaptive_outcome
 
 from ignite_ddl.core.jsonfiles import read_json
 from ignite_ddl.core.results import read_results
@@ -153,18 +153,7 @@ def test_a_a_sweeps_rarely_name_a_false_best():
     must do so in at most 5 % of them (the report's rule needs the best's interval above all 7 others')."""
     rule = AdaptiveRule(min_repeats=3, max_repeats=15, margin=0.03)
     rng = random.Random(1)
-    false_best = 0
-    for _ in range(1000):
-        samples: dict[int, list[float]] = {i: [rng.gauss(100, 2) for _ in range(3)] for i in range(8)}
-        rounds = 3
-        while True:
-            decision = decide(samples, dict.fromkeys(samples, "w"), rule, rounds)
-            if decision.done:
-                break
-            for i in decision.more:
-                samples[i].append(rng.gauss(100, 2))
-            rounds += 1
-        false_best += decision.outcome["w"] == "separated"
+    false_best = sum(adaptive_outcome(lambda i: rng.gauss(100, 2), 8, rule) == "separated" for _ in range(1000))
     assert false_best <= 50, false_best
 
 

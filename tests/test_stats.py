@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from simulated import adaptive_outcome
 
 from ignite_ddl.report.stats import (
     POOL_FROM,
@@ -16,7 +17,7 @@ from ignite_ddl.report.stats import (
     pooled_estimates,
     repeats_to_separate,
 )
-from ignite_ddl.sweep.adaptive import AdaptiveRule, decide
+from ignite_ddl.sweep.adaptive import AdaptiveRule
 
 
 def _named_best(samples: dict[int, list[float]], level: float | None) -> int | None:
@@ -93,16 +94,7 @@ def test_adaptive_repeats_on_unequal_spreads_rarely_stop_on_a_false_best():
     rule = AdaptiveRule(min_repeats=3, max_repeats=15, margin=0.03)
     rng = random.Random(1)
     spreads = _one_noisy(8)
-    false_best = 0
-    for _ in range(300):
-        samples = {i: [100 * math.exp(rng.gauss(0, spreads[i])) for _ in range(3)] for i in range(8)}
-        rounds = 3
-        while True:
-            decision = decide(samples, dict.fromkeys(samples, "w"), rule, rounds)
-            if decision.done:
-                break
-            for i in decision.more:
-                samples[i].append(100 * math.exp(rng.gauss(0, spreads[i])))
-            rounds += 1
-        false_best += decision.outcome["w"] == "separated"
+    false_best = sum(
+        adaptive_outcome(lambda i: 100 * math.exp(rng.gauss(0, spreads[i])), 8, rule) == "separated" for _ in range(300)
+    )
     assert false_best <= 15, false_best
