@@ -289,6 +289,31 @@ def test_a_resumed_sweep_removes_the_temporary_folders_a_kill_left(tmp_path, mon
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def test_a_process_started_elsewhere_makes_a_scratch_folder_of_its_own(tmp_path, monkeypatch):
+    """Also found: a SLURM job inherited the sweep's scratch folder with the sweep's environment and wrote there, so it
+    failed ("inductor-...: No such file or directory") when a sweep resumed after a kill removed the folder the kill
+    left while the job still ran; on another node that folder does not exist at all. A job drops what it inherited
+    and makes a folder of its own, in the temporary folder the sweep's was made in."""
+    from ignite_ddl.launcher.scratch import scratch_folder
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    job = (
+        "import os\n"
+        "from ignite_ddl.launcher.scratch import drop_inherited, scratch_folder\n"
+        "drop_inherited()\n"
+        "with scratch_folder() as folder:\n"
+        "    print(folder, os.environ['TORCHINDUCTOR_CACHE_DIR'], sep='\\n')\n"
+    )
+    with scratch_folder() as sweeps:
+        shutil.rmtree(sweeps)  # gone, as on another node
+        shown = subprocess.run([sys.executable, "-c", job], capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        folder, cache = shown.stdout.split()
+        assert folder != sweeps and Path(folder).parent == tmp_path and not Path(folder).exists()  # removed at its end
+        assert Path(cache).parent == Path(folder)
+
+
 def test_only_a_dead_sessions_own_temporary_folders_are_removed(tmp_path, monkeypatch):
     """sweep.json is the user's to edit: a folder named there is removed only if it lies in the temporary folder,
     is named as a scratch or multiprocessing folder, is no link, and its process is gone."""

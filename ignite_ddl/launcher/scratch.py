@@ -19,6 +19,9 @@ A process killed outright (SIGKILL) removes neither. A command that can be resum
 :func:`left_if_killed` names (a sweep, in its ``sweep.json``), and its next session removes what is still there
 with :func:`remove_left_behind`, once the process that made them is gone.
 
+A process started elsewhere by one inside a scratch folder (a SLURM job, which inherits the environment of the sweep
+that submitted it) calls :func:`drop_inherited` first, so that it makes a folder of its own where it runs.
+
 Example:
     >>> import os, tempfile
     >>> with scratch_folder() as folder:
@@ -45,7 +48,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["left_if_killed", "remove_left_behind", "scratch_folder"]
+__all__ = ["drop_inherited", "left_if_killed", "remove_left_behind", "scratch_folder"]
 
 _MARK = "IGNITE_DDL_SCRATCH"  # the scratch folder $TMPDIR points to, while one does
 _OUTSIDE = "IGNITE_DDL_TMPDIR_OUTSIDE"  # the temporary folder the outermost scratch folder was made in
@@ -109,6 +112,28 @@ def scratch_folder(prefix: str = _PREFIX) -> Iterator[str]:
             else:
                 os.environ[name] = value
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def drop_inherited() -> None:
+    """Forget a scratch folder this process inherited from one that started it elsewhere: $TMPDIR back to where that
+    folder was made, and that folder's Inductor cache forgotten, so that :func:`scratch_folder` makes one of its own.
+
+    A SLURM job inherits the environment of the sweep that submitted it (sbatch exports it all), the sweep's scratch
+    folder included: on another node that folder does not exist, and on the sweep's own node it goes while the job
+    still writes there (when the sweep ends, or when a sweep resumed after a kill removes what the kill left)."""
+    inherited = os.environ.pop(_MARK, None)
+    outside = os.environ.pop(_OUTSIDE, None)
+    if not inherited:
+        return
+    if os.environ.get("TMPDIR") == inherited:
+        if outside:
+            os.environ["TMPDIR"] = outside
+        else:
+            os.environ.pop("TMPDIR")
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    if cache == inherited or cache.startswith(inherited + os.sep):
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
+    tempfile.tempdir = None  # found again from $TMPDIR at the next use
 
 
 def left_if_killed() -> list[str]:

@@ -163,8 +163,10 @@ class JobExit(Exception):
 def run_job(config: dict[str, Any]) -> int:
     """What a job runs, on every task: ``ignite-ddl train`` with ``config``; 0, or :class:`JobExit` with the
     status."""
+    from ignite_ddl.launcher.scratch import drop_inherited
     from ignite_ddl.trainer.run import train_command
 
+    drop_inherited()  # the sweep's scratch folder is not this node's, and goes when the sweep ends
     code = run_command(lambda: train_command(TrainConfig.from_dict(config)))
     if code != 0:
         raise JobExit(code)
