@@ -35,14 +35,16 @@ __all__ = [
 
 RULE = (
     "Each configuration's throughput is the mean over its repeats (a run is one sample: steps within a run are not "
-    "independent) with a {pct} % Student-t confidence interval. Speed-up = mean throughput / the mean of the same "
+    "independent) with a {pct} % Student-t confidence interval, from its own runs' spread (or a pooled one: see Pooled "
+    "spread below). Speed-up = mean throughput / the mean of the same "
     "configuration with one process; its interval comes from the delta method on the log of the ratio with "
     "Welch-Satterthwaite degrees of freedom; efficiency = speed-up / processes. Verdict: within a workload, a "
     "configuration is named best only when its interval lies entirely above every other configuration's "
     "(non-overlapping intervals; conservative: between identical configurations it names a false winner in about 0.5 % "
     "of sweeps, where a t-test at the same level would in 3 to 5 %). Otherwise the configurations whose intervals "
-    "overlap the fastest one's are reported as statistically tied. The one-sided Welch's t-test p-value (fastest vs "
-    "runner-up) is shown beside the corrected threshold it is judged by. Only configurations judged take part: one "
+    "overlap the fastest one's are reported as statistically tied. The one-sided t-test p-value (fastest vs "
+    "runner-up; Welch's, or on the pooled spread) is shown beside the corrected threshold it is judged by. Only "
+    "configurations judged take part: one "
     "with fewer usable runs than min_repeats, most of whose runs never settled, a run with no iteration measured after "
     "warm-up, or a counted run that was contended is listed as not judged, with why, and is never best nor "
     "recommended. Quality: each configuration's validation accuracy after its last epoch is compared with its "
@@ -55,7 +57,7 @@ RULE = (
 )
 MULTIPLE_COMPARISONS = (
     "Multiple comparisons: with k configurations in a workload, the best must also be shown faster than each of the "
-    "other k - 1 by a one-sided Welch t-test at {alpha:g} % / (k - 1) (Bonferroni over the comparisons with the "
+    "other k - 1 by a one-sided t-test at {alpha:g} % / (k - 1) (Bonferroni over the comparisons with the "
     "leader: simultaneous one-sided bounds), so the chance of naming a wrong best stays at most {alpha:g} % however "
     "many configurations are compared (non-overlapping intervals alone let it grow with k); a configuration not "
     "shown slower that way stays tied with the fastest. Equivalence needs every tied configuration shown within the "
