@@ -31,7 +31,9 @@ threshold (up to 32 MiB) as large blocks are freed and from then on serves them 
 stay resident; an FSDP rank gathers, frees and re-gathers its units and gradients on every micro-batch, and the holes
 this leaves in the main thread's heap keep its resident set well above its tensors through every steady step (not
 only after warm-up: releasing them once then does not last). That is not predicted: an FSDP rank on CPU says so in
-``unpredicted``, and docs/plan.md states how far its resident peak was from the prediction. A fixed threshold
+``unpredicted``, and docs/plan.md states how far its resident peak was from the prediction. The activations a step
+frees stay in the heap alike (0.55-0.9 times a GPT's beyond its traced peak): a CPU rank whose activations are a tenth
+of its peak or more says so too. A fixed threshold
 (``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
 the suite leaves glibc's default.
 
@@ -116,6 +118,14 @@ _HEAP_NOTE = (
     "the C allocator's heap kept beside FSDP's freed gathered units and gradients (glibc, CPU): the resident peak "
     "may be well above this figure (docs/plan.md)"
 )
+# On a CPU rank whose step is mostly activations, glibc's heap keeps much of what the step frees (docs/plan.md).
+_ACTIVATION_HEAP_NOTE = (
+    "the C allocator's heap kept beside the activations each step frees (glibc, CPU): the resident peak was 11-25 % "
+    "above this figure for GPTs with activations a tenth of it or more (docs/plan.md)"
+)
+# Said where the activations are at least this share of the peak: glibc was measured keeping 0.55-0.9 times a GPT's
+# activations beyond its traced peak (1.8 with checkpointing), so from a tenth on that is 5 % of the peak or more.
+_ACTIVATION_HEAP_SHARE = 0.10
 _TRACED_STEPS = 2  # the second step is the steady one: optimizer state exists, last step's gradients are freed
 
 # The trackers' categories (their enum values), grouped into the parts shown.
@@ -582,9 +592,21 @@ def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     parts["libraries"] = libraries_bytes or 0
+    if _heap_keeps_activations(parts, runtime_bytes, cuda, info):
+        unpredicted.append(_ACTIVATION_HEAP_NOTE)
     if runtime_bytes is None:
         return Prediction(
             parts, "cannot predict: the runtime's own memory was not measured", tuple(unpredicted), method
         )
     parts["runtime"] = runtime_bytes
     return Prediction(parts, None, tuple(unpredicted), method)
+
+
+def _heap_keeps_activations(parts: dict[str, int], runtime_bytes: int | None, cuda: bool, info: StrategyInfo) -> bool:
+    """Whether glibc's heap may keep enough of the activations a CPU rank frees each step to matter: activations at
+    least :data:`_ACTIVATION_HEAP_SHARE` of the peak (of what was traced, where the runtime is not known). A rank that
+    shards parameters has its own note, which covers its heap whole."""
+    if cuda or info.shards_parameters or platform.libc_ver()[0] != "glibc":
+        return False
+    peak = sum(parts.values()) + (runtime_bytes or 0)
+    return peak > 0 and parts.get("activations", 0) >= _ACTIVATION_HEAP_SHARE * peak

@@ -377,7 +377,8 @@ def memory_text(analysis: Analysis) -> str:
         "Predicted = the peak per rank predicted before the sweep (ignite-ddl plan: the step traced on fake "
         'tensors plus the runtime measured once), error = (predicted - measured) / measured; "(heap, hook, '
         "compile not predicted)\": what the plan said before the run its figure leaves out, where a rank's "
-        "resident peak may go above it: the C allocator's heap kept beside FSDP's freed buffers (glibc, CPU), a "
+        "resident peak may go above it: the C allocator's heap kept beside FSDP's freed buffers or a step's freed "
+        "activations (glibc, CPU), a "
         "communication hook's own buffers, Inductor's compiler and compiled graph. "
     )
     text += (
