@@ -585,14 +585,16 @@ def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int
             "error feedback and low-rank factors)"
         )
     method = "FSDPMemTracker" if info.shards_parameters else "MemTracker"
-    if info.shards_parameters and not cuda and platform.libc_ver()[0] == "glibc":
+    glibc_cpu = not cuda and platform.libc_ver()[0] == "glibc"  # a rank whose heap is glibc's (see the notes)
+    if info.shards_parameters and glibc_cpu:
         unpredicted.append(_HEAP_NOTE)
     try:  # the trace, and every count of the model after it: none of them may fail the plan or the sweep
         parts = _model_parts(config, info)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     parts["libraries"] = libraries_bytes or 0
-    if _heap_keeps_activations(parts, runtime_bytes, cuda, info):
+    # a rank that shards parameters has its own note, which covers its heap whole
+    if glibc_cpu and not info.shards_parameters and _mostly_activations(parts, runtime_bytes):
         unpredicted.append(_ACTIVATION_HEAP_NOTE)
     if runtime_bytes is None:
         return Prediction(
@@ -602,11 +604,8 @@ def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int
     return Prediction(parts, None, tuple(unpredicted), method)
 
 
-def _heap_keeps_activations(parts: dict[str, int], runtime_bytes: int | None, cuda: bool, info: StrategyInfo) -> bool:
-    """Whether glibc's heap may keep enough of the activations a CPU rank frees each step to matter: activations at
-    least :data:`_ACTIVATION_HEAP_SHARE` of the peak (of what was traced, where the runtime is not known). A rank that
-    shards parameters has its own note, which covers its heap whole."""
-    if cuda or info.shards_parameters or platform.libc_ver()[0] != "glibc":
-        return False
+def _mostly_activations(parts: dict[str, int], runtime_bytes: int | None) -> bool:
+    """Whether the activations are enough of the peak for what glibc's heap keeps of them to matter: at least
+    :data:`_ACTIVATION_HEAP_SHARE` of it (of what was traced, where the runtime is not known)."""
     peak = sum(parts.values()) + (runtime_bytes or 0)
     return peak > 0 and parts.get("activations", 0) >= _ACTIVATION_HEAP_SHARE * peak
