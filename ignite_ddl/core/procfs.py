@@ -15,7 +15,14 @@ import os
 import resource
 from pathlib import Path
 
-__all__ = ["children_map", "current_rss_bytes", "memory_limit_bytes", "process_tree_pids", "reading_file"]
+__all__ = [
+    "available_bytes",
+    "children_map",
+    "current_rss_bytes",
+    "memory_limit_bytes",
+    "process_tree_pids",
+    "reading_file",
+]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -95,6 +102,18 @@ def memory_limit_bytes() -> int | None:
         if soft != resource.RLIM_INFINITY:
             limits.append(soft)
     return min(limits) if limits else None
+
+
+def available_bytes() -> int | None:
+    """The memory a new allocation may take without pushing others out: the machine's ``MemAvailable``, at most
+    :func:`memory_limit_bytes` (None if neither is known)."""
+    known = [limit] if (limit := memory_limit_bytes()) is not None else []
+    try:
+        with open("/proc/meminfo") as f:
+            known += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    return min(known) if known else None
 
 
 def reading_file(log_dir: str | Path, rank: int) -> Path:

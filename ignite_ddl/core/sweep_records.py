@@ -45,7 +45,8 @@ class MemoryPrediction(TypedDict):
     parts: Annotated[
         dict[str, int],
         "its parts, bytes: params, grads, optimizer, activations (one micro-batch's, with the backward's "
-        "temporaries), buckets (DDP), checkpoint (FSDP rank 0's gathered full state while it saves), data (the "
+        "temporaries), heap (what glibc's heap keeps beyond the tensors, a CPU rank's step replayed through it), "
+        "buckets (DDP), checkpoint (FSDP rank 0's gathered full state while it saves), data (the "
         "datasets a rank holds), runtime (measured by a tiny model's run)",
     ]
     problem: Annotated[str | None, "`cannot predict: <why>` where the training step could not be traced"]

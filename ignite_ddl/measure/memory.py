@@ -63,6 +63,7 @@ __all__ = [
     "held_bytes",
     "local_bytes",
     "peak_rss_bytes",
+    "reset_peak",
 ]
 
 HELD_PARTS = ("params", "grads", "optimizer")
@@ -124,7 +125,7 @@ def file_rss_bytes(pid: int | str = "self") -> int:
     return kb * 1024 if kb is not None else 0
 
 
-def _reset_peak(pid: int | str = "self") -> bool:
+def reset_peak(pid: int | str = "self") -> bool:
     """Reset a process's ``VmHWM`` to its current resident set (Linux 4.0+); False where it cannot be."""
     try:
         with open(f"/proc/{pid}/clear_refs", "w") as f:
@@ -203,7 +204,7 @@ class MemoryMonitor:
 
     def _reset_peaks(self) -> None:
         if self.proc:
-            self.reset = _reset_peak() and all(_reset_peak(pid) for pid in _workers(self._engines))
+            self.reset = reset_peak() and all(reset_peak(pid) for pid in _workers(self._engines))
         if self._cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 

@@ -2,6 +2,8 @@
 how data parallelism would scale on other machines. The sweep and the command line only call it.
 
 - :mod:`~ignite_ddl.predict.memory`: a rank's peak memory, its training step traced on fake tensors;
+- :mod:`~ignite_ddl.predict.heap`: what the C allocator's heap keeps beyond a CPU rank's tensors, the traced
+  allocations replayed through this machine's allocator;
 - :mod:`~ignite_ddl.predict.hook_cost`: DDP's own work on every gradient bucket (and a communication hook's),
   measured on this machine's CPU;
 - :mod:`~ignite_ddl.predict.steptime`: the step time of every configuration of several processes, from its

@@ -1,10 +1,10 @@
 """Predicted memory of one rank, before any process starts: the training step traced on fake tensors.
 
-**How.** The model is built, placed as the run's strategy places it, and trained for two optimizer steps with the
-trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its accumulation, autocast, ``no_sync`` and
-gradient clipping, with the run's optimizer and its parameter groups) on the rank's batch, all under
-``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a model far too large for the
-machine is traced, not built. PyTorch's own memory trackers follow the trace
+**How.** The model is built, placed as the run's strategy places it, and trained for two optimizer steps (four where
+its heap is replayed) with the trainer's own step (:func:`~ignite_ddl.trainer.engines.optimizer_step`: its
+accumulation, autocast, ``no_sync`` and gradient clipping, with the run's optimizer and its parameter groups) on the
+rank's batch, all under ``FakeTensorMode``: every tensor has its shape, dtype and device but no storage, so a model
+far too large for the machine is traced, not built. PyTorch's own memory trackers follow the trace
 (``torch.distributed._tools``): ``MemTracker`` for one process, DDP and ZeRO-1, ``FSDPMemTracker`` for FSDP2, which
 knows FSDP's sharded and gathered parameters, its all-gather and reduce-scatter buffers and its mixed-precision
 copies. They were chosen over counting shapes here because they see what the step really allocates (temporaries of
@@ -17,7 +17,8 @@ gradients *are* the buckets and are not counted twice).
 
 **Parts** (bytes, the largest rank's, at the traced peak): ``params`` (parameters and buffers, FSDP's shards and the
 unit it has gathered), ``grads`` (FSDP's reduce-scatter input included), ``optimizer``, ``activations`` (activations
-of one micro-batch, the backward's temporaries, the input batch), ``buckets`` (DDP, ZeRO-1), ``checkpoint`` (rank 0
+of one micro-batch, the backward's temporaries, the input batch), ``heap`` (what glibc keeps beyond the tensors at
+the peak: below), ``buckets`` (DDP, ZeRO-1), ``checkpoint`` (rank 0
 of a strategy that shards gathers the full state of what it shards to save it: where that moment needs more than the
 training step, the parts are that moment's; a part the strategy shards and the trace did not, ZeRO-1's optimizer
 state, is scaled to the rank's share), ``data`` (the datasets every rank holds in memory), ``libraries`` (what the
@@ -26,16 +27,18 @@ timm for ``timm:NAME``; measured in a fresh interpreter by :func:`library_bytes`
 this launch holds before any of this (Python, PyTorch, Ignite, the process group, the loaders), measured by a run
 of a tiny model. The caller gives both (:mod:`ignite_ddl.sweep.forecast` measures each once per machine and caches it).
 
-**What it is not**: the resident set is the tensors *and what the C allocator keeps*. On CPU, glibc raises its mmap
-threshold (up to 32 MiB) as large blocks are freed and from then on serves them from its heaps, whose freed blocks
-stay resident; an FSDP rank gathers, frees and re-gathers its units and gradients on every micro-batch, and the holes
-this leaves in the main thread's heap keep its resident set well above its tensors through every steady step (not
-only after warm-up: releasing them once then does not last). That is not predicted: an FSDP rank on CPU says so in
-``unpredicted``, and docs/plan.md states how far its resident peak was from the prediction. The activations a step
-frees stay in the heap alike (0.55-0.9 times a GPT's beyond its traced peak): a CPU rank whose activations are a tenth
-of its peak or more says so too. A fixed threshold
-(``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the prediction but costs every step its page faults, so
-the suite leaves glibc's default.
+**The heap** (``heap``, a CPU rank under glibc whose parameters are not sharded): the resident set is the tensors
+*and what the C allocator keeps*. glibc raises its mmap threshold (up to 32 MiB) as large blocks are freed and from
+then on serves them from its heap, whose freed blocks stay resident; a step that frees its activations as its
+backward goes leaves holes that later blocks do not fit. The trace records its allocations in order, and the child
+process made for it replays them through this machine's allocator (:mod:`ignite_ddl.predict.heap`): what the
+resident peak rose beyond the largest sum of live blocks is the part. Where no replay is made (a trace in this
+process, a step too large to replay) a rank whose activations are a tenth of its peak or more says its heap is not
+predicted. An FSDP rank gathers, frees and re-gathers its units and gradients on every micro-batch, and the holes
+this leaves in the main thread's heap keep its resident set well above its tensors through every steady step: not
+replayed, it says so in ``unpredicted``, and docs/plan.md states how far its resident peak was from the
+prediction. A fixed threshold (``MALLOC_MMAP_THRESHOLD_``) brings the resident peak to the tensors but costs every
+step its page faults, so the suite leaves glibc's default.
 
 **What is traced**: the built-in models (torchvision's and timm's by name too), built on the meta device, and every
 workload — the built-in GPT and the user's — built by calling its function with the meta device as the default one
@@ -80,6 +83,7 @@ from ignite_ddl.core.strategies import StrategyInfo, resolve_strategy
 from ignite_ddl.core.sweep_records import MemoryPrediction
 from ignite_ddl.core.text import format_bytes
 from ignite_ddl.launcher.backends import device_of
+from ignite_ddl.predict import heap
 from ignite_ddl.trainer.abstract import fake_batch, held_bytes, on_meta, one_sample, to_fake
 from ignite_ddl.trainer.data import dataset_info
 from ignite_ddl.trainer.engines import build_optimizer, criterion_step, optimizer_step
@@ -102,11 +106,12 @@ __all__ = [
     "not_traceable_reason",
     "on_cuda",
     "predict",
+    "replays_heap",
     "trace_step",
     "world_size",
 ]
 
-PARTS = ("params", "grads", "optimizer", "activations", "buckets", "checkpoint", "data", "libraries", "runtime")
+PARTS = ("params", "grads", "optimizer", "activations", "heap", "buckets", "checkpoint", "data", "libraries", "runtime")
 # Optimizer state tensors per parameter (SGD: with momentum; AdamW's groups hold Adam's two moments).
 _STATE_PER_PARAMETER = {"adam": 2, "adamw": 2, "sgd": 1}
 _CUDA_NOTE = (
@@ -118,10 +123,11 @@ _HEAP_NOTE = (
     "the C allocator's heap kept beside FSDP's freed gathered units and gradients (glibc, CPU): the resident peak "
     "may be well above this figure (docs/plan.md)"
 )
-# On a CPU rank whose step is mostly activations, glibc's heap keeps much of what the step frees (docs/plan.md).
+# On a CPU rank whose step is mostly activations and was not replayed, glibc's heap keeps much of what the step
+# frees (docs/plan.md).
 _ACTIVATION_HEAP_NOTE = (
-    "the C allocator's heap kept beside the activations each step frees (glibc, CPU): the resident peak was 11-25 % "
-    "above this figure for GPTs with activations a tenth of it or more (docs/plan.md)"
+    "the C allocator's heap kept beside the activations each step frees (glibc, CPU; the step not replayed): the "
+    "resident peak was 11-25 % above the tensors for GPTs with activations a tenth of it or more (docs/plan.md)"
 )
 # Said where the activations are at least this share of the peak: glibc was measured keeping 0.55-0.9 times a GPT's
 # activations beyond its traced peak (1.8 with checkpointing), so from a tenth on that is 5 % of the peak or more.
@@ -384,10 +390,19 @@ def _trace_in_child(config: TrainConfig) -> dict[str, int]:
     # in libgomp (a workload's function makes real data here, and the parent may have made the same before). A
     # trace on fake tensors computes nothing, so it loses nothing.
     torch.set_num_threads(1)
-    return _trace_here(config)
+    return _trace_here(config, replay_heap=True)
 
 
-def _trace_here(config: TrainConfig) -> dict[str, int]:
+def replays_heap(config: TrainConfig) -> bool:
+    """Whether ``config``'s rank gets its heap predicted by a replay (:mod:`ignite_ddl.predict.heap`): a CPU rank
+    under glibc whose parameters are not sharded."""
+    info = resolve_strategy(config.strategy, world_size(config))
+    return not on_cuda(config) and platform.libc_ver()[0] == "glibc" and not info.shards_parameters
+
+
+def _trace_here(config: TrainConfig, replay_heap: bool = False) -> dict[str, int]:
+    """The traced parts; with ``replay_heap`` (a process made for the trace: the replay allocates for real) and where
+    :func:`replays_heap`, ``heap`` too: the traced allocations replayed through this process's allocator."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     world = world_size(config)
@@ -412,8 +427,10 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
         optimizer = build_optimizer(model, config, job.optimizer)
         batch = job.batch(per_rank)
         tracker = _tracker(model, optimizer, _tensors(batch), sharded)
+        events: list[heap.Event] = []
+        replaying = replay_heap and replays_heap(config) and heap.record(tracker, events)
         with tracker:
-            for _ in range(_TRACED_STEPS):
+            for _ in range(heap.REPLAYED_STEPS if replaying else _TRACED_STEPS):
                 # The trackers follow one forward per module between resets: reset after each micro-batch (their
                 # peak is kept across resets).
                 optimizer_step(
@@ -435,6 +452,10 @@ def _trace_here(config: TrainConfig) -> dict[str, int]:
             name = _CATEGORY_PART.get(getattr(category, "value", str(category)))
             if name is not None:
                 parts[name] += int(nbytes)
+    if replaying:
+        kept = heap.heap_beyond_tensors(events)
+        if kept is not None:
+            parts["heap"] = kept
     return parts
 
 
@@ -593,8 +614,8 @@ def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     parts["libraries"] = libraries_bytes or 0
-    # a rank that shards parameters has its own note, which covers its heap whole
-    if glibc_cpu and not info.shards_parameters and _mostly_activations(parts, runtime_bytes):
+    # a rank that shards parameters has its own note, which covers its heap whole; a replayed one has its heap
+    if glibc_cpu and not info.shards_parameters and "heap" not in parts and _mostly_activations(parts, runtime_bytes):
         unpredicted.append(_ACTIVATION_HEAP_NOTE)
     if runtime_bytes is None:
         return Prediction(
