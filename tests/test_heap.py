@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from ignite_ddl.core.apart import call_apart
 from ignite_ddl.core.config import TrainConfig
 from ignite_ddl.predict import heap, memory
 
@@ -94,20 +93,36 @@ def _stacked() -> list[heap.Event]:
 
 @glibc_cpu
 def test_the_replay_measures_the_holes_glibc_leaves_and_nothing_where_it_leaves_none() -> None:
-    """In a fresh interpreter (spawned: a forked child's heap is its parent's, free space included)."""
-    fragmented = call_apart(heap.heap_beyond_tensors, _fragmenting(), start_method="spawn")
-    stacked = call_apart(heap.heap_beyond_tensors, _stacked(), start_method="spawn")
+    """Replayed in a fresh interpreter, as the plan does (a forked child's heap is its parent's, free space
+    included). How many of the rounds glibc places past the holes depends on its bins, so the bound is loose: more
+    than one block's worth, less than all the blocks."""
+    fragmented, stacked = heap.replay(_fragmenting()), heap.replay(_stacked())
     assert fragmented is not None and stacked is not None
-    live = heap.largest_live(_fragmenting())
-    assert 0.6 * (110 * MIB - live) <= fragmented <= 110 * MIB, fragmented / MIB
+    assert 20 * MIB <= fragmented <= 110 * MIB, fragmented / MIB
     assert stacked < 2 * MIB, stacked / MIB
 
 
 @glibc_cpu
 def test_a_replay_larger_than_its_share_of_the_memory_available_is_not_made(monkeypatch) -> None:
+    """Refused before a process is started for it."""
     monkeypatch.setattr(heap, "available_bytes", lambda: 4 * 96 * MIB - 1)  # the replay's peak: 96 MiB live
+    monkeypatch.setattr(heap, "call_apart", None)  # never reached
     assert heap.largest_live(_stacked()) == 96 * MIB
-    assert call_apart(heap.heap_beyond_tensors, _stacked(), start_method="fork") is None
+    assert heap.replay(_stacked()) is None
+
+
+@glibc_cpu
+def test_a_replay_reads_a_clean_process_not_the_callers_heap() -> None:
+    """The caller's heap full of resident free space (a long test session, a sweep) does not change the figure: the
+    replay runs in a process of its own. Forked from here instead, the same replay would land in that free space."""
+    pinned = []
+    for size in range(1, 200):  # blocks freed with a small one kept after each: holes the heap keeps resident
+        block = torch.empty(size * 100_000, dtype=torch.uint8)
+        block[::4096].fill_(1)
+        pinned.append(torch.empty(64))
+        del block
+    fresh = heap.replay(_fragmenting())
+    assert fresh is not None and fresh >= 20 * MIB, fresh / MIB
 
 
 @glibc_cpu

@@ -38,12 +38,16 @@ class ChildFailed(Exception):
         self.name, self.text = name, text
 
 
-def call_apart(fn: Callable[..., Any], *args: Any, start_method: str, timeout_s: float | None = None) -> Any:
-    """``fn(*args)`` in a child process started with ``start_method``; its value. Raises :class:`ChildFailed`."""
+def call_apart(
+    fn: Callable[..., Any], *args: Any, start_method: str, timeout_s: float | None = None, run_main: bool = True
+) -> Any:
+    """``fn(*args)`` in a child process started with ``start_method``; its value. Raises :class:`ChildFailed`.
+    ``run_main=False``: a spawned child (or a fork server's) does not run the caller's main script first, for an
+    ``fn`` that needs nothing of it (a script without a ``__main__`` guard would otherwise run whole in the child)."""
     context: Any = mp.get_context(start_method)  # a fork or spawn context: both start a Process
     mine, theirs = context.Pipe(duplex=False)
     child = context.Process(target=_answer, args=(fn, args, theirs), daemon=True)
-    with _main_file_hidden_if_unreadable(start_method):
+    with _main_file_hidden_if_unreadable(start_method, hide=not run_main):
         child.start()
     theirs.close()
     try:
@@ -74,18 +78,18 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
 
 
 @contextlib.contextmanager
-def _main_file_hidden_if_unreadable(start_method: str) -> Iterator[None]:
+def _main_file_hidden_if_unreadable(start_method: str, hide: bool = False) -> Iterator[None]:
     """A spawned child (or a fork server's) runs the caller's main script again from its ``__file__`` before it can
     call ``fn``; a main read from standard input (``python - <<EOF``) names "<stdin>", which the child cannot open,
-    and it exits before answering. ``fn`` is importable without the main script, so where that file cannot be read,
-    multiprocessing is not told of it while the child starts."""
+    and it exits before answering. ``fn`` is importable without the main script, so where that file cannot be read
+    (or ``hide``), multiprocessing is not told of it while the child starts."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     by_name = getattr(main, "__spec__", None) is not None
     if start_method not in ("spawn", "forkserver") or main is None or path is None or by_name:
         yield  # a main run as a module is imported by name; one without a file (a notebook) is not run again
         return
-    if os.path.isfile(path):
+    if os.path.isfile(path) and not hide:
         yield
         return
     del main.__file__

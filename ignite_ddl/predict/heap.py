@@ -7,10 +7,12 @@ freed block stays resident and the holes between live ones are reused only by bl
 frees its activations as its backward goes leaves a heap wider than the step's largest set of live tensors. How much
 wider depends on the sizes and the order of every allocation, which the trace knows, and on glibc's policy, which
 this module does not imitate: it *replays* the sequence. The trace records each tensor's allocation and free in
-order (PyTorch's ``MemTracker``, on fake tensors: sizes, no storage); :func:`heap_beyond_tensors` then allocates and
-frees real blocks of the same sizes in the same order with ``torch.empty`` (the allocator a rank's tensors use),
-touching every page as a step writes its tensors, and reads the process's resident peak (``VmHWM``, reset before the
-replay) against the largest sum of live blocks. The difference is the ``heap`` part of the prediction.
+order (PyTorch's ``MemTracker``, on fake tensors: sizes, no storage); :func:`replay` then starts a clean process (a
+fresh interpreter, or a sweep's fork server's child, as its runs start) that allocates and frees real blocks of the
+same sizes in the same order with ``torch.empty`` (the allocator a rank's tensors use), touching every page as a step
+writes its tensors, and reads its resident peak (``VmHWM``, reset before the replay) against the largest sum of live
+blocks. The difference is the ``heap`` part of the prediction. Not a fork of the planning process: its heap's free
+space, resident already, takes the blocks without a page's growth (a test session's read 0 for the built-in GPT).
 
 Measured on the 2-core CPU VMs (torch 2.15.0): GPT-2's architecture (3 blocks of 192 over 64 tokens, batch 32) traced
 193 MiB live at its peak and its replay peaked 257-269 MiB above its start after 2 steps, 280-291 after 4 and 291
@@ -19,7 +21,7 @@ after 8, so :data:`REPLAYED_STEPS` steps are replayed. The built-in GPT of ``ben
 MiB between steps over 60 steps (docs/plan-validation.md). A model imitating glibc's policy instead (best fit, the
 top, the dynamic threshold, trimming) stayed at the traced peak: glibc's bins and their order of reuse matter.
 
-The replay allocates what the step allocates, for real (pages touched), in a child process that ends with it: it is
+The replay allocates what the step allocates, for real (pages touched), in a process that ends with it: it is
 made only where the traced peak is at most :data:`REPLAY_SHARE` of the memory available, else the heap is not
 predicted and the plan's line says so. Only a CPU rank under glibc whose parameters are not sharded is replayed (an
 FSDP rank's gathers have their own note; a CUDA rank's allocator is PyTorch's).
@@ -39,10 +41,20 @@ from typing import Any
 
 import torch
 
+from ignite_ddl.core.apart import ChildFailed, call_apart
 from ignite_ddl.core.procfs import available_bytes
 from ignite_ddl.measure.memory import peak_rss_bytes, reset_peak
 
-__all__ = ["Allocation", "Free", "REPLAYED_STEPS", "REPLAY_SHARE", "heap_beyond_tensors", "largest_live", "record"]
+__all__ = [
+    "Allocation",
+    "Free",
+    "REPLAYED_STEPS",
+    "REPLAY_SHARE",
+    "heap_beyond_tensors",
+    "largest_live",
+    "record",
+    "replay",
+]
 
 REPLAYED_STEPS = 4  # glibc's heap under GPT-2's step: 257-269 MiB after 2 replayed steps, 280-291 after 4, 291 after 8
 REPLAY_SHARE = 0.25  # the replay may allocate up to about 1.5 times the traced peak: a quarter of what is available
@@ -106,11 +118,29 @@ def largest_live(events: list[Event]) -> int:
     return peak
 
 
+def replay(events: list[Event], start_method: str = "spawn", timeout_s: float = 300.0) -> int | None:
+    """:func:`heap_beyond_tensors` of ``events`` in a process of its own, started ``start_method``: a fresh
+    interpreter (``spawn``) or a fork server's child (``forkserver``: a sweep's, which imported what a run imports
+    and ran nothing), never a fork of this one (whose heap, free space included, would take the replay's blocks:
+    after a test session or a long sweep, every step's heap read as nothing). None where no replay is made or it
+    failed (the plan then says the heap is not predicted)."""
+    available = available_bytes()
+    if not events or available is None or largest_live(events) > REPLAY_SHARE * available:
+        return None  # said before a process is started for it
+    try:
+        kept: int | None = call_apart(
+            heap_beyond_tensors, events, start_method=start_method, timeout_s=timeout_s, run_main=False
+        )
+    except ChildFailed:
+        return None
+    return kept
+
+
 def heap_beyond_tensors(events: list[Event]) -> int | None:
     """What this process's resident peak rose above the largest sum of live blocks while ``events`` were replayed
     through its allocator (bytes); None where it cannot be measured here (no ``/proc``, its peak cannot be reset) or
-    the replay would allocate too much (see the module docstring). Allocates for real: call it in a child process
-    made for the purpose (the trace's)."""
+    the replay would allocate too much (see the module docstring). Allocates for real, and reads this process's
+    allocator as it is: call it through :func:`replay`."""
     peak = largest_live(events)
     available = available_bytes()
     if not events or available is None or peak > REPLAY_SHARE * available:

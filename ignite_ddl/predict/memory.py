@@ -360,9 +360,11 @@ def gradient_layout(config: TrainConfig) -> GradientLayout:
     return GradientLayout(sum(p.numel() * p.element_size() for p in trainable), len(trainable), units)
 
 
-def trace_step(config: TrainConfig) -> dict[str, int]:
+def trace_step(config: TrainConfig, allocations: list[heap.Event] | None = None) -> dict[str, int]:
     """The parts (bytes) of one rank at the peak of its traced training step (see the module docstring). Raises
     whatever the trace raises: a model that cannot run on fake tensors (:class:`NotTraceable`: a user's workload).
+    Given ``allocations`` and where :func:`replays_heap`, the trace also appends its step's allocations to it, in
+    order, over :data:`~ignite_ddl.predict.heap.REPLAYED_STEPS` steps (for :func:`~ignite_ddl.predict.heap.replay`).
 
     On Linux the trace runs in a forked child: a backward on fake tensors starts autograd's device threads, after
     which torch refuses autograd in every process forked from this one ("Unable to handle autograd's threading in
@@ -373,24 +375,29 @@ def trace_step(config: TrainConfig) -> dict[str, int]:
     Where a CUDA GPU is visible the child is spawned instead: asking whether CUDA is available initialises the
     driver in this process, and a child forked after that fails at the first CUDA call that autograd's backward
     makes, even on fake CPU tensors (seen on an H200: "CUDA error: initialization error" for every workload)."""
+    record = allocations is not None and replays_heap(config)
     if sys.platform != "linux" or mp.current_process().daemon:
-        return _trace_here(config)
-    start_method = "spawn" if torch.cuda.is_available() else "fork"
-    try:
-        return dict(call_apart(_trace_in_child, config, start_method=start_method))
-    except ChildFailed as e:
-        if "fork-based multiprocessing" in e.text:  # this process is in that state already: nothing more to lose
-            return _trace_here(config)
-        known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
-        raise known.get(e.name, type(e.name, (RuntimeError,), {}))(e.text) from None
+        parts, events = _trace_here(config, record)
+    else:
+        start_method = "spawn" if torch.cuda.is_available() else "fork"
+        try:
+            parts, events = call_apart(_trace_in_child, config, record, start_method=start_method)
+        except ChildFailed as e:
+            if "fork-based multiprocessing" not in e.text:
+                known = {"NotTraceable": NotTraceable, "ConfigError": ConfigError}
+                raise known.get(e.name, type(e.name, (RuntimeError,), {}))(e.text) from None
+            parts, events = _trace_here(config, record)  # this process is in that state already: nothing to lose
+    if allocations is not None:
+        allocations.extend(events)
+    return dict(parts)
 
 
-def _trace_in_child(config: TrainConfig) -> dict[str, int]:
+def _trace_in_child(config: TrainConfig, record: bool) -> tuple[dict[str, int], list[heap.Event]]:
     # One intra-op thread: a forked child that enters an OpenMP parallel region its parent had already used hangs
     # in libgomp (a workload's function makes real data here, and the parent may have made the same before). A
     # trace on fake tensors computes nothing, so it loses nothing.
     torch.set_num_threads(1)
-    return _trace_here(config, replay_heap=True)
+    return _trace_here(config, record)
 
 
 def replays_heap(config: TrainConfig) -> bool:
@@ -400,9 +407,9 @@ def replays_heap(config: TrainConfig) -> bool:
     return not on_cuda(config) and platform.libc_ver()[0] == "glibc" and not info.shards_parameters
 
 
-def _trace_here(config: TrainConfig, replay_heap: bool = False) -> dict[str, int]:
-    """The traced parts; with ``replay_heap`` (a process made for the trace: the replay allocates for real) and where
-    :func:`replays_heap`, ``heap`` too: the traced allocations replayed through this process's allocator."""
+def _trace_here(config: TrainConfig, record: bool = False) -> tuple[dict[str, int], list[heap.Event]]:
+    """The traced parts, and with ``record`` the step's allocations in order (none where this PyTorch's tracker
+    cannot be followed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     world = world_size(config)
@@ -428,9 +435,9 @@ def _trace_here(config: TrainConfig, replay_heap: bool = False) -> dict[str, int
         batch = job.batch(per_rank)
         tracker = _tracker(model, optimizer, _tensors(batch), sharded)
         events: list[heap.Event] = []
-        replaying = replay_heap and replays_heap(config) and heap.record(tracker, events)
+        recording = record and heap.record(tracker, events)
         with tracker:
-            for _ in range(heap.REPLAYED_STEPS if replaying else _TRACED_STEPS):
+            for _ in range(heap.REPLAYED_STEPS if recording else _TRACED_STEPS):
                 # The trackers follow one forward per module between resets: reset after each micro-batch (their
                 # peak is kept across resets).
                 optimizer_step(
@@ -452,11 +459,7 @@ def _trace_here(config: TrainConfig, replay_heap: bool = False) -> dict[str, int
             name = _CATEGORY_PART.get(getattr(category, "value", str(category)))
             if name is not None:
                 parts[name] += int(nbytes)
-    if replaying:
-        kept = heap.heap_beyond_tensors(events)
-        if kept is not None:
-            parts["heap"] = kept
-    return parts
+    return parts, events
 
 
 def _resetting(tracker: Any) -> Any:
@@ -528,10 +531,15 @@ def not_traceable_reason(e: Exception) -> str:
     return f"{type(e).__name__}: {text}"
 
 
-def _model_parts(config: TrainConfig, info: StrategyInfo) -> dict[str, int]:
-    """The traced step's parts, what the strategy shards that the trace did not, DDP's buckets, the checkpoint
+def _model_parts(config: TrainConfig, info: StrategyInfo, replay_start: str) -> dict[str, int]:
+    """The traced step's parts, the heap its allocations leave (replayed in a process started ``replay_start``,
+    where :func:`replays_heap`), what the strategy shards that the trace did not, DDP's buckets, the checkpoint
     moment of a strategy that shards, and the datasets (no runtime)."""
-    parts = trace_step(config)
+    allocations: list[heap.Event] = []
+    parts = trace_step(config, allocations)
+    kept = heap.replay(allocations, replay_start) if allocations else None
+    if kept is not None:
+        parts["heap"] = kept
     world = world_size(config)
     if not info.shards_parameters:  # traced unsharded: a strategy sharding its optimizer state (ZeRO-1) holds 1/N
         for part in info.shards:
@@ -586,11 +594,14 @@ def _library_bytes_here(fields: dict[str, Any]) -> dict[str, int]:
     return {"anonymous": max(0, anonymous_rss_bytes() - anonymous), "file": max(0, file_rss_bytes() - file)}
 
 
-def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int | None = 0) -> Prediction:
-    """``config``'s predicted peak per rank: the traced step, DDP's buckets, the datasets, ``libraries_bytes`` (what
-    the model's own modules hold, :func:`library_bytes`; None: not measured, said in ``unpredicted``) and
-    ``runtime_bytes`` (None: the runtime is not known, so neither is the peak). A model that cannot be traced gets
-    ``problem``."""
+def predict(
+    config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int | None = 0, replay_start: str = "spawn"
+) -> Prediction:
+    """``config``'s predicted peak per rank: the traced step, the heap its allocations leave (replayed in a process
+    started ``replay_start``: a fresh one, as a rank starts; a sweep gives its fork server, whose children start
+    as its runs do), DDP's buckets, the datasets, ``libraries_bytes`` (what the model's own modules hold,
+    :func:`library_bytes`; None: not measured, said in ``unpredicted``) and ``runtime_bytes`` (None: the runtime is
+    not known, so neither is the peak). A model that cannot be traced gets ``problem``."""
     unpredicted = []
     if libraries_bytes is None:
         unpredicted.append("what the model's own modules and their libraries hold (not measured)")
@@ -610,7 +621,7 @@ def predict(config: TrainConfig, runtime_bytes: int | None, libraries_bytes: int
     if info.shards_parameters and glibc_cpu:
         unpredicted.append(_HEAP_NOTE)
     try:  # the trace, and every count of the model after it: none of them may fail the plan or the sweep
-        parts = _model_parts(config, info)
+        parts = _model_parts(config, info, replay_start)
     except Exception as e:  # any failure of the trace is this model's: it is listed, with why
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     parts["libraries"] = libraries_bytes or 0

@@ -195,7 +195,9 @@ class Planner:
             self.runtimes.put(_key(probe), measured)
             if runtime is None:
                 self.progress(f"plan: the runtime could not be measured: {measured['error']}")
-        return Planned(index, grid, config, predict(config, runtime, self._libraries(config)))
+        # the heap replayed in a process started as the sweep's runs start (its fork server's child, or spawned)
+        replay_start = _start_method(self.spec.start)
+        return Planned(index, grid, config, predict(config, runtime, self._libraries(config), replay_start))
 
     def _libraries(self, config: TrainConfig) -> int | None:
         """What ``config``'s model's own modules hold (0 for the suite's own models), measured the first time that
