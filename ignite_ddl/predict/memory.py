@@ -30,10 +30,10 @@ of a tiny model. The caller gives both (:mod:`ignite_ddl.sweep.forecast` measure
 **The heap** (``heap``, a CPU rank under glibc whose parameters are not sharded): the resident set is the tensors
 *and what the C allocator keeps*. glibc raises its mmap threshold (up to 32 MiB) as large blocks are freed and from
 then on serves them from its heap, whose freed blocks stay resident; a step that frees its activations as its
-backward goes leaves holes that later blocks do not fit. The trace records its allocations in order, and the child
-process made for it replays them through this machine's allocator (:mod:`ignite_ddl.predict.heap`): what the
-resident peak rose beyond the largest sum of live blocks is the part. Where no replay is made (a trace in this
-process, a step too large to replay) a rank whose activations are a tenth of its peak or more says its heap is not
+backward goes leaves holes that later blocks do not fit. The trace records its allocations in order, and a clean
+process replays them through this machine's allocator (:mod:`ignite_ddl.predict.heap`): what its resident peak rose
+beyond the largest sum of live blocks is the part. Where no replay is made (a step too large to replay, no
+``/proc``, a replay that failed) a rank whose activations are a tenth of its peak or more says its heap is not
 predicted. An FSDP rank gathers, frees and re-gathers its units and gradients on every micro-batch, and the holes
 this leaves in the main thread's heap keep its resident set well above its tensors through every steady step: not
 replayed, it says so in ``unpredicted``, and docs/plan.md states how far its resident peak was from the
