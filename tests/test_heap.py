@@ -142,3 +142,15 @@ def test_a_cpu_rank_whose_step_is_mostly_activations_has_its_heap_predicted(monk
     refused = memory.predict(gpt, runtime_bytes=0)
     assert "heap" not in refused.parts
     assert [u for u in refused.unpredicted if "activations each step frees" in u]
+
+
+@glibc_cpu
+def test_a_plan_made_in_a_daemonic_child_still_predicts_without_the_heap() -> None:
+    """A daemonic process may not start one (benchmarks/cuda_memory.py predicts in such a child): the replay is
+    not made, the prediction stands and says its heap is not predicted."""
+    from ignite_ddl.core.apart import call_apart
+
+    prediction = call_apart(memory.predict, TrainConfig(workload="gpt", batch_size=32), 0, start_method="spawn")
+    assert prediction.peak_bytes and prediction.problem is None
+    assert "heap" not in prediction.parts
+    assert [u for u in prediction.unpredicted if "activations each step frees" in u]

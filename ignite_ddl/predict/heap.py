@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import gc
+import multiprocessing as mp
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,15 +124,17 @@ def replay(events: list[Event], start_method: str = "spawn", timeout_s: float = 
     interpreter (``spawn``) or a fork server's child (``forkserver``: a sweep's, which imported what a run imports
     and ran nothing), never a fork of this one (whose heap, free space included, would take the replay's blocks:
     after a test session or a long sweep, every step's heap read as nothing). None where no replay is made or it
-    failed (the plan then says the heap is not predicted)."""
+    failed, or this process is daemonic and may start none (the plan then says the heap is not predicted)."""
     available = available_bytes()
     if not events or available is None or largest_live(events) > REPLAY_SHARE * available:
         return None  # said before a process is started for it
+    if mp.current_process().daemon:
+        return None  # a daemonic process may not start one (a plan made in a child made for it)
     try:
         kept: int | None = call_apart(
             heap_beyond_tensors, events, start_method=start_method, timeout_s=timeout_s, run_main=False
         )
-    except ChildFailed:
+    except (ChildFailed, OSError):  # the heap goes unpredicted, said as such; the prediction stands
         return None
     return kept
 
