@@ -626,7 +626,7 @@ def predict(
         return Prediction(problem=f"cannot predict: {not_traceable_reason(e)}"[:300], method=method)
     parts["libraries"] = libraries_bytes or 0
     # a rank that shards parameters has its own note, which covers its heap whole; a replayed one has its heap
-    if glibc_cpu and not info.shards_parameters and "heap" not in parts and _mostly_activations(parts, runtime_bytes):
+    if replays_heap(config) and "heap" not in parts and _mostly_activations(parts, runtime_bytes):
         unpredicted.append(_ACTIVATION_HEAP_NOTE)
     if runtime_bytes is None:
         return Prediction(
