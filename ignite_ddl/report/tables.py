@@ -375,10 +375,11 @@ def memory_text(analysis: Analysis) -> str:
         "libraries, the process group's buffers, the allocator's caches) and any temporary copies made during "
         "a step. Workers' own = what the DataLoader workers hold beyond the pages they share with their rank. "
         "Predicted = the peak per rank predicted before the sweep (ignite-ddl plan: the step traced on fake "
-        'tensors plus the runtime measured once), error = (predicted - measured) / measured; "(heap, hook, '
+        "tensors, on CPU the heap its allocations leave replayed through glibc, plus the runtime measured once), "
+        'error = (predicted - measured) / measured; "(heap, hook, '
         "compile not predicted)\": what the plan said before the run its figure leaves out, where a rank's "
         "resident peak may go above it: the C allocator's heap kept beside FSDP's freed buffers or a step's freed "
-        "activations (glibc, CPU), a "
+        "activations not replayed (glibc, CPU), a "
         "communication hook's own buffers, Inductor's compiler and compiled graph. "
     )
     text += (
