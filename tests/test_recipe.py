@@ -323,7 +323,9 @@ def test_the_plan_traces_adamws_two_moments_and_clipping():
     zero = {
         o: predict(TrainConfig(**base, optimizer=o, nproc_per_node=2, strategy="zero1"), 0) for o in ("adam", "adamw")
     }
-    assert zero["adamw"].parts == zero["adam"].parts and zero["adamw"].parts["checkpoint"] > 0
+    # all but the heap, a replay's measurement that moves by a fraction of a MiB between replays of one step
+    adamw_parts, adam_parts = ({k: v for k, v in zero[o].parts.items() if k != "heap"} for o in ("adamw", "adam"))
+    assert adamw_parts == adam_parts and adamw_parts["checkpoint"] > 0
 
 
 def test_the_plan_traces_the_optimizer_a_workload_declares(tmp_path):

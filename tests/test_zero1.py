@@ -105,7 +105,11 @@ def test_the_plan_gives_zero1_half_the_optimizer_state_of_ddp():
     ddp = predict(TrainConfig(strategy="ddp", **base), 0).parts
     zero = predict(TrainConfig(strategy="zero1", **base), 0).parts
     assert zero["optimizer"] == ddp["optimizer"] // 2 > 0
-    assert {k: v for k, v in zero.items() if k != "optimizer"} == {k: v for k, v in ddp.items() if k != "optimizer"}
+    # the heap is a replay's measurement (each rank's allocations through glibc, in a process of its own): it moves
+    # by a fraction of a MiB between replays of this model, so it is left out of the exact comparison
+    same = ("optimizer", "heap")
+    assert {k: v for k, v in zero.items() if k not in same} == {k: v for k, v in ddp.items() if k not in same}
+    assert abs(zero.get("heap", 0) - ddp.get("heap", 0)) < 16 * 2**20
     # saving a checkpoint, rank 0 consolidates the whole optimizer state (Adam: two tensors per parameter) beside its
     # own half: for a model this small that moment is the peak
     saving = predict(TrainConfig(strategy="zero1", **{**base, "checkpoints": True}), 0).parts
