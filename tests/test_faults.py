@@ -455,9 +455,9 @@ def test_a_worker_whose_rank_hung_up_stays_quiet(monkeypatch, capsys):
 def test_sigterm_to_a_sweep_records_the_run_and_leaves_nothing(tmp_path):
     out = tmp_path / "out"
     base = ["--set", "val_size=32", "--set", "batch_size=32", "--set", "epochs=1", "--output-dir", str(out)]
-    # the second configuration trains long enough to be under way whenever the signal comes (375 iterations; the
+    # the second configuration trains long enough to be under way whenever the signal comes (125 iterations; the
     # signal follows its first logged batch within a poll), and short enough that the resumed sweep re-runs it soon
-    args = ["sweep", "--grid", "train_size=128,12000,192", *base, "--no-report"]
+    args = ["sweep", "--grid", "train_size=128,4000,192", *base, "--no-report"]
     marker = f"sweep-term-{os.getpid()}"
     proc = start_marked([sys.executable, "-m", "ignite_ddl", *args], marker)
     try:
