@@ -41,6 +41,7 @@ from ignite_ddl.predict.projection.model import (
 
 __all__ = [
     "BUSY_PROBE",
+    "DDP_PROBE_PAIRS",
     "FIT_SIZES",
     "LARGE_UNIT",
     "MMAP_THRESHOLD_MAX",
@@ -62,14 +63,19 @@ __all__ = [
 
 FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB
 # The busy probe's model: an MLP of 4 blocks of 1024 (16 MiB of gradients), a global batch of 32, Adam; on 2 cores
-# here a DDP step of about 65 ms (benchmarks/ddp_cpu_parts.py), long enough to time, short enough to probe.
+# here a DDP step of about 45 ms, long enough to time, short enough to probe. DDP's probe times 60 pairs past 5
+# warm-up pairs (5 s): with 15 past 2 the first steps' slowness (a plain step of 21-40 ms where the steady one is 21)
+# reached the median, and on the quiet 2-core AMD EPYC VM four probes in a row (one link) found factors of 1.13-2.12
+# (a standard deviation of 27 % of their mean); five at 60 past 5 found 1.27-1.55 (8 %). FSDP's probe, three models
+# of up to 0.4 s a pair, keeps 15 past 2.
 BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
+DDP_PROBE_PAIRS = {"pairs": 60, "warmup": 5}
 # FSDP's optimizer step per parameter tensor: a stack of small linear layers (64 tensors of 32 x 32 and 32), so that
 # what Adam does per tensor on FSDP2's sharded parameters, not the bytes, is what its step takes
 SMALL_TENSORS = {"width": 32, "layers": 32}
 # What each busy probe measures, revised when that changes: a figure kept in an output folder by an earlier revision
 # (plan/link.json) is measured again rather than read with another meaning (FSDP's 3: its collectives priced by unit).
-PROBE_REVISIONS = {"ddp": 1, "fsdp": 3}
+PROBE_REVISIONS = {"ddp": 2, "fsdp": 3}  # DDP's 2: 60 pairs past 5 warm-up pairs
 # glibc's largest mmap threshold on a 64-bit machine (DEFAULT_MMAP_THRESHOLD_MAX): a block above it is always mapped
 # fresh and unmapped when freed, its pages faulted in again at every use, however often it is reused
 MMAP_THRESHOLD_MAX = 32 * 2**20
@@ -476,7 +482,7 @@ def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     from ignite_ddl.launcher.settings import LaunchSettings
     from ignite_ddl.launcher.spawn import launch
 
-    p = BUSY_PROBE
+    p = {**BUSY_PROBE, **DDP_PROBE_PAIRS}
     settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
     per_rank = launch(_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
     slowest = [max(steps) for steps in zip(*per_rank)]
