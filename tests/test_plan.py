@@ -621,9 +621,13 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     (probe,) = read_json(out / "plan" / "layout.json")["entries"].values()
     model = read_json(out / "sweep.json")["step_model"]
     assert model["link"]["beta_Bps"] > 0 and set(model["configurations"]) == {"1", "2"}
+    # the twin probed right after the layout: the compute is their ratio times the twin's measured step
+    (twin_run,) = [r for r in read_results(out / "results.jsonl") if r["config"]["nproc_per_node"] == 1]
+    twin_s = twin_run["config"]["batch_size"] / twin_run["summary"]["samples_per_s"]
+    assert probe["twin_step_s"] > 0
     for predicted in model["configurations"].values():  # DDP's own all-reduce, and PowerSGD's steady phase
         assert predicted["basis"] == "one-process twin cfg000, compute probed at the layout", predicted
-        assert predicted["compute_s"] == pytest.approx(probe["step_s"])
+        assert predicted["compute_s"] == pytest.approx(probe["step_s"] * twin_s / probe["twin_step_s"])
         assert predicted["low_s"] <= predicted["step_s"] <= predicted["high_s"] and predicted["comm_s"] > 0
     assert len(read_results(out / "results.jsonl")) == 3  # the probe is not one of the runs
     predicted = model["configurations"]["1"]

@@ -45,8 +45,10 @@ collective; ResNet-18's last stage is such a unit).
 How a rank's compute on its share of the cores differs from the twin's is not a rule: measured on MLPs
 (benchmarks/ddp_cpu_parts.py) it was 0.64 to 1.8 times the twin's step, by the layer widths and the batch. Where a
 sweep measured it, the *layout probe* (``layout_s``: a short run of the configuration's own model at its layout under
-DDP with ``gradient_sync`` off, :mod:`ignite_ddl.sweep.layout_probe`) replaces that rule: its step is the compute, a
-sharded optimizer's step a 1/N share of its optimizer step. What it cannot see: the work PowerSGD adds inside
+DDP with ``gradient_sync`` off, :mod:`ignite_ddl.sweep.layout_probe`) replaces that rule: its step over the twin's
+step in the same probe, run right after it (``layout_twin_s``), times the twin's measured step is the compute (the
+ratio holds where the machine's speed drifts between the probe and the runs), a sharded optimizer's step a 1/N
+share of its optimizer step. What it cannot see: the work PowerSGD adds inside
 backward, and the noise of the runs it reads (a small CNN's 2-thread step measured 59 ms in one sweep, 48 in the
 next: its predictions move as much). The interval is the twin's throughput interval carried through
 the compute term (the link's own fit error is left out: it is small beside run-to-run noise here).
@@ -110,6 +112,8 @@ class Observed:
     # gradient_sync off), and its optimizer step (seconds, the slowest rank's); None: not probed
     layout_s: float | None = None
     layout_optimizer_s: float | None = None
+    # the one-process twin's step in the same probe, run right after it (None: not probed beside it)
+    layout_twin_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -249,8 +253,9 @@ def predict_steps(
 
 def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> float:
     """``o``'s compute from its twin's step ``step_s`` (its measured median, or an end of its interval): on shared
-    cores, the layout probe's step where one was measured (scaled as ``step_s`` is to the twin's median: the
-    interval carried over), the optimizer step a shard where the strategy shards it; else forward and backward
+    cores, the layout probe's step where one was measured, as a ratio to the twin's probe beside it times
+    ``step_s`` (without that probe, scaled as ``step_s`` is to the twin's median: the interval carried over), the
+    optimizer step a shard where the strategy shards it; else forward and backward
     split over the ranks (on shared cores the N ranks take as long together as the twin did); the optimizer step is
     every rank's whole under DDP (each updates all the parameters: N times the twin's work on the same cores), a
     shard under FSDP."""
@@ -259,7 +264,7 @@ def _compute_s(twin: Observed, step_s: float, o: Observed, shared: bool) -> floa
     sharded = "optimizer" in _strategy(o).shards  # each rank updates its shard of the parameters
     if shared and o.layout_s and twin.step_s:
         probed = o.layout_s - (n - 1) / n * (o.layout_optimizer_s or 0.0) if sharded else o.layout_s
-        return probed * step_s / twin.step_s
+        return probed * step_s / (o.layout_twin_s or twin.step_s)
     if shared:
         return step_s if sharded else step_s + (n - 1) * optimizer
     return (step_s - optimizer) / n + (optimizer / n if sharded else optimizer)

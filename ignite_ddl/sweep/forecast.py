@@ -433,12 +433,14 @@ def measured_layouts(
                 f"plan: measuring cfg{o.index:03d}'s compute at its layout ({o.world_size} processes, no "
                 "communication) for the step model"
             )
-            entry = measure_layout(probe, spec)
+            # the twin probed right after: the compute is the ratio of the two, measured side by side
+            entry = measure_layout(probe, spec, layout_probe(TrainConfig.from_dict(twin.config), folder))
             cache.put(key, entry)
             if "error" in entry:
                 progress(f"plan: the layout probe failed, the twin's rule stands: {entry['error']}")
-        step, optimizer = entry.get("step_s"), entry.get("optimizer_s")
-        found.append(dataclasses.replace(o, layout_s=step, layout_optimizer_s=optimizer) if step else o)
+        step, optimizer, beside = entry.get("step_s"), entry.get("optimizer_s"), entry.get("twin_step_s")
+        probed = {"layout_s": step, "layout_optimizer_s": optimizer, "layout_twin_s": beside}
+        found.append(dataclasses.replace(o, **probed) if step else o)
     return found
 
 

@@ -11,6 +11,12 @@ past the warm-up) is the compute of every strategy at that layout; a strategy th
 share of the probe's optimizer step. The probe is the same for DDP, ZeRO-1 and FSDP of one layout, and for every
 DDP option (bucket size, hooks): its key leaves them out.
 
+Right after it the one-process twin runs the same short probe, and the step model takes the layout's compute as the
+*ratio* of the two, measured side by side, times the twin's median over its runs: a probe measured once is at the
+machine's speed of that minute, and a shared VM's speed drifts. On the 2-core AMD EPYC VM one sweep's probe of the
+shipped example measured 35 ms where seven others measured 20-24, while that sweep's twin ran 29, 22 and 22 ms: its
+DDP and FSDP predictions came out 26 % and 13 % slow.
+
 Example:
     >>> import dataclasses
     >>> from ignite_ddl.core.config import TrainConfig
@@ -65,15 +71,32 @@ def layout_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
     return TrainConfig.from_dict({**options, "output_dir": str(Path(folder) / "layout" / digest)})
 
 
-def measure_layout(probe: TrainConfig, spec: Spec) -> dict[str, Any]:
+def measure_layout(probe: TrainConfig, spec: Spec, twin: TrainConfig | None = None) -> dict[str, Any]:
     """Run ``probe`` (:func:`layout_probe`) as the sweep starts its runs; its step (seconds an optimizer step of the
-    global batch, past the warm-up) and its optimizer step (the slowest rank's mean), or ``{"error": ...}``."""
+    global batch, past the warm-up) and its optimizer step (the slowest rank's mean), or ``{"error": ...}``. With
+    ``twin`` (the one-process twin's probe, :func:`layout_probe` of the twin), that probe is run right after and its
+    step kept as ``twin_step_s`` (absent where it failed: the twin's runs alone are then the reference)."""
     summary, entry = run_probe(probe, spec)
     if summary is None:
         return entry
+    step, optimizer = _step_of(summary, probe)
+    if step is None:
+        return {"error": "no throughput recorded"}
+    measured = {"step_s": step, "optimizer_s": optimizer, **entry}
+    if twin is not None:
+        beside, _ = run_probe(twin, spec)
+        twin_step = _step_of(beside, twin)[0] if beside is not None else None
+        if twin_step is not None:
+            measured["twin_step_s"] = twin_step
+    return measured
+
+
+def _step_of(summary: dict[str, Any], probe: TrainConfig) -> tuple[float | None, float | None]:
+    """A probe's step (seconds an optimizer step of the global batch; None: no throughput recorded) and its optimizer
+    step (the slowest rank's mean)."""
     rate = summary.get("samples_per_s")
     steps = (summary.get("steps") or {}).get("ranks") or []
     optimizer = [r["optimizer_s_mean"] for r in steps if isinstance(r.get("optimizer_s_mean"), float)]
     if not isinstance(rate, float) or rate <= 0:
-        return {"error": "no throughput recorded"}
-    return {"step_s": probe.batch_size / rate, "optimizer_s": max(optimizer) if optimizer else None, **entry}
+        return None, None
+    return probe.batch_size / rate, max(optimizer) if optimizer else None
