@@ -201,7 +201,7 @@ def show(result: dict[str, Any]) -> None:
     print(f"memory within +-{MEMORY_GOAL:.0%}: {result['memory_within_goal']}")
     if spread is not None and not result["quiet"]:
         print(
-            f"the machine's speed drifted: a configuration's repeats differed by a median {100 * spread:.0f}% (more "
+            f"the machine's speed drifted: a configuration's repeats differed by a median {100 * spread:.1f}% (more "
             f"than the step goal's {STEP_GOAL:.0%}): this run's step errors cannot show the goal met or missed"
         )
     print(
