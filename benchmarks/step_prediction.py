@@ -34,14 +34,18 @@ from ignite_ddl.sweep.runner import sweep
 from ignite_ddl.sweep.spec import load_spec
 
 
-def summarise(out: Path, refit: bool = False) -> dict[str, Any]:
+def summarise(out: Path, refit: bool = False, every_round: bool = False) -> dict[str, Any]:
+    """The sweep in ``out``: its step model's predictions against what it measured. ``refit``: the model fitted again
+    to the first round's one-process runs; ``every_round``: fitted to the one-process runs of every round, the twins'
+    median against the predicted configurations' (their rounds interleaved, a drift of the machine's speed between
+    rounds moves both alike; the probes and the link are the sweep's own, kept in its ``plan/``)."""
     meta = read_json(out / "sweep.json")
     records = read_results(out / "results.jsonl")
     spec = parse_spec(meta["spec"])
     model = meta.get("step_model") or {}
-    if refit or not any((p or {}).get("step_s") for p in (model.get("configurations") or {}).values()):
-        first = [r for r in records if r["repeat"] == 0 and (r["config"].get("nproc_per_node") or 1) == 1]
-        model = fit_step_model(spec, out, first, progress=print)
+    if every_round or refit or not any((p or {}).get("step_s") for p in (model.get("configurations") or {}).values()):
+        twins = [r for r in records if (r["config"].get("nproc_per_node") or 1) == 1]
+        model = fit_step_model(spec, out, twins if every_round else [r for r in twins if r["repeat"] == 0], print)
     configs = {c.index: c for c in analyze(records, meta, include_contended=True).configs}
     rows = []
     for index, predicted in sorted((int(i), p) for i, p in (model.get("configurations") or {}).items()):

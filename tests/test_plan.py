@@ -592,7 +592,7 @@ def test_the_step_model_adds_a_hooks_work_and_its_all_reduces():
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_path):
+def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_path, monkeypatch):
     spec = write_spec(
         tmp_path / "spec.yaml",
         name="steps",
@@ -638,6 +638,16 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     row = next(line for line in table.splitlines() if line.startswith("| cfg001"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert float(cells[1]) == pytest.approx(1e3 * predicted["step_s"], abs=0.06) and float(cells[3]) > 0
+    # benchmarks/step_prediction.py refits the model to every round's one-process runs with the sweep's own probes
+    # and link, kept in plan/: of a sweep of one round, the sweep's own prediction (of the configuration without a
+    # hook: PowerSGD's work is measured again), and nothing probed again.
+    kept = {name: (out / "plan" / name).read_bytes() for name in ("layout.json", "link.json")}
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # no package: its modules import so
+    from step_prediction import summarise
+
+    refitted = {row["config"]: row["predicted_ms"] for row in summarise(out, every_round=True)["rows"]}
+    assert refitted["cfg001"] == pytest.approx(1e3 * predicted["step_s"]) and "cfg002" in refitted
+    assert {name: (out / "plan" / name).read_bytes() for name in kept} == kept
 
 
 VALUED_WORKLOAD = """
