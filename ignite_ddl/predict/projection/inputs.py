@@ -42,6 +42,7 @@ from ignite_ddl.predict.projection.model import (
 __all__ = [
     "BUSY_PROBE",
     "DDP_PROBE_PAIRS",
+    "FSDP_PROBE_PAIRS",
     "FIT_SIZES",
     "LARGE_UNIT",
     "MMAP_THRESHOLD_MAX",
@@ -70,12 +71,17 @@ FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB,
 # of up to 0.4 s a pair, keeps 15 past 2.
 BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
 DDP_PROBE_PAIRS = {"pairs": 60, "warmup": 5}
+# FSDP's probe, per model: (pairs timed, warm-up pairs before them). The MLP's and the small stack's set the price of
+# every FSDP collective; at 15 pairs past 2 three probes a minute apart measured the MLP's FSDP step at 87.6, 90.5 and
+# 105.8 ms (its factor 2.7 to 3.8), as DDP's probe spread before it timed 60 pairs. The large unit's pairs take half
+# a second each and price only units above glibc's mmap threshold: they stay 15.
+FSDP_PROBE_PAIRS = {"mlp": (60, 5), "small": (60, 5), "large": (15, 2)}
 # FSDP's optimizer step per parameter tensor: a stack of small linear layers (64 tensors of 32 x 32 and 32), so that
 # what Adam does per tensor on FSDP2's sharded parameters, not the bytes, is what its step takes
 SMALL_TENSORS = {"width": 32, "layers": 32}
 # What each busy probe measures, revised when that changes: a figure kept in an output folder by an earlier revision
 # (plan/link.json) is measured again rather than read with another meaning (FSDP's 3: its collectives priced by unit).
-PROBE_REVISIONS = {"ddp": 2, "fsdp": 3}  # DDP's 2: 60 pairs past 5 warm-up pairs
+PROBE_REVISIONS = {"ddp": 2, "fsdp": 4}  # DDP's 2: 60 pairs past 5 warm-up pairs; FSDP's 4: FSDP_PROBE_PAIRS
 # glibc's largest mmap threshold on a 64-bit machine (DEFAULT_MMAP_THRESHOLD_MAX): a block above it is always mapped
 # fresh and unmapped when freed, its pages faulted in again at every use, however often it is reused
 MMAP_THRESHOLD_MAX = 32 * 2**20
@@ -315,12 +321,14 @@ def probe_grad_bytes(width: int = BUSY_PROBE["width"], depth: int = BUSY_PROBE["
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: int, warmup: int) -> Any:
+def _fsdp_probe_steps(
+    local_rank: int, width: int, depth: int, batch: int, pairs: dict[str, tuple[int, int]] = FSDP_PROBE_PAIRS
+) -> Any:
     """On every rank, three models each without any wrapper and as a copy under FSDP2 (each block a unit, then the
     root, as the trainer shards it), Adam each, steps alternating between the two: the probe's MLP, a stack of
     :data:`SMALL_TENSORS`' layers and one :data:`LARGE_UNIT`; every rank's ``{model: [(seconds of a plain step, of
     its optimizer step, of an FSDP step, of its optimizer step) per pair]}`` (``"mlp"``, ``"small"``,
-    ``"large"``), in rank order."""
+    ``"large"``), in rank order; ``pairs``: each model's (pairs timed, warm-up pairs)."""
     import copy
 
     import torch
@@ -329,15 +337,17 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
 
     from ignite_ddl.measure.gather import gather_objects
 
-    def pairs_of(plain: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[tuple[float, float, float, float]]:
-        """(plain step, its optimizer step, FSDP step, its optimizer step) per pair, past the warm-up."""
+    def pairs_of(
+        plain: nn.Module, x: torch.Tensor, y: torch.Tensor, timed: int, warmup: int
+    ) -> list[tuple[float, float, float, float]]:
+        """(plain step, its optimizer step, FSDP step, its optimizer step) per pair, ``timed`` past ``warmup``."""
         sharded = copy.deepcopy(plain)
         for block in list(sharded.children())[:-1]:
             fully_shard(block)
         fully_shard(sharded)
         optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
         found = []
-        for i in range(warmup + pairs):
+        for i in range(warmup + timed):
             pair: list[float] = []
             for model, optimizer in zip((plain, sharded), optimizers):
                 began = time.perf_counter()
@@ -355,7 +365,7 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
     widths = {"mlp": width, "small": small, "large": large}
     return gather_objects(
         {
-            name: pairs_of(model, torch.randn(batch, widths[name]), torch.randint(0, 10, (batch,)))
+            name: pairs_of(model, torch.randn(batch, widths[name]), torch.randint(0, 10, (batch,)), *pairs[name])
             for name, model in models.items()
         }
     )
@@ -433,7 +443,7 @@ def measure_fsdp_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
 
     p = BUSY_PROBE
     settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
-    per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
+    per_rank = launch(_fsdp_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, FSDP_PROBE_PAIRS)
     # slowest rank, per figure
     pairs = {
         name: [tuple(max(values) for values in zip(*ranks)) for ranks in zip(*(r[name] for r in per_rank))]
