@@ -22,6 +22,7 @@ import argparse
 import copy
 import os
 import statistics
+import tempfile
 import time
 from typing import Any
 
@@ -132,9 +133,11 @@ def main() -> None:
     from ignite_ddl.launcher.spawn import launch
     from ignite_ddl.sweep.forecast import measured_busy, measured_link
 
-    # this machine's link and busy factors, as a sweep measures them (kept in the scratch folder's plan/)
-    link = measured_link(".")
-    busy = measured_busy(".", link, True) if link is not None else None
+    # this machine's link and busy factors, as a sweep measures them; what a sweep keeps in its plan/ is kept in a
+    # temporary folder for this run alone (nothing written where the script is run from)
+    with tempfile.TemporaryDirectory() as kept:
+        link = measured_link(kept)
+        busy = measured_busy(kept, link, True) if link is not None else None
     if busy is None or busy.fsdp is None:
         raise SystemExit("fsdp_unit_cost: FSDP's busy factor could not be measured on this machine")
     per_rank = launch(_steps, LaunchSettings(backend="gloo", nproc_per_node=2), names, args.batch, args.pairs, 5)
