@@ -29,7 +29,11 @@ from typing import Any
 import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
 from bench_common import print_machine
 
-PHASES = ("forward", "backward", "optimizer")
+
+def known(name: str) -> bool:
+    """Whether ``name`` is one of the models :func:`build` builds."""
+    kind, _, number = name.partition("-")
+    return name in ("hf", "mlp") or (kind in ("units", "tensors") and number.isdigit())
 
 
 def build(name: str, batch: int) -> tuple[Any, list[Any], Any]:
@@ -124,9 +128,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=30)
     args = parser.parse_args()
     names = args.models.split(",")
-    bad = [n for n in names if n not in ("hf", "mlp") and n.partition("-")[0] not in ("units", "tensors")]
-    if bad or any(not n.partition("-")[2].isdigit() for n in names if n not in ("hf", "mlp")):
-        parser.error(f"unknown model(s) {', '.join(bad) or args.models}: hf, mlp, units-N, tensors-K")
+    unknown = [name for name in names if not known(name)]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}: hf, mlp, units-N, tensors-K")
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # nothing downloaded, ever
     print_machine()
     from ignite_ddl.launcher.settings import LaunchSettings
@@ -144,15 +148,14 @@ def main() -> None:
     print(f"FSDP2 less plain, ms a step (2 gloo ranks x 1 thread, batch {args.batch} a rank, {args.pairs} pairs)")
     print(f"{'model':>12} {'plain':>7} {'forward':>8} {'backward':>9} {'optimizer':>10} {'step':>7} {'priced':>7}")
     for name in names:
-        rows = [r[name] for r in per_rank]
-
-        def slowest(side: int, phase: int, i: int, rows: list[Any] = rows) -> float:
-            return max(rank[i][side][phase] for rank in rows)
-
-        count = range(len(rows[0]))
-        extra = [statistics.median(slowest(1, p, i) - slowest(0, p, i) for i in count) for p in range(3)]
-        step = statistics.median(sum(slowest(1, p, i) - slowest(0, p, i) for p in range(3)) for i in count)
-        plain = statistics.median(sum(slowest(0, p, i) for p in range(3)) for i in count)
+        # per pair, (plain, FSDP2) each (forward, backward, optimizer): the slowest rank's of every figure
+        slowest = [
+            [[max(phase) for phase in zip(*sides)] for sides in zip(*pair)]
+            for pair in zip(*(r[name] for r in per_rank))
+        ]
+        extra = [statistics.median(fsdp[p] - plain[p] for plain, fsdp in slowest) for p in range(3)]
+        step = statistics.median(sum(fsdp) - sum(plain) for plain, fsdp in slowest)
+        plain = statistics.median(sum(plain) for plain, _ in slowest)
         print(
             f"{name:>12} {1e3 * plain:>7.1f} {1e3 * extra[0]:>8.1f} {1e3 * extra[1]:>9.1f} {1e3 * extra[2]:>10.1f} "
             f"{1e3 * step:>7.1f} {priced_ms(name, args.batch, link, busy):>7.1f}"

@@ -116,18 +116,21 @@ def summarise_model(out: Path) -> list[dict[str, Any]]:
                 "contended": sum(bool(r.get("contended")) for r in mine),
                 "memory_predicted_mib": predicted / 2**20 if predicted else None,
                 "memory_measured_mib": measured / 2**20 if measured else None,
-                "memory_error": (predicted - measured) / measured if predicted and measured else None,
+                "memory_error": _error(predicted, measured),
                 "step_measured_ms": measured_ms,
                 "repeat_spread": max(rates) / min(rates) - 1 if len(rates) > 1 else None,
                 "step_predicted_ms": predicted_ms,
-                "step_error": (predicted_ms - measured_ms) / measured_ms if predicted_ms and measured_ms else None,
+                "step_error": _error(predicted_ms, measured_ms),
                 "step_predicted_every_round_ms": refitted_ms,
-                "step_error_every_round": (refitted_ms - measured_ms) / measured_ms
-                if refitted_ms and measured_ms
-                else None,
+                "step_error_every_round": _error(refitted_ms, measured_ms),
             }
         )
     return rows
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    """(predicted - measured) / measured; None without both."""
+    return (predicted - measured) / measured if predicted and measured else None
 
 
 def summarise(out: Path, against: Sequence[Path] = ()) -> dict[str, Any]:

@@ -321,9 +321,7 @@ def probe_grad_bytes(width: int = BUSY_PROBE["width"], depth: int = BUSY_PROBE["
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def _fsdp_probe_steps(
-    local_rank: int, width: int, depth: int, batch: int, pairs: dict[str, tuple[int, int]] = FSDP_PROBE_PAIRS
-) -> Any:
+def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs: dict[str, tuple[int, int]]) -> Any:
     """On every rank, three models each without any wrapper and as a copy under FSDP2 (each block a unit, then the
     root, as the trainer shards it), Adam each, steps alternating between the two: the probe's MLP, a stack of
     :data:`SMALL_TENSORS`' layers and one :data:`LARGE_UNIT`; every rank's ``{model: [(seconds of a plain step, of
