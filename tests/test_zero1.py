@@ -13,7 +13,8 @@ from torch import nn
 from ignite_ddl import TrainConfig, train
 from ignite_ddl.core import strategies as core_strategies
 from ignite_ddl.core.strategies import StrategyInfo, describe_strategy, resolve_strategy
-from ignite_ddl.predict.memory import predict
+from ignite_ddl.predict import memory
+from ignite_ddl.predict.memory import gradient_bytes, predict
 from ignite_ddl.predict.projection.model import Link
 from ignite_ddl.predict.steptime import Observed, predict_steps
 from ignite_ddl.trainer import strategies as trainer_strategies
@@ -115,6 +116,18 @@ def test_the_plan_gives_zero1_half_the_optimizer_state_of_ddp():
     saving = predict(TrainConfig(strategy="zero1", **{**base, "checkpoints": True}), 0).parts
     params = 4 * (3 * 32 * 32 * 10 + 10 + 10 * 10 + 10)  # the toy model's float32 parameters
     assert saving["checkpoint"] == 2 * params and saving["optimizer"] == params
+
+
+def test_the_heap_a_step_leaves_never_decides_whether_saving_is_the_peak():
+    # a replay's heap moves between replays; the saving moment holds it as the step does, so however large it is the
+    # consolidated optimizer state alone decides (a heap left out of the saving moment once made the step the peak)
+    config = TrainConfig(strategy="zero1", model="toy", nproc_per_node=2, optimizer="adam", checkpoints=True)
+    info = resolve_strategy("zero1", 2)
+    params = gradient_bytes(config)
+    step = {"params": params, "grads": params, "optimizer": params, "activations": 1000, "buckets": params}
+    for heap in (0, 2**20, 2**30):
+        saving = memory._checkpoint_phase(config, {**step, "heap": heap}, info)
+        assert saving["checkpoint"] == 2 * params and saving["heap"] == heap and saving["activations"] == 0
 
 
 def test_the_step_model_adds_zero1s_broadcast_to_ddps_all_reduce():

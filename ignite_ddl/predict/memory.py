@@ -509,15 +509,18 @@ def _fake_group(world: int) -> Iterator[Any]:
 def _checkpoint_phase(config: TrainConfig, step: dict[str, int], info: StrategyInfo) -> dict[str, int]:
     """Rank 0 of a strategy that shards while it saves a checkpoint: it gathers the full state of what is sharded
     (FSDP: the model and the optimizer state, ``full_state_dict`` offloaded to CPU; ZeRO-1: the optimizer state,
-    consolidated) beside what it holds between steps. The parts of that moment where it needs more than the
-    training step, else ``step``'s."""
+    consolidated) beside what it holds between steps and the heap the step left. The parts of that moment where it
+    needs more than the training step, else ``step``'s."""
     full = gradient_bytes(config)
     states = _STATE_PER_PARAMETER.get(config.optimizer, 0) if config.optimizer != "sgd" or config.momentum else 0
     world = world_size(config)
     sizes = {"params": full, "grads": full, "optimizer": states * full}
     held = {part: int(size * info.shard_of(part, world)) for part, size in sizes.items()}
     gathered = sum(sizes[part] for part in ("params", "optimizer") if part in info.shards)
-    saving = {**held, "activations": 0, "buckets": step.get("buckets", 0), "checkpoint": gathered}
+    # the heap the step's allocations left stays with the process while it saves: both moments hold it, so it never
+    # decides which of them is the peak
+    kept: dict[str, int] = {part: step[part] for part in ("heap", "buckets") if part in step}
+    saving = {**held, "activations": 0, **kept, "checkpoint": gathered}
     return saving if sum(saving.values()) > sum(step.values()) else {**step, "checkpoint": 0}
 
 
