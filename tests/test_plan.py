@@ -23,6 +23,8 @@ from ignite_ddl.core.results import read_results
 from ignite_ddl.predict import memory
 from ignite_ddl.predict.projection.model import Link
 from ignite_ddl.predict.steptime import Observed, predict_steps
+from ignite_ddl.sweep import layout_probe as layout
+from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, LAYOUT_ROUNDS
 
 # The stated tolerance, (predicted - measured) / measured per strategy. The goal is 15 % either way; one process and
 # DDP met it in this test's runs (-7 % and -8 %); DDP on 2 processes fell short by up to 19 % in longer runs
@@ -624,7 +626,10 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     # the twin probed right after the layout: the compute is their ratio times the twin's measured step
     (twin_run,) = [r for r in read_results(out / "results.jsonl") if r["config"]["nproc_per_node"] == 1]
     twin_s = twin_run["config"]["batch_size"] / twin_run["summary"]["samples_per_s"]
-    assert probe["twin_step_s"] > 0
+    assert probe["twin_step_s"] > 0 and probe["revision"] == LAYOUT_REVISION
+    # probe and twin alternate LAYOUT_ROUNDS times: the round kept is the one whose ratio is the median of them
+    ratios = sorted(step / twin for step, twin in probe["rounds"])
+    assert len(ratios) == LAYOUT_ROUNDS and probe["step_s"] / probe["twin_step_s"] == ratios[len(ratios) // 2]
     for predicted in model["configurations"].values():  # DDP's own all-reduce, and PowerSGD's steady phase
         assert predicted["basis"] == "one-process twin cfg000, compute probed at the layout", predicted
         assert predicted["compute_s"] == pytest.approx(probe["step_s"] * twin_s / probe["twin_step_s"])
@@ -648,6 +653,35 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     refitted = {row["config"]: row["predicted_ms"] for row in summarise(out, every_round=True)["rows"]}
     assert refitted["cfg001"] == pytest.approx(1e3 * predicted["step_s"]) and "cfg002" in refitted
     assert {name: (out / "plan" / name).read_bytes() for name in kept} == kept
+
+
+def test_the_layout_probe_keeps_the_median_round_so_one_drifted_run_moves_nothing(monkeypatch):
+    """The layout probe and its twin alternate; a drift that slows one run (here the second twin, as in a run of
+    benchmarks/own_model_prediction.py) moves its round's ratio only, and the median round is kept. A round that
+    fails after the first is left out; a twin that never completes leaves the probe alone (the twin's runs then)."""
+    probe = TrainConfig(model="mlp", nproc_per_node=2, batch_size=32, output_dir="probe")
+    twin = TrainConfig(model="mlp", nproc_per_node=1, batch_size=32, output_dir="twin")
+    seconds: list[float | None] = [0.20, 0.10, 0.21, 0.14, 0.19, 0.10]  # probe, twin, probe, twin (drifted), ...
+
+    def run_probe(config, spec):
+        step = seconds.pop(0)
+        if step is None:
+            return None, {"error": "killed"}
+        summary = {"samples_per_s": config.batch_size / step, "steps": {"ranks": [{"optimizer_s_mean": step / 10}]}}
+        return summary, {"contended": False, "measured": "now"}
+
+    monkeypatch.setattr(layout, "run_probe", run_probe)
+    entry = layout.measure_layout(probe, None, twin)
+    assert not seconds and entry["revision"] == LAYOUT_REVISION and len(entry["rounds"]) == LAYOUT_ROUNDS
+    assert (entry["step_s"], entry["twin_step_s"]) == pytest.approx((0.19, 0.10))  # ratios 2.0, 1.5, 1.9: 1.9 kept
+    seconds[:] = [0.20, 0.10, None, 0.30, 0.11]
+    entry = layout.measure_layout(probe, None, twin)
+    assert len(entry["rounds"]) == 2 and (entry["step_s"], entry["twin_step_s"]) == pytest.approx((0.20, 0.10))
+    seconds[:] = [0.20, None, 0.22, None, 0.21, None]
+    entry = layout.measure_layout(probe, None, twin)
+    assert "twin_step_s" not in entry and entry["step_s"] == pytest.approx(0.20)
+    seconds[:] = [None]
+    assert layout.measure_layout(probe, None, twin) == {"error": "killed"}
 
 
 VALUED_WORKLOAD = """

@@ -413,7 +413,7 @@ def measured_layouts(
     (:func:`~ignite_ddl.sweep.layout_probe.measure_layout`), measured once per layout and kept in
     ``plan/layout.json``; a probe that fails leaves its configurations to the twin's rule, said."""
     from ignite_ddl.predict.steptime import twins
-    from ignite_ddl.sweep.layout_probe import layout_probe, measure_layout
+    from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, layout_probe, measure_layout
 
     folder = Path(out) / "plan"
     cache = _Cache(folder, "layout")
@@ -428,12 +428,13 @@ def measured_layouts(
         probe = layout_probe(TrainConfig.from_dict(o.config), folder)
         key = Path(probe.output_dir).name
         entry = cache.get(key)
-        if not isinstance(entry, dict):
+        # an entry of an earlier revision (one probe, one twin) was read at one minute's speed: measured again
+        if not isinstance(entry, dict) or ("error" not in entry and entry.get("revision") != LAYOUT_REVISION):
             progress(
                 f"plan: measuring cfg{o.index:03d}'s compute at its layout ({o.world_size} processes, no "
                 "communication) for the step model"
             )
-            # the twin probed right after: the compute is the ratio of the two, measured side by side
+            # the twin probed beside it, alternating: the compute is the median round's ratio of the two
             entry = measure_layout(probe, spec, layout_probe(TrainConfig.from_dict(twin.config), folder))
             cache.put(key, entry)
             if "error" in entry:
