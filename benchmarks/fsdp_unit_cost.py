@@ -19,11 +19,9 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import statistics
 import tempfile
-import time
 from typing import Any
 
 import bench_scratch  # noqa: F401  (first: the scratch folder, before anything imports torch)
@@ -69,41 +67,20 @@ def build(name: str, batch: int) -> tuple[Any, list[Any], Any]:
 
 def _steps(local_rank: int, names: list[str], batch: int, pairs: int, warmup: int) -> Any:
     """Every rank's ``{model: [((forward, backward, optimizer) plain, (...) FSDP2) per pair]}``, in rank order."""
-    import torch
     from torch import nn
-    from torch.distributed.fsdp import fully_shard
 
     from ignite_ddl.measure.gather import gather_objects
+    from ignite_ddl.predict.projection.inputs import alternate_plain_and_fsdp
 
     found: dict[str, Any] = {}
     for name in names:
         plain, blocks, x = build(name, batch)
-        sharded = copy.deepcopy(plain)
-        paths = {id(module): path for path, module in plain.named_modules()}
-        copies = dict(sharded.named_modules())
-        for block in blocks:
-            fully_shard(copies[paths[id(block)]])
-        fully_shard(sharded)
-        optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
-        timed = []
-        for i in range(warmup + pairs):
-            pair = []
-            for model, optimizer in zip((plain, sharded), optimizers):
-                began = time.perf_counter()
-                out = model(x)
-                # a token model's logits against its own tokens, any other's output squared: the loss is no figure
-                loss = (
-                    nn.functional.cross_entropy(out.flatten(0, 1), x.flatten()) if name == "hf" else out.square().mean()
-                )
-                forward = time.perf_counter()
-                loss.backward()
-                backward = time.perf_counter()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                pair.append((forward - began, backward - forward, time.perf_counter() - backward))
-            if i >= warmup:
-                timed.append(pair)
-        found[name] = timed
+
+        # a token model's logits against its own tokens, any other's output squared: the loss is no figure
+        def loss(out: Any, name: str = name, x: Any = x) -> Any:
+            return nn.functional.cross_entropy(out.flatten(0, 1), x.flatten()) if name == "hf" else out.square().mean()
+
+        found[name] = alternate_plain_and_fsdp(plain, blocks, x, loss, pairs, warmup)
     return gather_objects(found)
 
 

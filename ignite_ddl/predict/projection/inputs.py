@@ -48,6 +48,7 @@ __all__ = [
     "MMAP_THRESHOLD_MAX",
     "PROBE_REVISIONS",
     "SMALL_TENSORS",
+    "alternate_plain_and_fsdp",
     "compute_from_run",
     "fit_alpha_beta",
     "fsdp_collectives",
@@ -327,11 +328,8 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
     :data:`SMALL_TENSORS`' layers and one :data:`LARGE_UNIT`; every rank's ``{model: [(seconds of a plain step, of
     its optimizer step, of an FSDP step, of its optimizer step) per pair]}`` (``"mlp"``, ``"small"``,
     ``"large"``), in rank order; ``pairs``: each model's (pairs timed, warm-up pairs)."""
-    import copy
-
     import torch
     from torch import nn
-    from torch.distributed.fsdp import fully_shard
 
     from ignite_ddl.measure.gather import gather_objects
 
@@ -339,24 +337,13 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
         plain: nn.Module, x: torch.Tensor, y: torch.Tensor, timed: int, warmup: int
     ) -> list[tuple[float, float, float, float]]:
         """(plain step, its optimizer step, FSDP step, its optimizer step) per pair, ``timed`` past ``warmup``."""
-        sharded = copy.deepcopy(plain)
-        for block in list(sharded.children())[:-1]:
-            fully_shard(block)
-        fully_shard(sharded)
-        optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
-        found = []
-        for i in range(warmup + timed):
-            pair: list[float] = []
-            for model, optimizer in zip((plain, sharded), optimizers):
-                began = time.perf_counter()
-                optimizer.zero_grad()
-                nn.functional.cross_entropy(model(x), y).backward()
-                stepped = time.perf_counter()
-                optimizer.step()
-                pair += [time.perf_counter() - began, time.perf_counter() - stepped]
-            if i >= warmup:
-                found.append((pair[0], pair[1], pair[2], pair[3]))
-        return found
+        units = list(plain.children())[:-1]  # each block a unit, the last layer the root's
+
+        def loss(out: torch.Tensor) -> torch.Tensor:
+            return nn.functional.cross_entropy(out, y)
+
+        found = alternate_plain_and_fsdp(plain, units, x, loss, timed, warmup)
+        return [(sum(bare), bare[2], sum(sharded), sharded[2]) for bare, sharded in found]
 
     small, large = SMALL_TENSORS["width"], LARGE_UNIT["width"]
     models = {"mlp": probe_mlp(width, depth), "small": fsdp_probe_model("small"), "large": fsdp_probe_model("large")}
@@ -367,6 +354,47 @@ def _fsdp_probe_steps(local_rank: int, width: int, depth: int, batch: int, pairs
             for name, model in models.items()
         }
     )
+
+
+# seconds of a step's forward (from zeroing the gradients on), backward and optimizer step
+Phases = tuple[float, float, float]
+
+
+def alternate_plain_and_fsdp(
+    plain: Any, units: Sequence[Any], x: Any, loss: Any, timed: int, warmup: int
+) -> list[tuple[Phases, Phases]]:
+    """Steps of ``plain`` and of a copy under FSDP2 (each of ``units``, modules of ``plain``, a unit in the copy,
+    then its root), Adam each, alternating in this process (a rank of a process group that every rank enters alike):
+    per pair past ``warmup``, the plain step's and the FSDP2 step's (forward, backward, optimizer) seconds. ``loss``
+    turns a model's output into the loss; ``x`` is the batch. Alternating puts both beside the same minute of a
+    machine whose speed drifts, so their difference is FSDP2's."""
+    import copy
+
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    sharded = copy.deepcopy(plain)
+    paths = {id(module): path for path, module in plain.named_modules()}
+    copies = dict(sharded.named_modules())
+    for unit in units:
+        fully_shard(copies[paths[id(unit)]])
+    fully_shard(sharded)
+    optimizers = [torch.optim.Adam(plain.parameters()), torch.optim.Adam(sharded.parameters())]
+    found = []
+    for i in range(warmup + timed):
+        pair = []
+        for model, optimizer in zip((plain, sharded), optimizers):
+            began = time.perf_counter()
+            optimizer.zero_grad()
+            out = loss(model(x))
+            forward = time.perf_counter()
+            out.backward()
+            backward = time.perf_counter()
+            optimizer.step()
+            pair.append((forward - began, backward - forward, time.perf_counter() - backward))
+        if i >= warmup:
+            found.append((pair[0], pair[1]))
+    return found
 
 
 def fsdp_probe_model(name: str) -> Any:
