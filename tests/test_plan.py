@@ -24,7 +24,7 @@ from ignite_ddl.predict import memory
 from ignite_ddl.predict.projection.model import Link
 from ignite_ddl.predict.steptime import Observed, predict_steps
 from ignite_ddl.sweep import layout_probe as layout
-from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, LAYOUT_ROUNDS
+from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, LAYOUT_ROUNDS, probe_iterations
 
 # The stated tolerance, (predicted - measured) / measured per strategy. The goal is 15 % either way; one process and
 # DDP met it in this test's runs (-7 % and -8 %); DDP on 2 processes fell short by up to 19 % in longer runs
@@ -627,6 +627,7 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     (twin_run,) = [r for r in read_results(out / "results.jsonl") if r["config"]["nproc_per_node"] == 1]
     twin_s = twin_run["config"]["batch_size"] / twin_run["summary"]["samples_per_s"]
     assert probe["twin_step_s"] > 0 and probe["revision"] == LAYOUT_REVISION
+    assert probe["iterations"] == probe_iterations(twin_s)  # about a second of the twin's steps, at least 10
     # probe and twin alternate LAYOUT_ROUNDS times: the round kept is the one whose ratio is the median of them
     ratios = sorted(step / twin for step, twin in probe["rounds"])
     assert len(ratios) == LAYOUT_ROUNDS and probe["step_s"] / probe["twin_step_s"] == ratios[len(ratios) // 2]

@@ -413,7 +413,7 @@ def measured_layouts(
     (:func:`~ignite_ddl.sweep.layout_probe.measure_layout`), measured once per layout and kept in
     ``plan/layout.json``; a probe that fails leaves its configurations to the twin's rule, said."""
     from ignite_ddl.predict.steptime import twins
-    from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, layout_probe, measure_layout
+    from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, layout_probe, measure_layout, probe_iterations
 
     folder = Path(out) / "plan"
     cache = _Cache(folder, "layout")
@@ -425,7 +425,8 @@ def measured_layouts(
         if twin is None or twin.device_type != "cpu" or o.device_type not in (None, "cpu") or not one_node:
             found.append(o)
             continue
-        probe = layout_probe(TrainConfig.from_dict(o.config), folder)
+        iterations = probe_iterations(twin.step_s)  # about a second of the twin's steps
+        probe = layout_probe(TrainConfig.from_dict(o.config), folder, iterations)
         key = Path(probe.output_dir).name
         entry = cache.get(key)
         # an entry of an earlier revision (one probe, one twin) was read at one minute's speed: measured again
@@ -435,7 +436,7 @@ def measured_layouts(
                 "communication) for the step model"
             )
             # the twin probed beside it, alternating: the compute is the median round's ratio of the two
-            entry = measure_layout(probe, spec, layout_probe(TrainConfig.from_dict(twin.config), folder))
+            entry = measure_layout(probe, spec, layout_probe(TrainConfig.from_dict(twin.config), folder, iterations))
             cache.put(key, entry)
             if "error" in entry:
                 progress(f"plan: the layout probe failed, the twin's rule stands: {entry['error']}")

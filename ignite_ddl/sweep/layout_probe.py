@@ -19,7 +19,8 @@ DDP and FSDP predictions came out 26 % and 13 % slow. A drift can also fall betw
 benchmarks/own_model_prediction.py the HF model's twin probe read 235.7 ms where the twin's five runs read 189-201,
 and its DDP and FSDP rows came out 18 and 22 % fast. So the pair is run :data:`LAYOUT_ROUNDS` times, alternating,
 and the round whose ratio is the median of the rounds' is kept: one drifted run of either moves its round's ratio
-only.
+only. Each run measures about :data:`PROBE_SECONDS` of the twin's steps (:func:`probe_iterations`), no fewer than
+:data:`PROBE_MEASURED`: a model of short steps is timed over enough of them.
 
 Example:
     >>> import dataclasses
@@ -31,12 +32,16 @@ Example:
     >>> other = dataclasses.replace(config, strategy="ddp", bucket_cap_mb=5.0, output_dir="out/cfg001-r0")
     >>> layout_probe(other, "out/plan").output_dir == probe.output_dir  # one probe for every strategy of a layout
     True
+    >>> longer = layout_probe(config, "out/plan", probe_iterations(0.02))  # a twin of 20 ms a step: a second of them
+    >>> longer.max_iters, longer.output_dir == probe.output_dir
+    (53, True)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +50,51 @@ from ignite_ddl.core.options import option_specs
 from ignite_ddl.sweep.probes import run_probe
 from ignite_ddl.sweep.spec import Spec
 
-__all__ = ["LAYOUT_REVISION", "LAYOUT_ROUNDS", "PROBE_MEASURED", "PROBE_WARMUP", "layout_probe", "measure_layout"]
+__all__ = [
+    "LAYOUT_REVISION",
+    "LAYOUT_ROUNDS",
+    "PROBE_MEASURED",
+    "PROBE_WARMUP",
+    "layout_probe",
+    "measure_layout",
+    "probe_iterations",
+]
 
 PROBE_WARMUP = 3  # iterations left out: the first steps allocate and fill the caches
-PROBE_MEASURED = 10  # iterations measured: about a second for a step of 100 ms
+PROBE_MEASURED = 10  # iterations measured at least: about a second for a step of 100 ms
+# A probe measures about PROBE_SECONDS of its twin's steps (at most PROBE_MEASURED_MAX iterations): 10 steps of the
+# shipped example (20 ms) measured 0.2 s, and its six probes in two runs of benchmarks/own_model_prediction.py put
+# the layout at 0.78-1.14 times its twin, where the runs of 60 steps measured it within 3 %.
+PROBE_SECONDS = 1.0
+PROBE_MEASURED_MAX = 100
 LAYOUT_ROUNDS = 3  # probe and twin alternating: the median of three ratios outvotes one drifted run
-LAYOUT_REVISION = 2  # 2: the median round of LAYOUT_ROUNDS (1, kept without a revision: one probe, one twin)
+# 3: a second of the twin's steps a probe; 2: the median round of LAYOUT_ROUNDS; 1 (no revision): one probe, one twin
+LAYOUT_REVISION = 3
 
 
-def layout_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
+def probe_iterations(twin_step_s: float | None) -> int:
+    """Iterations a layout probe measures for a twin whose step takes ``twin_step_s`` (None: not known): about
+    :data:`PROBE_SECONDS` of them, at least :data:`PROBE_MEASURED`, at most :data:`PROBE_MEASURED_MAX`.
+
+    >>> probe_iterations(0.02), probe_iterations(0.2), probe_iterations(None), probe_iterations(0.001)
+    (50, 10, 10, 100)
+    """
+    if not twin_step_s or twin_step_s <= 0:
+        return PROBE_MEASURED
+    return max(PROBE_MEASURED, min(PROBE_MEASURED_MAX, math.ceil(PROBE_SECONDS / twin_step_s - 1e-9)))
+
+
+def layout_probe(config: TrainConfig, folder: str | Path, measured: int = PROBE_MEASURED) -> TrainConfig:
     """The run that probes ``config``'s compute at its layout: the same run under DDP with ``gradient_sync`` off
-    (every strategy's own options at their defaults), :data:`PROBE_WARMUP` + :data:`PROBE_MEASURED` iterations,
-    no FLOP counting or communication timing, in ``<folder>/layout/<digest>`` (the digest of everything else)."""
+    (every strategy's own options at their defaults), :data:`PROBE_WARMUP` + ``measured`` iterations (within its
+    one epoch), no FLOP counting or communication timing, in ``<folder>/layout/<digest>`` (the digest of everything
+    else but its length: a layout is probed once whatever its twin's step measured)."""
     strategy_options = [name for group in (DDPOptions, FSDPOptions, ZeroOptions) for name in option_specs(group)]
     options = {**config.to_dict(), **{name: declared_default(name) for name in strategy_options}}
     options.update(
         strategy="ddp",
         gradient_sync=False,
         epochs=1,
-        max_iters=PROBE_WARMUP + PROBE_MEASURED,
         warmup_iters=PROBE_WARMUP,
         measure_flops=False,
         comm_timing=False,
@@ -71,10 +102,11 @@ def layout_probe(config: TrainConfig, folder: str | Path) -> TrainConfig:
         progress=False,
         overwrite=True,
     )
-    options.pop("output_dir", None)
-    options.pop("matmul_peak_cache", None)
+    for name in ("output_dir", "matmul_peak_cache", "max_iters"):
+        options.pop(name, None)
     digest = hashlib.sha1(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return TrainConfig.from_dict({**options, "output_dir": str(Path(folder) / "layout" / digest)})
+    where = str(Path(folder) / "layout" / digest)
+    return TrainConfig.from_dict({**options, "max_iters": PROBE_WARMUP + measured, "output_dir": where})
 
 
 def measure_layout(
@@ -100,7 +132,8 @@ def measure_layout(
             return {"error": "no throughput recorded"}
         beside = run_probe(twin, spec)[0] if twin is not None else None
         pairs.append((step, optimizer, _step_of(beside, twin)[0] if beside is not None and twin is not None else None))
-    measured = {"contended": contended, "measured": first, "revision": LAYOUT_REVISION}
+    iterations = (probe.max_iters or PROBE_WARMUP) - PROBE_WARMUP
+    measured = {"contended": contended, "measured": first, "iterations": iterations, "revision": LAYOUT_REVISION}
     paired = sorted((p for p in pairs if p[2]), key=lambda p: p[0] / (p[2] or 1.0))
     if not paired:
         step, optimizer, _ = pairs[0]
