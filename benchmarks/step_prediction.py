@@ -45,7 +45,9 @@ def summarise(out: Path, refit: bool = False, every_round: bool = False) -> dict
     model = meta.get("step_model") or {}
     if every_round or refit or not any((p or {}).get("step_s") for p in (model.get("configurations") or {}).values()):
         twins = [r for r in records if (r["config"].get("nproc_per_node") or 1) == 1]
-        model = fit_step_model(spec, out, twins if every_round else [r for r in twins if r["repeat"] == 0], print)
+        kept = twins if every_round else [r for r in twins if r["repeat"] == 0]
+        # the layout probes as the sweep kept them, whatever their revision: a finished sweep is read, not probed
+        model = fit_step_model(spec, out, kept, print, kept_only=True)
     configs = {c.index: c for c in analyze(records, meta, include_contended=True).configs}
     rows = []
     for index, predicted in sorted((int(i), p) for i, p in (model.get("configurations") or {}).items()):

@@ -654,6 +654,15 @@ def test_a_real_sweep_records_its_step_prediction_beside_the_measurement(tmp_pat
     refitted = {row["config"]: row["predicted_ms"] for row in summarise(out, every_round=True)["rows"]}
     assert refitted["cfg001"] == pytest.approx(1e3 * predicted["step_s"]) and "cfg002" in refitted
     assert {name: (out / "plan" / name).read_bytes() for name in kept} == kept
+    # a sweep's probe of an earlier revision is read back as the sweep used it, not measured again
+    layouts = read_json(out / "plan" / "layout.json")
+    (key,) = layouts["entries"]
+    layouts["entries"][key]["revision"] = LAYOUT_REVISION - 1
+    (out / "plan" / "layout.json").write_text(json.dumps(layouts))
+    older = (out / "plan" / "layout.json").read_bytes()
+    again = {row["config"]: row["predicted_ms"] for row in summarise(out, every_round=True)["rows"]}
+    assert again["cfg001"] == pytest.approx(refitted["cfg001"])  # (cfg002's PowerSGD work is measured again)
+    assert (out / "plan" / "layout.json").read_bytes() == older
 
 
 def test_the_layout_probe_keeps_the_median_round_so_one_drifted_run_moves_nothing(monkeypatch):

@@ -406,12 +406,13 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
 
 
 def measured_layouts(
-    spec: Spec, out: str | Path, observed: list[Any], progress: Callable[[str], None] = print
+    spec: Spec, out: str | Path, observed: list[Any], progress: Callable[[str], None] = print, kept_only: bool = False
 ) -> list[Any]:
     """``observed`` (:class:`~ignite_ddl.predict.steptime.Observed`) with each configuration of several CPU
     processes on one node whose one-process twin was measured given its layout probe's step
     (:func:`~ignite_ddl.sweep.layout_probe.measure_layout`), measured once per layout and kept in
-    ``plan/layout.json``; a probe that fails leaves its configurations to the twin's rule, said."""
+    ``plan/layout.json``; a probe that fails leaves its configurations to the twin's rule, said. ``kept_only``:
+    nothing is measured, every kept probe is used whatever its revision (a finished sweep read back as it ran)."""
     from ignite_ddl.predict.steptime import twins
     from ignite_ddl.sweep.layout_probe import LAYOUT_REVISION, layout_probe, measure_layout, probe_iterations
 
@@ -430,7 +431,11 @@ def measured_layouts(
         key = Path(probe.output_dir).name
         entry = cache.get(key)
         # an entry of an earlier revision (one probe, one twin) was read at one minute's speed: measured again
-        if not isinstance(entry, dict) or ("error" not in entry and entry.get("revision") != LAYOUT_REVISION):
+        outdated = isinstance(entry, dict) and "error" not in entry and entry.get("revision") != LAYOUT_REVISION
+        if kept_only and not isinstance(entry, dict):
+            found.append(o)
+            continue
+        if not kept_only and (not isinstance(entry, dict) or outdated):
             progress(
                 f"plan: measuring cfg{o.index:03d}'s compute at its layout ({o.world_size} processes, no "
                 "communication) for the step model"
@@ -465,13 +470,15 @@ def fit_step_model(
     grids: Mapping[int, dict[str, Any]] | None = None,
     hooks_measured: dict[str, Any] | None = None,
     probe_layouts: bool = True,
+    kept_only: bool = False,
 ) -> StepModel:
     """The step-time model (:mod:`ignite_ddl.predict.steptime`) fitted to the one-process runs recorded so far and to
     this machine's all-reduce: every configuration's prediction (but the ``refused``'s), as kept in ``sweep.json``
     (``step_model``). ``grids``: the configurations by index (default: the grid's, enumerated; a search gives those
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
     fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
-    cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule."""
+    cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule;
+    ``kept_only``: the layout probes kept in ``plan/`` as they are, none measured (a finished sweep refitted)."""
     from ignite_ddl.predict.memory import gradient_layout, not_traceable_reason, on_cuda, world_size
     from ignite_ddl.predict.steptime import (
         Observed,
@@ -519,7 +526,7 @@ def fit_step_model(
             if resolve_strategy(config.strategy, world).gradient_buckets:  # DDP's bucket work, hook or none
                 bucketed[index] = config
     if probe_layouts:
-        observed = measured_layouts(spec, out, observed, progress)
+        observed = measured_layouts(spec, out, observed, progress, kept_only)
     link = measured_link(out, progress) if grads else None
     # CPU ranks sharing the cores (a CPU twin measured): the collectives beside their compute, measured once.
     shared = any(o.world_size == 1 and o.device_type == "cpu" for o in observed) and bool(grads)
