@@ -129,7 +129,9 @@ def _batch_script(script: Path, environ: dict[str, str], *args: str) -> tuple[di
     line = next(line for line in text.replace("\\\n", " ").splitlines() if line.startswith("srun "))
     line = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: environ.get(m.group(1), m.group(2)), line)
     words = [re.sub(r"\$(\w+)", lambda m: environ[m.group(1)], word) for word in shlex.split(line)]
-    return options, [expanded for word in words[1:] for expanded in (args if word == "$@" else [word])]
+    command = next(i for i, word in enumerate(words) if i and not word.startswith("-"))  # past srun's own options
+    assert "--kill-on-bad-exit=1" in words[1:command], "a failing rank must end the job's others"
+    return options, [expanded for word in words[command:] for expanded in (args if word == "$@" else [word])]
 
 
 def test_the_gpu_batch_script_starts_one_nccl_rank_per_gpu():
@@ -230,6 +232,7 @@ def test_srun_runs_two_ranks_in_env_mode(cluster, tmp_path):
             "srun",
             "-N1",
             "-n2",
+            "--kill-on-bad-exit=1",  # a rank that fails ends the other: the test fails with its error, not a hang
             sys.executable,
             "-m",
             "ignite_ddl",
@@ -377,6 +380,9 @@ def test_jobs_ask_slurm_for_no_warning_signal(tmp_path):
     sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH ")]
     assert any(line.startswith("#SBATCH --output=") for line in sbatch), script  # the rest is still there
     assert not [line for line in sbatch if "--signal" in line], script
+    # a rank that fails ends the job's others at once, not at a collective's timeout
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--kill-on-bad-exit=1" in srun.split(), script
 
 
 @pytest.mark.slow

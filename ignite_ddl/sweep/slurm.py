@@ -126,6 +126,11 @@ def _check_cluster(options: SlurmOptions) -> None:
             raise ConfigError(f"SLURM has no partition '{options.partition}'")
 
 
+# A rank that fails ends its job's other ranks at once (srun's own default leaves them waiting on it in a collective
+# until gloo's or NCCL's timeout, the job held): the job fails promptly with the failing rank's error.
+SRUN_ARGS = ("--kill-on-bad-exit=1",)
+
+
 def job_resources(config: TrainConfig, options: SlurmOptions, timeout_s: float) -> dict[str, Any]:
     """The submitit (sbatch) parameters of one run's job: its nodes and tasks from the run's configuration."""
     tasks = config.nproc_per_node or 1
@@ -191,7 +196,8 @@ def _submit(
 
 
 def _executor_without_warning(folder: Path) -> Any:
-    """submitit's SLURM executor, whose jobs SLURM sends no warning signal before their time limit.
+    """submitit's SLURM executor, whose jobs SLURM sends no warning signal before their time limit, and whose srun
+    ends a job's other ranks when one fails (:data:`SRUN_ARGS`).
 
     submitit always asks for one (``--signal=USR2@90``) so that a job can checkpoint and be requeued. A measurement
     restarted is not the same run: the limit itself ends the job, recorded as TIMEOUT. And SLURM sends that signal
@@ -204,7 +210,9 @@ def _executor_without_warning(folder: Path) -> Any:
             script = super()._make_submission_file_text(command, uid)
             return "\n".join(line for line in script.splitlines() if not line.startswith("#SBATCH --signal=")) + "\n"
 
-    return Executor(folder=folder)
+    executor = Executor(folder=folder)
+    executor.update_parameters(srun_args=list(SRUN_ARGS))
+    return executor
 
 
 @dataclass(frozen=True)
