@@ -68,9 +68,9 @@ FIT_SIZES = tuple(64 * 1024 * 4**i for i in range(5))  # 64 KiB, 256 KiB, 1 MiB,
 # here a DDP step of about 45 ms, long enough to time, short enough to probe. DDP's probe times 60 pairs past 5
 # warm-up pairs (5 s): with 15 past 2 the first steps' slowness (a plain step of 21-40 ms where the steady one is 21)
 # reached the median, and on the quiet 2-core AMD EPYC VM four probes in a row (one link) found factors of 1.13-2.12
-# (a standard deviation of 27 % of their mean); five at 60 past 5 found 1.27-1.55 (8 %). FSDP's probe, three models
-# of up to 0.4 s a pair, keeps 15 past 2.
-BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32, "pairs": 15, "warmup": 2}
+# (a standard deviation of 27 % of their mean); five at 60 past 5 found 1.27-1.55 (8 %). FSDP's probe times each of
+# its models its own count (FSDP_PROBE_PAIRS).
+BUSY_PROBE = {"width": 1024, "depth": 4, "batch": 32}
 DDP_PROBE_PAIRS = {"pairs": 60, "warmup": 5}
 # FSDP's probe, per model: (pairs timed, warm-up pairs before them). The MLP's and the small stack's set the price of
 # every FSDP collective; at 15 pairs past 2 three probes a minute apart measured the MLP's FSDP step at 87.6, 90.5 and
@@ -518,9 +518,10 @@ def measure_busy_factor(link: Link, nproc: int = 2, log_dir: str | None = None) 
     from ignite_ddl.launcher.settings import LaunchSettings
     from ignite_ddl.launcher.spawn import launch
 
-    p = {**BUSY_PROBE, **DDP_PROBE_PAIRS}
+    p, timed = BUSY_PROBE, DDP_PROBE_PAIRS
     settings = LaunchSettings(backend="gloo", nproc_per_node=nproc, log_dir=log_dir)
-    per_rank = launch(_probe_steps, settings, p["width"], p["depth"], p["batch"] // nproc, p["pairs"], p["warmup"])
+    model = (p["width"], p["depth"], p["batch"] // nproc)
+    per_rank = launch(_probe_steps, settings, *model, timed["pairs"], timed["warmup"])
     slowest = [max(steps) for steps in zip(*per_rank)]
     ddp, plain = statistics.median(slowest[0::2]), statistics.median(slowest[1::2])
     extra = statistics.median(a - b for a, b in zip(slowest[0::2], slowest[1::2]))
