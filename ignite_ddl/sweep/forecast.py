@@ -144,6 +144,15 @@ class _Cache:
             kept = None
         return kept if kept is not None else failure(str(self.path), key)
 
+    def current(self, key: str, revision: int, kept_only: bool = False) -> tuple[dict[str, Any] | None, bool]:
+        """The entry kept for ``key`` (None: none) and whether it is to be measured (again): none kept, or one an
+        earlier ``revision`` of its probe wrote (it means something else; a failure this sweep met stands). With
+        ``kept_only`` nothing is measured and an entry of any revision is read (a finished sweep read back)."""
+        entry = self.get(key)
+        if not isinstance(entry, dict):
+            return None, not kept_only
+        return entry, not kept_only and "error" not in entry and entry.get("revision") != revision
+
     def put(self, key: str, entry: dict[str, Any]) -> None:
         if "error" in entry:
             remember_failure(str(self.path), key, entry)
@@ -365,12 +374,15 @@ def measured_link(out: str | Path, progress: Callable[[str], None] = print) -> A
     return Link("fitted (this machine)", float(entry["alpha_s"]), float(entry["beta_Bps"]), str(entry["source"]))
 
 
-def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[str], None] = print) -> Any:
+def measured_busy(
+    out: str | Path, link: Any, fsdp: bool, progress: Callable[[str], None] = print, kept_only: bool = False
+) -> Any:
     """How much more the collectives cost a training step on CPU ranks sharing this machine's cores than ``link``
     says they cost alone (:class:`~ignite_ddl.predict.steptime.Busy`): DDP's
     (:func:`~ignite_ddl.predict.projection.inputs.measure_busy_factor`) and, with ``fsdp``, FSDP's
     (``measure_fsdp_factor``), 2 gloo processes each, measured once and kept in ``plan/link.json``; a factor that
-    could not be measured is None (said)."""
+    could not be measured is None (said). ``kept_only``: the kept figures whatever their revision, none measured
+    (one not kept is None)."""
     from ignite_ddl.predict.projection import measure_busy_factor, measure_fsdp_factor
     from ignite_ddl.predict.projection.inputs import PROBE_REVISIONS
     from ignite_ddl.predict.steptime import Busy
@@ -383,9 +395,8 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
     factors: dict[str, float | None] = {}
     kept: dict[str, dict[str, Any]] = {}
     for key, (whose, kind, measure) in probes.items():
-        entry = cache.get(key)
-        # an entry an earlier revision of the probe wrote means something else: measured again
-        if not isinstance(entry, dict) or entry.get("revision") != PROBE_REVISIONS[kind]:
+        entry, measure_again = cache.current(key, PROBE_REVISIONS[kind], kept_only)
+        if measure_again:
             progress(f"plan: measuring {whose} step beside the cores' compute (2 gloo processes), for the step model")
             try:
                 entry = measure(link, 2, log_dir=str(folder / "link-logs"))
@@ -394,6 +405,9 @@ def measured_busy(out: str | Path, link: Any, fsdp: bool, progress: Callable[[st
                 factors[key] = None
                 continue
             cache.put(key, entry)
+        if entry is None:  # read back, never measured
+            factors[key] = None
+            continue
         factors[key], kept[key] = float(entry["factor"]), entry
     sharded = kept.get("fsdp-busy-gloo-2", {})  # what FSDP's probe measured beside its factor
     return Busy(
@@ -429,13 +443,9 @@ def measured_layouts(
         iterations = probe_iterations(twin.step_s)  # about a second of the twin's steps
         probe = layout_probe(TrainConfig.from_dict(o.config), folder, iterations)
         key = Path(probe.output_dir).name
-        entry = cache.get(key)
         # an entry of an earlier revision (one probe, one twin) was read at one minute's speed: measured again
-        outdated = isinstance(entry, dict) and "error" not in entry and entry.get("revision") != LAYOUT_REVISION
-        if kept_only and not isinstance(entry, dict):
-            found.append(o)
-            continue
-        if not kept_only and (not isinstance(entry, dict) or outdated):
+        entry, measure_again = cache.current(key, LAYOUT_REVISION, kept_only)
+        if measure_again:
             progress(
                 f"plan: measuring cfg{o.index:03d}'s compute at its layout ({o.world_size} processes, no "
                 "communication) for the step model"
@@ -445,6 +455,9 @@ def measured_layouts(
             cache.put(key, entry)
             if "error" in entry:
                 progress(f"plan: the layout probe failed, the twin's rule stands: {entry['error']}")
+        if entry is None:  # read back, never probed: the twin's rule
+            found.append(o)
+            continue
         step, optimizer, beside = entry.get("step_s"), entry.get("optimizer_s"), entry.get("twin_step_s")
         probed = {"layout_s": step, "layout_optimizer_s": optimizer, "layout_twin_s": beside}
         found.append(dataclasses.replace(o, **probed) if step else o)
@@ -478,7 +491,8 @@ def fit_step_model(
     it measured and those it asks about); ``hooks_measured``: DDP's measured work per gradient layout, kept across
     fits (measured again on every fit without it); ``probe_layouts``: the compute of CPU processes sharing the
     cores measured by a layout probe per layout (:mod:`ignite_ddl.sweep.layout_probe`), else the twin's rule;
-    ``kept_only``: the layout probes kept in ``plan/`` as they are, none measured (a finished sweep refitted)."""
+    ``kept_only``: the layout and busy probes kept in ``plan/`` as they are, none measured (a finished sweep
+    refitted)."""
     from ignite_ddl.predict.memory import gradient_layout, not_traceable_reason, on_cuda, world_size
     from ignite_ddl.predict.steptime import (
         Observed,
@@ -532,7 +546,7 @@ def fit_step_model(
     shared = any(o.world_size == 1 and o.device_type == "cpu" for o in observed) and bool(grads)
     sharded = any(o.world_size > 1 and resolve_strategy(str(o.config.get("strategy", "auto")), o.world_size)
                   .shards_parameters for o in observed)  # fmt: skip
-    busy = measured_busy(out, link, sharded, progress) if link is not None and shared else None
+    busy = measured_busy(out, link, sharded, progress, kept_only) if link is not None and shared else None
     for index, config in bucketed.items():
         # On CPU ranks sharing the cores the busy factor, measured with DDP's own copies and division, prices them
         # (steptime._comm_s): only a hook's work of its own is measured then.
